@@ -1,0 +1,9 @@
+//! throng: LLM-driven agent-based simulations with the model inside the process.
+//!
+//! Two halves that meet only at the request/response types: [`engine`] turns requests into
+//! tokens on one device with continuous batching, and the simulation layer turns agents into
+//! requests and decisions into a changing world.
+
+pub mod assets;
+pub mod model;
+pub mod testing;

@@ -1,0 +1,529 @@
+//! Causal attention of packed queries against each sequence's own blocks in the paged KV cache.
+//!
+//! Two implementations of one contract, chosen per device when a batch is planned:
+//! - `Paged` (CPU, f32): a kernel reads keys and values straight out of the blocks, one
+//!   `(sequence, kv head, query rows)` work item per rayon task. Each output row is computed by
+//!   the same sequence of floating-point operations whatever else is in the batch, so results
+//!   are batch invariant by construction.
+//! - `Gathered` (any device, any dtype): each sequence's keys and values are gathered from the
+//!   cache with `index_select` and attention runs as dense matmuls: all single-token decodes as
+//!   one padded batch, each multi-token prefill chunk on its own. This is the CUDA path until a
+//!   fused paged kernel replaces it; the tests run it on the CPU against `Paged`.
+
+use candle_core::{DType, Device, Tensor};
+use rayon::prelude::*;
+
+/// Where one sequence's queries sit in the packed batch and which blocks hold its context.
+#[derive(Debug, Clone)]
+pub(crate) struct SeqSpan {
+    /// First packed row of this sequence's queries.
+    pub q_start: usize,
+    pub q_len: usize,
+    /// Position of the first query: the tokens before it are already cached.
+    pub start: usize,
+    pub blocks: Vec<u32>,
+}
+
+impl SeqSpan {
+    /// Keys visible to the last query.
+    fn context_len(&self) -> usize {
+        self.start + self.q_len
+    }
+}
+
+/// Head layout of the attention inputs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Heads {
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl Heads {
+    fn group(&self) -> usize {
+        self.num_heads / self.num_kv_heads
+    }
+    fn scale(&self) -> f32 {
+        1.0 / (self.head_dim as f32).sqrt()
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum AttentionPlan {
+    Paged {
+        spans: Vec<SeqSpan>,
+        block_size: usize,
+    },
+    Gathered(GatherPlan),
+}
+
+impl AttentionPlan {
+    pub fn new(
+        spans: Vec<SeqSpan>,
+        block_size: usize,
+        device: &Device,
+    ) -> candle_core::Result<Self> {
+        if device.is_cpu() {
+            Ok(AttentionPlan::Paged { spans, block_size })
+        } else {
+            Ok(AttentionPlan::Gathered(GatherPlan::new(
+                &spans, block_size, device,
+            )?))
+        }
+    }
+
+    /// Attends packed queries `q` `(T, heads, head_dim)` to the cached keys and values
+    /// `(slots, kv_heads * head_dim)`; returns `(T, heads * head_dim)`.
+    pub fn attend(
+        &self,
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        heads: Heads,
+    ) -> candle_core::Result<Tensor> {
+        match self {
+            AttentionPlan::Paged { spans, block_size } if q.dtype() == DType::F32 => {
+                paged_cpu(q, k_cache, v_cache, spans, *block_size, heads)
+            }
+            AttentionPlan::Paged { spans, block_size } => {
+                GatherPlan::new(spans, *block_size, q.device())?.attend(q, k_cache, v_cache, heads)
+            }
+            AttentionPlan::Gathered(plan) => plan.attend(q, k_cache, v_cache, heads),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paged CPU kernel
+// ---------------------------------------------------------------------------------------------
+
+/// Query rows per work item: small enough to spread a long prefill over every core.
+const ROWS_PER_ITEM: usize = 16;
+
+fn cpu_f32(t: &Tensor) -> candle_core::Result<Vec<f32>> {
+    // Contiguous f32 CPU tensors flatten without copying the storage twice.
+    t.flatten_all()?.to_vec1::<f32>()
+}
+
+fn with_cpu_slice<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
+    let (storage, layout) = t.storage_and_layout();
+    match (&*storage, layout.contiguous_offsets()) {
+        (candle_core::Storage::Cpu(cpu), Some((lo, hi))) => Ok(f(&cpu.as_slice::<f32>()?[lo..hi])),
+        _ => candle_core::bail!("paged attention needs contiguous f32 CPU tensors"),
+    }
+}
+
+fn paged_cpu(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    spans: &[SeqSpan],
+    block_size: usize,
+    heads: Heads,
+) -> candle_core::Result<Tensor> {
+    let (t, h, d) = q.dims3()?;
+    let q = cpu_f32(&q.contiguous()?)?;
+    let items: Vec<(usize, usize, usize, usize)> = spans
+        .iter()
+        .enumerate()
+        .flat_map(|(s, span)| {
+            (0..heads.num_kv_heads).flat_map(move |kvh| {
+                (0..span.q_len)
+                    .step_by(ROWS_PER_ITEM)
+                    .map(move |r0| (s, kvh, r0, (r0 + ROWS_PER_ITEM).min(span.q_len)))
+            })
+        })
+        .collect();
+    let results: Vec<Vec<f32>> = with_cpu_slice(k_cache, |k| {
+        with_cpu_slice(v_cache, |v| {
+            items
+                .par_iter()
+                .map(|&(s, kvh, r0, r1)| {
+                    let cache = PagedKv {
+                        k,
+                        v,
+                        blocks: &spans[s].blocks,
+                        block_size,
+                        heads,
+                        kvh,
+                    };
+                    attend_rows(&q, &cache, &spans[s], r0..r1, heads)
+                })
+                .collect()
+        })
+    })??;
+    let mut out = vec![0f32; t * h * d];
+    let g = heads.group();
+    for (&(s, kvh, r0, r1), result) in items.iter().zip(&results) {
+        let span = &spans[s];
+        for (i, r) in (r0..r1).enumerate() {
+            let dst = ((span.q_start + r) * h + kvh * g) * d;
+            out[dst..dst + g * d].copy_from_slice(&result[i * g * d..(i + 1) * g * d]);
+        }
+    }
+    Tensor::from_vec(out, (t, h * d), &Device::Cpu)
+}
+
+/// One kv head of one sequence, read in place from the cache.
+struct PagedKv<'a> {
+    k: &'a [f32],
+    v: &'a [f32],
+    blocks: &'a [u32],
+    block_size: usize,
+    heads: Heads,
+    kvh: usize,
+}
+
+impl PagedKv<'_> {
+    fn row<'s>(&self, cache: &'s [f32], pos: usize) -> &'s [f32] {
+        let slot =
+            self.blocks[pos / self.block_size] as usize * self.block_size + pos % self.block_size;
+        let d = self.heads.head_dim;
+        let at = (slot * self.heads.num_kv_heads + self.kvh) * d;
+        &cache[at..at + d]
+    }
+}
+
+/// Attention of query rows `rows` of `span` (all heads of one kv group); returns
+/// `(rows, group, head_dim)` flattened.
+fn attend_rows(
+    q: &[f32],
+    kv: &PagedKv<'_>,
+    span: &SeqSpan,
+    rows: std::ops::Range<usize>,
+    heads: Heads,
+) -> Vec<f32> {
+    let (h, d, g) = (heads.num_heads, heads.head_dim, heads.group());
+    let scale = heads.scale();
+    let n = rows.len() * g;
+    let ctx = span.start + rows.end; // keys visible to the last row
+    // scores[(row, head)][pos], causal: row r sees positions 0..=start + r.
+    let mut scores = vec![0f32; n * ctx];
+    let query = |r: usize, gi: usize| {
+        let at = ((span.q_start + r) * h + kv.kvh * g + gi) * d;
+        &q[at..at + d]
+    };
+    for pos in 0..ctx {
+        let key = kv.row(kv.k, pos);
+        for (ri, r) in rows.clone().enumerate() {
+            if pos > span.start + r {
+                continue;
+            }
+            for gi in 0..g {
+                scores[(ri * g + gi) * ctx + pos] = dot(query(r, gi), key) * scale;
+            }
+        }
+    }
+    let mut out = vec![0f32; n * d];
+    let mut norms = vec![0f32; n];
+    for (ri, r) in rows.clone().enumerate() {
+        let visible = span.start + r + 1;
+        for gi in 0..g {
+            let row = &mut scores[(ri * g + gi) * ctx..][..visible];
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for s in row.iter_mut() {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            norms[ri * g + gi] = sum;
+        }
+    }
+    for pos in 0..ctx {
+        let value = kv.row(kv.v, pos);
+        for (ri, r) in rows.clone().enumerate() {
+            if pos > span.start + r {
+                continue;
+            }
+            for gi in 0..g {
+                let i = ri * g + gi;
+                axpy(&mut out[i * d..(i + 1) * d], scores[i * ctx + pos], value);
+            }
+        }
+    }
+    for (i, chunk) in out.chunks_exact_mut(d).enumerate() {
+        let inv = 1.0 / norms[i];
+        chunk.iter_mut().for_each(|x| *x *= inv);
+    }
+    out
+}
+
+/// Dot product with eight independent accumulators so that it vectorises; the summation
+/// order is fixed, so the result never depends on the caller.
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (x, y) in ra.iter().zip(rb) {
+        sum += x * y;
+    }
+    sum
+}
+
+#[inline]
+fn axpy(out: &mut [f32], w: f32, x: &[f32]) {
+    for (o, x) in out.iter_mut().zip(x) {
+        *o += w * x;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gathered path (any device)
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+pub(crate) struct GatherPlan {
+    decode: Option<DecodeGroup>,
+    prefills: Vec<PrefillSeq>,
+    /// `(T,)` u32: packed row -> row of the concatenated group outputs.
+    unpermute: Tensor,
+}
+
+/// Every single-token query of the batch, padded to the longest context.
+#[derive(Debug)]
+struct DecodeGroup {
+    /// `(B,)` packed rows of the queries.
+    rows: Tensor,
+    /// `(B * max_ctx,)` cache slots, padding points at slot 0 and is masked.
+    slots: Tensor,
+    /// `(B, 1, 1, max_ctx)` additive mask: 0 or -inf.
+    mask: Tensor,
+    batch: usize,
+    max_ctx: usize,
+}
+
+#[derive(Debug)]
+struct PrefillSeq {
+    q_start: usize,
+    q_len: usize,
+    /// `(ctx,)` cache slots of positions `0..ctx`.
+    slots: Tensor,
+    /// `(q_len, ctx)` causal additive mask.
+    mask: Tensor,
+}
+
+fn slots_of(span: &SeqSpan, block_size: usize, len: usize) -> impl Iterator<Item = u32> + '_ {
+    (0..len).map(move |pos| {
+        span.blocks[pos / block_size] * block_size as u32 + (pos % block_size) as u32
+    })
+}
+
+impl GatherPlan {
+    fn new(spans: &[SeqSpan], block_size: usize, device: &Device) -> candle_core::Result<Self> {
+        let total: usize = spans.iter().map(|s| s.q_len).sum();
+        let (decodes, prefills): (Vec<&SeqSpan>, Vec<&SeqSpan>) =
+            spans.iter().partition(|s| s.q_len == 1);
+        let mut order: Vec<usize> = Vec::with_capacity(total);
+        let decode = if decodes.is_empty() {
+            None
+        } else {
+            let max_ctx = decodes.iter().map(|s| s.context_len()).max().unwrap_or(1);
+            let mut slots = Vec::with_capacity(decodes.len() * max_ctx);
+            let mut mask = Vec::with_capacity(decodes.len() * max_ctx);
+            for span in &decodes {
+                let ctx = span.context_len();
+                slots.extend(slots_of(span, block_size, ctx));
+                slots.extend(std::iter::repeat_n(0, max_ctx - ctx));
+                mask.extend(std::iter::repeat_n(0f32, ctx));
+                mask.extend(std::iter::repeat_n(f32::NEG_INFINITY, max_ctx - ctx));
+                order.push(span.q_start);
+            }
+            let batch = decodes.len();
+            let rows: Vec<u32> = decodes.iter().map(|s| s.q_start as u32).collect();
+            Some(DecodeGroup {
+                rows: Tensor::from_vec(rows, batch, device)?,
+                slots: Tensor::from_vec(slots, batch * max_ctx, device)?,
+                mask: Tensor::from_vec(mask, (batch, 1, 1, max_ctx), device)?,
+                batch,
+                max_ctx,
+            })
+        };
+        let prefills = prefills
+            .into_iter()
+            .map(|span| {
+                let ctx = span.context_len();
+                let slots: Vec<u32> = slots_of(span, block_size, ctx).collect();
+                let mask: Vec<f32> = (0..span.q_len)
+                    .flat_map(|r| {
+                        (0..ctx).map(move |pos| {
+                            if pos <= span.start + r {
+                                0.0
+                            } else {
+                                f32::NEG_INFINITY
+                            }
+                        })
+                    })
+                    .collect();
+                order.extend(span.q_start..span.q_start + span.q_len);
+                Ok(PrefillSeq {
+                    q_start: span.q_start,
+                    q_len: span.q_len,
+                    slots: Tensor::from_vec(slots, ctx, device)?,
+                    mask: Tensor::from_vec(mask, (span.q_len, ctx), device)?,
+                })
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let mut unpermute = vec![0u32; total];
+        for (group_row, &packed_row) in order.iter().enumerate() {
+            unpermute[packed_row] = group_row as u32;
+        }
+        Ok(Self {
+            decode,
+            prefills,
+            unpermute: Tensor::from_vec(unpermute, total, device)?,
+        })
+    }
+
+    fn attend(
+        &self,
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        heads: Heads,
+    ) -> candle_core::Result<Tensor> {
+        let (kvh, d, g) = (heads.num_kv_heads, heads.head_dim, heads.group());
+        let dtype = q.dtype();
+        let mut parts = Vec::with_capacity(self.prefills.len() + 1);
+        if let Some(dec) = &self.decode {
+            let b = dec.batch;
+            // (B, kvh, g, d)
+            let qd = q
+                .index_select(&dec.rows, 0)?
+                .to_dtype(DType::F32)?
+                .reshape((b, kvh, g, d))?;
+            // (B, kvh, max_ctx, d)
+            let gather = |cache: &Tensor| -> candle_core::Result<Tensor> {
+                cache
+                    .index_select(&dec.slots, 0)?
+                    .to_dtype(DType::F32)?
+                    .reshape((b, dec.max_ctx, kvh, d))?
+                    .transpose(1, 2)?
+                    .contiguous()
+            };
+            let (k, v) = (gather(k_cache)?, gather(v_cache)?);
+            // (B, kvh, g, max_ctx)
+            let scores = (qd.matmul(&k.t()?)? * heads.scale() as f64)?.broadcast_add(&dec.mask)?;
+            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+            // (B, kvh, g, d) -> (B, heads * d)
+            parts.push(probs.matmul(&v)?.reshape((b, heads.num_heads * d))?);
+        }
+        for pre in &self.prefills {
+            let ctx = pre.mask.dim(1)?;
+            // (q_len, kvh, g, d) -> (kvh, g * q_len, d)
+            let qp = q
+                .narrow(0, pre.q_start, pre.q_len)?
+                .to_dtype(DType::F32)?
+                .reshape((pre.q_len, kvh, g, d))?
+                .permute((1, 2, 0, 3))?
+                .contiguous()?
+                .reshape((kvh, g * pre.q_len, d))?;
+            // (kvh, ctx, d)
+            let gather = |cache: &Tensor| -> candle_core::Result<Tensor> {
+                cache
+                    .index_select(&pre.slots, 0)?
+                    .to_dtype(DType::F32)?
+                    .reshape((ctx, kvh, d))?
+                    .transpose(0, 1)?
+                    .contiguous()
+            };
+            let (k, v) = (gather(k_cache)?, gather(v_cache)?);
+            // (kvh, g, q_len, ctx)
+            let scores = (qp.matmul(&k.t()?)? * heads.scale() as f64)?
+                .reshape((kvh, g, pre.q_len, ctx))?
+                .broadcast_add(&pre.mask)?;
+            let probs =
+                candle_nn::ops::softmax_last_dim(&scores)?.reshape((kvh, g * pre.q_len, ctx))?;
+            // (kvh, g * q_len, d) -> (q_len, heads * d)
+            let out = probs
+                .matmul(&v)?
+                .reshape((kvh, g, pre.q_len, d))?
+                .permute((2, 0, 1, 3))?
+                .contiguous()?
+                .reshape((pre.q_len, heads.num_heads * d))?;
+            parts.push(out);
+        }
+        Tensor::cat(&parts, 0)?
+            .index_select(&self.unpermute, 0)?
+            .to_dtype(dtype)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random(shape: (usize, usize), seed: u64) -> Tensor {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let data: Vec<f32> = (0..shape.0 * shape.1)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
+    }
+
+    /// The CPU kernel and the gathered path (the CUDA path) must agree on a ragged batch
+    /// of decodes and prefill chunks that share blocks.
+    #[test]
+    fn paged_kernel_matches_gathered_matmuls() {
+        let heads = Heads {
+            num_heads: 6,
+            num_kv_heads: 2,
+            head_dim: 8,
+        };
+        let block_size = 4;
+        let spans = vec![
+            SeqSpan {
+                q_start: 0,
+                q_len: 1,
+                start: 6,
+                blocks: vec![0, 1],
+            },
+            SeqSpan {
+                q_start: 1,
+                q_len: 5,
+                start: 0,
+                blocks: vec![2, 3],
+            },
+            SeqSpan {
+                q_start: 6,
+                q_len: 1,
+                start: 0,
+                blocks: vec![4],
+            },
+            // shares block 0 with the first sequence (a common prefix)
+            SeqSpan {
+                q_start: 7,
+                q_len: 3,
+                start: 4,
+                blocks: vec![0, 5],
+            },
+        ];
+        let t = 10;
+        let q = random((t, heads.num_heads * heads.head_dim), 1)
+            .reshape((t, heads.num_heads, heads.head_dim))
+            .unwrap();
+        let k = random((6 * block_size, heads.num_kv_heads * heads.head_dim), 2);
+        let v = random((6 * block_size, heads.num_kv_heads * heads.head_dim), 3);
+        let paged = paged_cpu(&q, &k, &v, &spans, block_size, heads).unwrap();
+        let gathered = GatherPlan::new(&spans, block_size, &Device::Cpu)
+            .unwrap()
+            .attend(&q, &k, &v, heads)
+            .unwrap();
+        let diff = (paged - gathered)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(diff < 1e-5, "max difference {diff}");
+    }
+}

@@ -1,0 +1,121 @@
+//! The explicit context of one forward pass: which tokens of which sequences, where they sit,
+//! where their keys and values go, and which rows need logits.
+
+use super::attention::{AttentionPlan, SeqSpan};
+use super::{KvCache, ModelError};
+use candle_core::Tensor;
+
+/// One sequence's share of a step: `tokens` are new, the first at position `start`.
+#[derive(Debug, Clone, Copy)]
+pub struct SeqChunk<'a> {
+    pub tokens: &'a [u32],
+    /// Tokens of this sequence already in the KV cache, i.e. the position of `tokens[0]`.
+    pub start: usize,
+    /// KV blocks covering positions `0..start + tokens.len()`, in order. Blocks may be shared
+    /// with other sequences (a common prefix); only the slots at `start..` are written.
+    pub blocks: &'a [u32],
+    /// Whether to return next-token logits after the chunk's last token (false for every
+    /// prefill chunk but the last).
+    pub wants_logits: bool,
+}
+
+/// Device-ready inputs of one ragged batch, built once per step and shared by every layer.
+#[derive(Debug)]
+pub struct BatchInputs {
+    /// `(T,)` u32: the new tokens of all chunks, packed end to end.
+    pub(crate) token_ids: Tensor,
+    /// Position of each packed token; RoPE tables are built from these.
+    pub(crate) positions: Vec<u32>,
+    /// `(T, kv_width)` u32: the cache row each token's key/value goes to, repeated across
+    /// the row so that one `scatter_set` writes a whole layer.
+    pub(crate) slots: Tensor,
+    /// `(n,)` u32: packed rows whose logits the step returns.
+    pub(crate) logit_rows: Tensor,
+    num_logit_rows: usize,
+    pub(crate) attention: AttentionPlan,
+}
+
+impl BatchInputs {
+    /// Packs `chunks` for a forward pass against `kv`, checking that every chunk fits its
+    /// blocks so that no kernel can ever index outside the cache.
+    pub fn new(chunks: &[SeqChunk<'_>], kv: &KvCache) -> Result<Self, ModelError> {
+        if chunks.is_empty() {
+            return Err(ModelError::InvalidRequest(
+                "a batch needs at least one sequence".into(),
+            ));
+        }
+        let block_size = kv.block_size();
+        let total: usize = chunks.iter().map(|c| c.tokens.len()).sum();
+        let mut token_ids = Vec::with_capacity(total);
+        let mut positions = Vec::with_capacity(total);
+        let mut slots = Vec::with_capacity(total);
+        let mut logit_rows = Vec::new();
+        let mut spans = Vec::with_capacity(chunks.len());
+        for (i, chunk) in chunks.iter().enumerate() {
+            if chunk.tokens.is_empty() {
+                return Err(ModelError::InvalidRequest(format!(
+                    "chunk {i} has no tokens"
+                )));
+            }
+            let end = chunk.start + chunk.tokens.len();
+            if chunk.blocks.len() * block_size < end {
+                return Err(ModelError::InvalidRequest(format!(
+                    "chunk {i} reaches position {end} but its {} blocks hold {}",
+                    chunk.blocks.len(),
+                    chunk.blocks.len() * block_size
+                )));
+            }
+            if let Some(&b) = chunk
+                .blocks
+                .iter()
+                .find(|&&b| b as usize >= kv.num_blocks())
+            {
+                return Err(ModelError::InvalidRequest(format!(
+                    "chunk {i} names block {b}, the cache has {}",
+                    kv.num_blocks()
+                )));
+            }
+            let q_start = token_ids.len();
+            for (offset, &token) in chunk.tokens.iter().enumerate() {
+                let pos = chunk.start + offset;
+                token_ids.push(token);
+                positions.push(pos as u32);
+                slots.push(
+                    chunk.blocks[pos / block_size] * block_size as u32 + (pos % block_size) as u32,
+                );
+            }
+            if chunk.wants_logits {
+                logit_rows.push((token_ids.len() - 1) as u32);
+            }
+            spans.push(SeqSpan {
+                q_start,
+                q_len: chunk.tokens.len(),
+                start: chunk.start,
+                blocks: chunk.blocks.to_vec(),
+            });
+        }
+        let device = kv.device();
+        let num_logit_rows = logit_rows.len();
+        let slots = Tensor::from_vec(slots, (total, 1), device)?
+            .broadcast_as((total, kv.row_width()))?
+            .contiguous()?;
+        Ok(Self {
+            token_ids: Tensor::from_vec(token_ids, total, device)?,
+            positions,
+            slots,
+            logit_rows: Tensor::from_vec(logit_rows, num_logit_rows, device)?,
+            num_logit_rows,
+            attention: AttentionPlan::new(spans, block_size, device)?,
+        })
+    }
+
+    /// Number of packed tokens in the batch.
+    pub fn num_tokens(&self) -> usize {
+        self.positions.len()
+    }
+
+    /// Number of logit rows the forward pass returns.
+    pub fn num_logit_rows(&self) -> usize {
+        self.num_logit_rows
+    }
+}

@@ -1,0 +1,325 @@
+//! Model hyper-parameters: the raw `config.json` of a Hugging Face Llama checkpoint (or the
+//! metadata of a GGUF file) turned into one validated [`ModelConfig`].
+
+use super::ModelError;
+use serde::Deserialize;
+use std::path::Path;
+
+/// How rotary embeddings pair up the dimensions of a head.
+///
+/// Hugging Face checkpoints rotate the two halves of a head against each other; GGUF files
+/// converted by llama.cpp permute the q/k weights so that adjacent pairs rotate instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// `rotate_half`: dimension `i` pairs with `i + head_dim / 2` (Hugging Face).
+    Halves,
+    /// dimension `2i` pairs with `2i + 1` (GGUF / llama.cpp).
+    Interleaved,
+}
+
+/// The `llama3` frequency rescaling of Llama 3.1 and 3.2 (long-context RoPE).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct Llama3RopeScaling {
+    pub factor: f32,
+    pub low_freq_factor: f32,
+    pub high_freq_factor: f32,
+    pub original_max_position_embeddings: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeConfig {
+    pub theta: f32,
+    pub scaling: Option<Llama3RopeScaling>,
+    pub style: RopeStyle,
+    /// Per-frequency divisors as GGUF files store the `llama3` rescaling (`rope_freqs.weight`).
+    pub freq_factors: Option<Vec<f32>>,
+}
+
+/// Validated hyper-parameters of a Llama-architecture model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f64,
+    pub rope: RopeConfig,
+    pub max_position_embeddings: usize,
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    /// Every id that ends a reply; Llama 3.x instruct models use several.
+    pub eos_token_ids: Vec<u32>,
+}
+
+impl ModelConfig {
+    /// Query heads that share one key/value head (grouped-query attention).
+    pub fn group_size(&self) -> usize {
+        self.num_heads / self.num_kv_heads
+    }
+
+    /// Width of the fused q, k and v projection output.
+    pub fn qkv_width(&self) -> usize {
+        (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+    }
+
+    /// Rotation frequencies per pair of head dimensions, with the `llama3` rescaling applied.
+    pub fn inverse_frequencies(&self) -> Vec<f32> {
+        let d = self.head_dim;
+        let base: Vec<f32> = (0..d)
+            .step_by(2)
+            .map(|i| 1.0 / self.rope.theta.powf(i as f32 / d as f32))
+            .collect();
+        if let Some(factors) = &self.rope.freq_factors {
+            return base.iter().zip(factors).map(|(f, d)| f / d).collect();
+        }
+        let Some(s) = self.rope.scaling else {
+            return base;
+        };
+        let old = s.original_max_position_embeddings as f32;
+        let low_freq_wavelen = old / s.low_freq_factor;
+        let high_freq_wavelen = old / s.high_freq_factor;
+        base.into_iter()
+            .map(|freq| {
+                let wavelen = 2.0 * std::f32::consts::PI / freq;
+                if wavelen < high_freq_wavelen {
+                    freq
+                } else if wavelen > low_freq_wavelen {
+                    freq / s.factor
+                } else {
+                    let smooth = (old / wavelen - s.low_freq_factor)
+                        / (s.high_freq_factor - s.low_freq_factor);
+                    (1.0 - smooth) * freq / s.factor + smooth * freq
+                }
+            })
+            .collect()
+    }
+
+    /// Reads and validates a Hugging Face `config.json`.
+    pub fn from_hf_file(path: &Path) -> Result<Self, ModelError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+        let raw: RawHfConfig = serde_json::from_str(&text).map_err(|e| ModelError::Config {
+            path: path.to_path_buf(),
+            message: format!("line {}, column {}: {e}", e.line(), e.column()),
+        })?;
+        raw.validate()
+            .map_err(|message| ModelError::from_config_problem(path, message))
+    }
+
+    pub(crate) fn check(self) -> Result<Self, String> {
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_layers),
+            ("num_attention_heads", self.num_heads),
+            ("num_key_value_heads", self.num_kv_heads),
+            ("head_dim", self.head_dim),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("`{name}` must be positive"));
+        }
+        if self.num_heads % self.num_kv_heads != 0 {
+            return Err(format!(
+                "num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
+                self.num_heads, self.num_kv_heads
+            ));
+        }
+        if self.head_dim % 2 != 0 {
+            return Err(format!(
+                "head_dim ({}) must be even for rotary embeddings",
+                self.head_dim
+            ));
+        }
+        if let Some(factors) = &self.rope.freq_factors
+            && factors.len() != self.head_dim / 2
+        {
+            return Err(format!(
+                "rope_freqs has {} values, head_dim / 2 is {}",
+                factors.len(),
+                self.head_dim / 2
+            ));
+        }
+        if let Some(s) = self.rope.scaling
+            && !(s.factor > 0.0 && s.high_freq_factor > s.low_freq_factor)
+        {
+            return Err(
+                "rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor".into(),
+            );
+        }
+        if self.eos_token_ids.is_empty() {
+            return Err("no eos_token_id: the model could never finish a reply".into());
+        }
+        Ok(self)
+    }
+}
+
+/// `config.json` as Hugging Face writes it for `LlamaForCausalLM`.
+#[derive(Debug, Deserialize)]
+struct RawHfConfig {
+    #[serde(default)]
+    architectures: Vec<String>,
+    model_type: Option<String>,
+    vocab_size: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    rms_norm_eps: f64,
+    #[serde(default = "default_rope_theta")]
+    rope_theta: f32,
+    rope_scaling: Option<serde_json::Value>,
+    max_position_embeddings: usize,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    bos_token_id: Option<u32>,
+    eos_token_id: Option<OneOrMany>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+fn default_rope_theta() -> f32 {
+    10_000.0
+}
+
+/// The architectures throng's Llama implementation serves as they are.
+const LLAMA_ARCHITECTURES: [&str; 1] = ["LlamaForCausalLM"];
+
+impl RawHfConfig {
+    fn validate(self) -> Result<ModelConfig, String> {
+        let arch_ok = if self.architectures.is_empty() {
+            self.model_type.as_deref() == Some("llama")
+        } else {
+            self.architectures
+                .iter()
+                .any(|a| LLAMA_ARCHITECTURES.contains(&a.as_str()))
+        };
+        if !arch_ok {
+            let found = if self.architectures.is_empty() {
+                format!("model_type {:?}", self.model_type.unwrap_or_default())
+            } else {
+                self.architectures.join(", ")
+            };
+            return Err(format!(
+                "unsupported architecture {found}: throng runs Llama-architecture models \
+                 (LlamaForCausalLM, e.g. Llama 3.x, SmolLM2); pick one of those or a GGUF file \
+                 whose general.architecture is `llama`"
+            ));
+        }
+        let scaling = match self.rope_scaling {
+            None | Some(serde_json::Value::Null) => None,
+            Some(value) => parse_rope_scaling(value)?,
+        };
+        let num_kv_heads = self.num_key_value_heads.unwrap_or(self.num_attention_heads);
+        if self.num_attention_heads == 0 {
+            return Err("`num_attention_heads` must be positive".into());
+        }
+        let head_dim = self
+            .head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads);
+        let eos_token_ids = match self.eos_token_id {
+            Some(OneOrMany::One(id)) => vec![id],
+            Some(OneOrMany::Many(ids)) => ids,
+            None => Vec::new(),
+        };
+        ModelConfig {
+            vocab_size: self.vocab_size,
+            hidden_size: self.hidden_size,
+            intermediate_size: self.intermediate_size,
+            num_layers: self.num_hidden_layers,
+            num_heads: self.num_attention_heads,
+            num_kv_heads,
+            head_dim,
+            rms_norm_eps: self.rms_norm_eps,
+            rope: RopeConfig {
+                theta: self.rope_theta,
+                scaling,
+                style: RopeStyle::Halves,
+                freq_factors: None,
+            },
+            max_position_embeddings: self.max_position_embeddings,
+            tie_word_embeddings: self.tie_word_embeddings,
+            bos_token_id: self.bos_token_id,
+            eos_token_ids,
+        }
+        .check()
+    }
+}
+
+fn parse_rope_scaling(value: serde_json::Value) -> Result<Option<Llama3RopeScaling>, String> {
+    // Hugging Face has spelled the kind both `rope_type` and `type`.
+    let kind = value
+        .get("rope_type")
+        .or_else(|| value.get("type"))
+        .and_then(|v| v.as_str())
+        .unwrap_or("default")
+        .to_string();
+    match kind.as_str() {
+        "default" => Ok(None),
+        "llama3" => serde_json::from_value(value)
+            .map(Some)
+            .map_err(|e| format!("rope_scaling of type llama3: {e}")),
+        other => Err(format!(
+            "rope_scaling type `{other}` is not supported (throng implements `llama3` and none)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn llama_3_2_1b() -> &'static str {
+        r#"{"architectures":["LlamaForCausalLM"],"bos_token_id":128000,"eos_token_id":[128001,128008,128009],
+            "head_dim":64,"hidden_size":2048,"intermediate_size":8192,"max_position_embeddings":131072,
+            "model_type":"llama","num_attention_heads":32,"num_hidden_layers":16,"num_key_value_heads":8,
+            "rms_norm_eps":1e-05,"rope_scaling":{"factor":32.0,"high_freq_factor":4.0,"low_freq_factor":1.0,
+            "original_max_position_embeddings":8192,"rope_type":"llama3"},"rope_theta":500000.0,
+            "tie_word_embeddings":true,"torch_dtype":"bfloat16","vocab_size":128256}"#
+    }
+
+    #[test]
+    fn reads_a_llama_3_2_config() {
+        let raw: RawHfConfig = serde_json::from_str(llama_3_2_1b()).unwrap();
+        let cfg = raw.validate().unwrap();
+        assert_eq!(cfg.eos_token_ids, vec![128001, 128008, 128009]);
+        assert_eq!(cfg.group_size(), 4);
+        assert!(cfg.tie_word_embeddings);
+        let s = cfg.rope.scaling.unwrap();
+        assert_eq!(s.factor, 32.0);
+        assert_eq!(s.original_max_position_embeddings, 8192);
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
+        let raw: RawHfConfig = serde_json::from_str(llama_3_2_1b()).unwrap();
+        let cfg = raw.validate().unwrap();
+        let mut plain = cfg.clone();
+        plain.rope.scaling = None;
+        let (scaled, base) = (cfg.inverse_frequencies(), plain.inverse_frequencies());
+        assert_eq!(scaled[0], base[0], "the highest frequency is untouched");
+        let last = base.len() - 1;
+        assert!(
+            (scaled[last] - base[last] / 32.0).abs() < 1e-12,
+            "the lowest is divided by factor"
+        );
+    }
+
+    #[test]
+    fn rejects_other_architectures_by_name() {
+        let text = llama_3_2_1b().replace("LlamaForCausalLM", "MistralForCausalLM");
+        let raw: RawHfConfig = serde_json::from_str(&text).unwrap();
+        let err = raw.validate().unwrap_err();
+        assert!(err.contains("MistralForCausalLM"), "{err}");
+    }
+}

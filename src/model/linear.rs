@@ -1,0 +1,198 @@
+//! Linear layers and the choice of weight format.
+//!
+//! A GGUF file may store weights in types that a device runs slowly (candle has no x86 SIMD
+//! kernel for Q4_1, so it decodes 4x slower than Q8_0). The loader therefore converts every
+//! weight once, at load, to the format the device runs fastest; `WeightFormat::Auto` encodes
+//! that choice, measured by `benches/engine.rs` (see the README's "models" section).
+
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+use std::borrow::Cow;
+
+/// The format weights are converted to at load.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightFormat {
+    /// f32 on CPU while the dense model fits the memory budget, else q8_0; bf16 on CUDA.
+    Auto,
+    /// Keep whatever the file stores (GGUF quantized types run as they are).
+    Native,
+    F32,
+    F16,
+    Bf16,
+    #[value(name = "q8_0")]
+    #[serde(rename = "q8_0")]
+    Q8_0,
+}
+
+/// Dense models above this size are stored as q8_0 on the CPU instead of f32 under `Auto`.
+const CPU_DENSE_LIMIT_BYTES: usize = 6 << 30;
+
+/// What a weight becomes after conversion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    Dense(DType),
+    Quantized(GgmlDType),
+    Native,
+}
+
+impl WeightFormat {
+    /// Resolves `Auto` for a model of `params` parameters on `device`.
+    pub(crate) fn target(self, device: &Device, params: usize) -> Target {
+        match self {
+            WeightFormat::Auto if device.is_cpu() => {
+                if params * 4 <= CPU_DENSE_LIMIT_BYTES {
+                    Target::Dense(DType::F32)
+                } else {
+                    Target::Quantized(GgmlDType::Q8_0)
+                }
+            }
+            WeightFormat::Auto => Target::Dense(DType::BF16),
+            WeightFormat::Native => Target::Native,
+            WeightFormat::F32 => Target::Dense(DType::F32),
+            WeightFormat::F16 => Target::Dense(DType::F16),
+            WeightFormat::Bf16 => Target::Dense(DType::BF16),
+            WeightFormat::Q8_0 => Target::Quantized(GgmlDType::Q8_0),
+        }
+    }
+}
+
+/// A weight as the file holds it, `(out_features, in_features)`.
+pub(crate) enum SourceWeight {
+    Dense(Tensor),
+    Quantized(QTensor),
+}
+
+impl SourceWeight {
+    fn dims(&self) -> candle_core::Result<(usize, usize)> {
+        match self {
+            SourceWeight::Dense(t) => t.dims2(),
+            SourceWeight::Quantized(q) => q.shape().dims2(),
+        }
+    }
+
+    fn to_f32(&self, device: &Device) -> candle_core::Result<Tensor> {
+        match self {
+            SourceWeight::Dense(t) => t.to_dtype(DType::F32),
+            SourceWeight::Quantized(q) => q.dequantize(device),
+        }
+    }
+}
+
+/// `y = x W^T` over packed tokens `(T, in) -> (T, out)`.
+#[derive(Debug, Clone)]
+pub(crate) enum Linear {
+    /// `(out, in)` in the activation dtype.
+    Dense(Tensor),
+    Quantized(QMatMul),
+    /// Parts of a fused projection that could not share one matrix (GGUF files may mix
+    /// quantized types, e.g. q4_k queries with q6_k values); outputs are concatenated.
+    Stacked(Vec<Linear>),
+}
+
+impl Linear {
+    /// Builds one layer from `parts` stacked along the output dimension (e.g. q, k and v
+    /// projections fused into one matmul), converted to `target` on `device`.
+    pub fn fused(
+        parts: Vec<SourceWeight>,
+        target: Target,
+        device: &Device,
+    ) -> candle_core::Result<Self> {
+        let in_features = parts[0].dims()?.1;
+        match target {
+            Target::Dense(dtype) => {
+                let dense = parts
+                    .iter()
+                    .map(|p| p.to_f32(device))
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                Ok(Linear::Dense(
+                    cat_rows(dense)?.to_dtype(dtype)?.to_device(device)?,
+                ))
+            }
+            Target::Quantized(dtype) if in_features % dtype.block_size() != 0 => {
+                // Rows this short cannot be quantized in blocks; keep them exact instead.
+                Linear::fused(parts, Target::Dense(DType::F32), device)
+            }
+            Target::Quantized(dtype) => {
+                let dense = parts
+                    .iter()
+                    .map(|p| p.to_f32(&Device::Cpu))
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                let q = QTensor::quantize_onto(&cat_rows(dense)?, dtype, device)?;
+                Ok(Linear::Quantized(QMatMul::from_qtensor(q)?))
+            }
+            Target::Native => native(parts, device),
+        }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Linear::Dense(w) => x.matmul(&w.t()?),
+            Linear::Quantized(q) => q.forward(x),
+            Linear::Stacked(parts) => {
+                let outs = parts
+                    .iter()
+                    .map(|p| p.forward(x))
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                Tensor::cat(&outs, 1)
+            }
+        }
+    }
+}
+
+fn cat_rows(parts: Vec<Tensor>) -> candle_core::Result<Tensor> {
+    if parts.len() == 1 {
+        Ok(parts.into_iter().next().expect("invariant: one part"))
+    } else {
+        Tensor::cat(&parts, 0)
+    }
+}
+
+/// Keeps the file's types: quantized parts of one type are joined byte for byte (rows of a
+/// quantized matrix are whole blocks, so stacking rows is stacking bytes).
+fn native(parts: Vec<SourceWeight>, device: &Device) -> candle_core::Result<Linear> {
+    let first = match &parts[0] {
+        SourceWeight::Quantized(q) => Some(q.dtype()),
+        SourceWeight::Dense(_) => None,
+    };
+    let uniform = parts.iter().all(|p| match p {
+        SourceWeight::Quantized(q) => Some(q.dtype()) == first,
+        SourceWeight::Dense(_) => first.is_none(),
+    });
+    if !uniform {
+        let singles = parts
+            .into_iter()
+            .map(|p| native(vec![p], device))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        return Ok(Linear::Stacked(singles));
+    }
+    let in_features = parts[0].dims()?.1;
+    let mut dense = Vec::new();
+    let mut quantized = Vec::new();
+    for part in parts {
+        match part {
+            SourceWeight::Dense(t) => dense.push(t.to_device(device)?),
+            SourceWeight::Quantized(q) => quantized.push(q),
+        }
+    }
+    match first {
+        None => Ok(Linear::Dense(cat_rows(dense)?)),
+        Some(_) if quantized.len() == 1 => {
+            let q = quantized.pop().expect("invariant: one part");
+            Ok(Linear::Quantized(QMatMul::from_qtensor(q)?))
+        }
+        Some(dtype) => {
+            let mut rows = 0;
+            let mut bytes = Vec::new();
+            for q in &quantized {
+                rows += q.shape().dims2()?.0;
+                bytes.extend_from_slice(&q.data()?);
+            }
+            let storage = QStorage::from_data(Cow::Owned(bytes), device, dtype)?;
+            let joined = QTensor::new(storage, (rows, in_features))?;
+            Ok(Linear::Quantized(QMatMul::from_qtensor(joined)?))
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The Llama architecture over ragged batches.
+//!
+//! See "LLaMA: Open and Efficient Foundation Language Models" (arXiv:2302.13971) and, for the
+//! 3.x details (grouped-query attention, `llama3` RoPE scaling, tied embeddings), Meta's
+//! model cards. Weights are named after Hugging Face's `LlamaForCausalLM`; a GGUF file's
+//! names are mapped onto the same [`Part`]s by the loader.
+
+use super::attention::Heads;
+use super::linear::{Linear, SourceWeight, Target};
+use super::rope::Rope;
+use super::{BatchInputs, CausalLm, KvCache, ModelConfig, ModelError};
+use candle_core::{DType, Device, Tensor};
+
+/// One named weight of a Llama model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    Embedding,
+    FinalNorm,
+    LmHead,
+    AttnNorm(usize),
+    Q(usize),
+    K(usize),
+    V(usize),
+    O(usize),
+    MlpNorm(usize),
+    Gate(usize),
+    Up(usize),
+    Down(usize),
+}
+
+impl Part {
+    pub fn hf_name(self) -> String {
+        match self {
+            Part::Embedding => "model.embed_tokens.weight".into(),
+            Part::FinalNorm => "model.norm.weight".into(),
+            Part::LmHead => "lm_head.weight".into(),
+            Part::AttnNorm(l) => format!("model.layers.{l}.input_layernorm.weight"),
+            Part::Q(l) => format!("model.layers.{l}.self_attn.q_proj.weight"),
+            Part::K(l) => format!("model.layers.{l}.self_attn.k_proj.weight"),
+            Part::V(l) => format!("model.layers.{l}.self_attn.v_proj.weight"),
+            Part::O(l) => format!("model.layers.{l}.self_attn.o_proj.weight"),
+            Part::MlpNorm(l) => format!("model.layers.{l}.post_attention_layernorm.weight"),
+            Part::Gate(l) => format!("model.layers.{l}.mlp.gate_proj.weight"),
+            Part::Up(l) => format!("model.layers.{l}.mlp.up_proj.weight"),
+            Part::Down(l) => format!("model.layers.{l}.mlp.down_proj.weight"),
+        }
+    }
+
+    pub fn gguf_name(self) -> String {
+        match self {
+            Part::Embedding => "token_embd.weight".into(),
+            Part::FinalNorm => "output_norm.weight".into(),
+            Part::LmHead => "output.weight".into(),
+            Part::AttnNorm(l) => format!("blk.{l}.attn_norm.weight"),
+            Part::Q(l) => format!("blk.{l}.attn_q.weight"),
+            Part::K(l) => format!("blk.{l}.attn_k.weight"),
+            Part::V(l) => format!("blk.{l}.attn_v.weight"),
+            Part::O(l) => format!("blk.{l}.attn_output.weight"),
+            Part::MlpNorm(l) => format!("blk.{l}.ffn_norm.weight"),
+            Part::Gate(l) => format!("blk.{l}.ffn_gate.weight"),
+            Part::Up(l) => format!("blk.{l}.ffn_up.weight"),
+            Part::Down(l) => format!("blk.{l}.ffn_down.weight"),
+        }
+    }
+
+    /// The shape the architecture expects, `(out, in)` for matrices.
+    pub fn shape(self, cfg: &ModelConfig) -> Vec<usize> {
+        let (h, d) = (cfg.hidden_size, cfg.head_dim);
+        match self {
+            Part::Embedding | Part::LmHead => vec![cfg.vocab_size, h],
+            Part::FinalNorm | Part::AttnNorm(_) | Part::MlpNorm(_) => vec![h],
+            Part::Q(_) => vec![cfg.num_heads * d, h],
+            Part::K(_) | Part::V(_) => vec![cfg.num_kv_heads * d, h],
+            Part::O(_) => vec![h, cfg.num_heads * d],
+            Part::Gate(_) | Part::Up(_) => vec![cfg.intermediate_size, h],
+            Part::Down(_) => vec![h, cfg.intermediate_size],
+        }
+    }
+}
+
+/// A checkpoint's tensors, by [`Part`]; implemented for safetensors folders and GGUF files.
+pub(crate) trait WeightSource {
+    /// The weight, checked against `part.shape(cfg)`.
+    fn get(&mut self, part: Part, cfg: &ModelConfig) -> Result<SourceWeight, ModelError>;
+    fn contains(&self, part: Part) -> bool;
+}
+
+#[derive(Debug)]
+struct Layer {
+    attn_norm: Tensor,
+    /// q, k and v projections fused: `(T, hidden) -> (T, (heads + 2 kv_heads) head_dim)`.
+    qkv: Linear,
+    o_proj: Linear,
+    mlp_norm: Tensor,
+    /// gate and up projections fused: `(T, hidden) -> (T, 2 intermediate)`.
+    gate_up: Linear,
+    down: Linear,
+}
+
+#[derive(Debug)]
+pub struct Llama {
+    cfg: ModelConfig,
+    /// `(vocab, hidden)` in the activation dtype.
+    embed: Tensor,
+    layers: Vec<Layer>,
+    final_norm: Tensor,
+    lm_head: Linear,
+    rope: Rope,
+    heads: Heads,
+    device: Device,
+    dtype: DType,
+}
+
+impl Llama {
+    /// Builds the model from `source`, converting every matrix to `target` on `device`.
+    pub(crate) fn load(
+        cfg: ModelConfig,
+        source: &mut dyn WeightSource,
+        target: Target,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
+        let dtype = match target {
+            Target::Dense(dtype) => dtype,
+            Target::Quantized(_) | Target::Native => DType::F32,
+        };
+        let wrap = |e| ModelError::during("loading weights", e);
+        let vector = |source: &mut dyn WeightSource, part: Part| -> Result<Tensor, ModelError> {
+            match source.get(part, &cfg)? {
+                SourceWeight::Dense(t) => t.to_dtype(dtype)?.to_device(device).map_err(wrap),
+                SourceWeight::Quantized(q) => q.dequantize(device)?.to_dtype(dtype).map_err(wrap),
+            }
+        };
+        let embed_f32 = match source.get(Part::Embedding, &cfg)? {
+            SourceWeight::Dense(t) => t.to_dtype(DType::F32)?,
+            SourceWeight::Quantized(q) => q.dequantize(&Device::Cpu)?,
+        };
+        let embed = embed_f32.to_dtype(dtype)?.to_device(device).map_err(wrap)?;
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for l in 0..cfg.num_layers {
+            let mut get = |part: Part| source.get(part, &cfg);
+            let qkv = vec![get(Part::Q(l))?, get(Part::K(l))?, get(Part::V(l))?];
+            let o = get(Part::O(l))?;
+            let gate_up = vec![get(Part::Gate(l))?, get(Part::Up(l))?];
+            let down = get(Part::Down(l))?;
+            layers.push(Layer {
+                attn_norm: vector(source, Part::AttnNorm(l))?,
+                qkv: Linear::fused(qkv, target, device).map_err(wrap)?,
+                o_proj: Linear::fused(vec![o], target, device).map_err(wrap)?,
+                mlp_norm: vector(source, Part::MlpNorm(l))?,
+                gate_up: Linear::fused(gate_up, target, device).map_err(wrap)?,
+                down: Linear::fused(vec![down], target, device).map_err(wrap)?,
+            });
+        }
+        let final_norm = vector(source, Part::FinalNorm)?;
+        let lm_head = if !cfg.tie_word_embeddings && source.contains(Part::LmHead) {
+            source.get(Part::LmHead, &cfg)?
+        } else {
+            SourceWeight::Dense(embed_f32)
+        };
+        let lm_head = Linear::fused(vec![lm_head], target, device).map_err(wrap)?;
+        Ok(Self {
+            heads: Heads {
+                num_heads: cfg.num_heads,
+                num_kv_heads: cfg.num_kv_heads,
+                head_dim: cfg.head_dim,
+            },
+            rope: Rope::new(&cfg),
+            cfg,
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+            device: device.clone(),
+            dtype,
+        })
+    }
+
+    fn forward_inner(&self, batch: &BatchInputs, kv: &mut KvCache) -> candle_core::Result<Tensor> {
+        let cfg = &self.cfg;
+        let (h, kvh, d) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let eps = cfg.rms_norm_eps as f32;
+        let t = batch.num_tokens();
+        let (cos, sin) = self
+            .rope
+            .tables(&batch.positions, self.dtype, &self.device)?;
+        // (T, hidden)
+        let mut x = self.embed.index_select(&batch.token_ids, 0)?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let normed = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
+            // (T, (h + 2 kvh) d)
+            let qkv = layer.qkv.forward(&normed)?;
+            // q and k rotate together: (T, h + kvh, d)
+            let qk = qkv
+                .narrow(1, 0, (h + kvh) * d)?
+                .contiguous()?
+                .reshape((t, h + kvh, d))?;
+            let qk = self.rope.apply(&qk, &cos, &sin)?;
+            let q = qk.narrow(1, 0, h)?.contiguous()?;
+            let k = qk.narrow(1, h, kvh)?.contiguous()?.reshape((t, kvh * d))?;
+            let v = qkv.narrow(1, (h + kvh) * d, kvh * d)?.contiguous()?;
+            kv.write(l, &k, &v, &batch.slots)?;
+            let (k_cache, v_cache) = kv.layer(l);
+            // (T, h d)
+            let attn = batch.attention.attend(&q, k_cache, v_cache, self.heads)?;
+            x = (x + layer.o_proj.forward(&attn)?)?;
+            let normed = candle_nn::ops::rms_norm(&x, &layer.mlp_norm, eps)?;
+            let mlp = candle_nn::ops::swiglu(&layer.gate_up.forward(&normed)?)?;
+            x = (x + layer.down.forward(&mlp)?)?;
+        }
+        if batch.num_logit_rows() == 0 {
+            return Tensor::zeros((0, cfg.vocab_size), DType::F32, &self.device);
+        }
+        // Only the rows that sample a next token pay for the vocabulary projection.
+        let last = x.index_select(&batch.logit_rows, 0)?;
+        let last = candle_nn::ops::rms_norm(&last, &self.final_norm, eps)?;
+        self.lm_head.forward(&last)?.to_dtype(DType::F32)
+    }
+}
+
+impl CausalLm for Llama {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn forward(&self, batch: &BatchInputs, kv: &mut KvCache) -> Result<Tensor, ModelError> {
+        self.forward_inner(batch, kv)
+            .map_err(|e| ModelError::during("running a forward pass", e))
+    }
+}

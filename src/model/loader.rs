@@ -1,0 +1,410 @@
+//! From a model name to a loaded model: presets, local folders and files, Hugging Face repo
+//! ids (cache first, through `hf-hub`), and the packaged assets.
+
+use super::gguf::GgufSource;
+use super::llama::WeightSource;
+use super::safetensors::SafetensorsSource;
+use super::{Llama, ModelConfig, ModelError, PresetSource, Presets, WeightFormat};
+use crate::assets;
+use candle_core::Device;
+use candle_core::quantized::tokenizer::TokenizerFromGguf;
+use std::path::{Path, PathBuf};
+
+/// How to load a model.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub device: Device,
+    pub weights: WeightFormat,
+    /// A `tokenizer.json` that overrides the model's own (needed for GGUF files without one).
+    pub tokenizer: Option<PathBuf>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            device: Device::Cpu,
+            weights: WeightFormat::Auto,
+            tokenizer: None,
+        }
+    }
+}
+
+/// Where a model's files are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    /// A Hugging Face model folder (`config.json`, `*.safetensors`, `tokenizer.json`).
+    HfDir(PathBuf),
+    /// A GGUF file.
+    Gguf(PathBuf),
+    /// A Hugging Face repository id.
+    Hub { repo: String, revision: String },
+    /// A file of a downloadable asset (`models/assets.toml`).
+    Asset { asset: String, file: String },
+}
+
+impl ModelSource {
+    /// Reads `spec` as a preset name, then as a path, then as a Hub repo id (`owner/name`).
+    pub fn resolve(spec: &str) -> Result<Self, ModelError> {
+        let presets = Presets::builtin();
+        if let Some(preset) = presets.get(spec) {
+            return Ok(match &preset.source {
+                PresetSource::Hub { hub, revision } => ModelSource::Hub {
+                    repo: hub.clone(),
+                    revision: revision.clone(),
+                },
+                PresetSource::Asset { asset, file } => ModelSource::Asset {
+                    asset: asset.clone(),
+                    file: file.clone(),
+                },
+            });
+        }
+        let path = Path::new(spec);
+        if path.is_dir() {
+            return Ok(ModelSource::HfDir(path.to_path_buf()));
+        }
+        if path.is_file() {
+            return Ok(ModelSource::Gguf(path.to_path_buf()));
+        }
+        if is_repo_id(spec) {
+            let (repo, revision) = match spec.split_once('@') {
+                Some((repo, rev)) => (repo.to_string(), rev.to_string()),
+                None => (spec.to_string(), "main".to_string()),
+            };
+            return Ok(ModelSource::Hub { repo, revision });
+        }
+        Err(ModelError::UnknownModel {
+            name: spec.to_string(),
+            known: presets.names(),
+        })
+    }
+}
+
+/// `owner/name` (optionally `@revision`) with the characters the Hub allows.
+fn is_repo_id(spec: &str) -> bool {
+    let repo = spec.split('@').next().unwrap_or_default();
+    let mut parts = repo.split('/');
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    };
+    matches!((parts.next(), parts.next(), parts.next()), (Some(a), Some(b), None) if ok(a) && ok(b))
+        && !repo.starts_with('.')
+}
+
+/// The chat-template ingredients of `tokenizer_config.json` (or of GGUF metadata).
+#[derive(Debug, Clone, Default)]
+pub struct ChatSpec {
+    pub template: Option<String>,
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+}
+
+/// A model ready to run, with the tokenizer and chat template that belong to it.
+pub struct LoadedModel {
+    /// What was asked for (`smollm2-135m-instruct`, a path, a repo id).
+    pub name: String,
+    pub model: Llama,
+    pub tokenizer: tokenizers::Tokenizer,
+    pub chat: ChatSpec,
+    /// What the weights were stored as and became, e.g. `GGUF (Q4_1) -> f32`.
+    pub weights: String,
+}
+
+impl std::fmt::Debug for LoadedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedModel")
+            .field("name", &self.name)
+            .field("weights", &self.weights)
+            .finish()
+    }
+}
+
+/// Loads the model `spec` names (see [`ModelSource::resolve`]).
+pub fn load(spec: &str, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let source = ModelSource::resolve(spec)?;
+    let mut loaded = load_source(&source, opts)?;
+    loaded.name = spec.to_string();
+    Ok(loaded)
+}
+
+pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    match source {
+        ModelSource::HfDir(dir) => load_hf_dir(dir, opts),
+        ModelSource::Gguf(path) => load_gguf(path, opts),
+        ModelSource::Hub { repo, revision } => load_hf_dir(&hub_snapshot(repo, revision)?, opts),
+        ModelSource::Asset { asset, file } => {
+            let path = assets::ensure_file(asset, file)
+                .map_err(|e| ModelError::Unavailable(e.to_string()))?;
+            load_gguf(&path, opts)
+        }
+    }
+}
+
+fn parameter_count(cfg: &ModelConfig) -> usize {
+    let (h, i, d) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
+    let attn = h * (cfg.num_heads + 2 * cfg.num_kv_heads) * d + cfg.num_heads * d * h;
+    let per_layer = attn + 3 * h * i;
+    let head = if cfg.tie_word_embeddings {
+        0
+    } else {
+        cfg.vocab_size * h
+    };
+    cfg.vocab_size * h + cfg.num_layers * per_layer + head
+}
+
+fn load_hf_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let mut cfg = ModelConfig::from_hf_file(&dir.join("config.json"))?;
+    extend_eos_from_generation_config(&mut cfg, dir);
+    let tokenizer_path = opts
+        .tokenizer
+        .clone()
+        .unwrap_or_else(|| dir.join("tokenizer.json"));
+    let tokenizer = read_tokenizer(&tokenizer_path)?;
+    let chat = read_chat_spec(dir)?;
+    let mut source = SafetensorsSource::open(dir)?;
+    let target = opts.weights.target(&opts.device, parameter_count(&cfg));
+    let model = Llama::load(
+        cfg,
+        &mut source as &mut dyn WeightSource,
+        target,
+        &opts.device,
+    )?;
+    Ok(LoadedModel {
+        name: dir.display().to_string(),
+        model,
+        tokenizer,
+        chat,
+        weights: format!("safetensors -> {target:?}"),
+    })
+}
+
+fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let mut source = GgufSource::open(path)?;
+    let cfg = source.config()?;
+    let tokenizer = match &opts.tokenizer {
+        Some(p) => read_tokenizer(p)?,
+        None => tokenizers::Tokenizer::from_gguf(&source.content).map_err(|e| {
+            ModelError::corrupt(
+                path,
+                format!("cannot build a tokenizer from its metadata ({e}); pass --tokenizer path/to/tokenizer.json"),
+            )
+        })?,
+    };
+    let token = |key: &str| {
+        let id = source.content.metadata.get(key)?.to_u32().ok()?;
+        tokenizer.id_to_token(id)
+    };
+    let chat = ChatSpec {
+        template: source.meta_string("tokenizer.chat_template"),
+        bos_token: token("tokenizer.ggml.bos_token_id"),
+        eos_token: token("tokenizer.ggml.eos_token_id"),
+    };
+    let stored = {
+        let mut types: Vec<String> = source
+            .content
+            .tensor_infos
+            .values()
+            .map(|t| format!("{:?}", t.ggml_dtype))
+            .collect();
+        types.sort();
+        types.dedup();
+        types.join("/")
+    };
+    let target = opts.weights.target(&opts.device, parameter_count(&cfg));
+    let model = Llama::load(
+        cfg,
+        &mut source as &mut dyn WeightSource,
+        target,
+        &opts.device,
+    )?;
+    Ok(LoadedModel {
+        name: path.display().to_string(),
+        model,
+        tokenizer,
+        chat,
+        weights: format!("GGUF ({stored}) -> {target:?}"),
+    })
+}
+
+fn read_tokenizer(path: &Path) -> Result<tokenizers::Tokenizer, ModelError> {
+    if !path.is_file() {
+        return Err(ModelError::corrupt(
+            path,
+            "tokenizer.json is missing: the model folder is incomplete (or pass --tokenizer path/to/tokenizer.json)",
+        ));
+    }
+    tokenizers::Tokenizer::from_file(path)
+        .map_err(|e| ModelError::corrupt(path, format!("cannot read the tokenizer: {e}")))
+}
+
+/// Llama 3.x list every end-of-turn token in `generation_config.json`; stopping on only the
+/// config's `eos_token_id` would let replies run on past `<|eot_id|>`.
+fn extend_eos_from_generation_config(cfg: &mut ModelConfig, dir: &Path) {
+    let Ok(text) = std::fs::read_to_string(dir.join("generation_config.json")) else {
+        return;
+    };
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return;
+    };
+    let ids: Vec<u32> = match json.get("eos_token_id") {
+        Some(serde_json::Value::Number(n)) => {
+            n.as_u64().map(|n| vec![n as u32]).unwrap_or_default()
+        }
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_u64())
+            .map(|n| n as u32)
+            .collect(),
+        _ => Vec::new(),
+    };
+    for id in ids {
+        if !cfg.eos_token_ids.contains(&id) {
+            cfg.eos_token_ids.push(id);
+        }
+    }
+}
+
+/// `tokenizer_config.json` names special tokens either as strings or as `{"content": ...}`.
+fn token_string(value: Option<&serde_json::Value>) -> Option<String> {
+    match value? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Object(o) => o
+            .get("content")
+            .and_then(|c| c.as_str())
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
+pub(crate) fn read_chat_spec(dir: &Path) -> Result<ChatSpec, ModelError> {
+    let path = dir.join("tokenizer_config.json");
+    let mut spec = ChatSpec::default();
+    if path.is_file() {
+        let text = std::fs::read_to_string(&path).map_err(|e| ModelError::io(&path, e))?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| ModelError::corrupt(&path, format!("line {}: {e}", e.line())))?;
+        spec.template = match json.get("chat_template") {
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            // A list of named templates: use the default one.
+            Some(serde_json::Value::Array(list)) => list
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                .and_then(|t| t.get("template"))
+                .and_then(|t| t.as_str())
+                .map(str::to_string),
+            _ => None,
+        };
+        spec.bos_token = token_string(json.get("bos_token"));
+        spec.eos_token = token_string(json.get("eos_token"));
+    }
+    let jinja = dir.join("chat_template.jinja");
+    if spec.template.is_none() && jinja.is_file() {
+        spec.template =
+            Some(std::fs::read_to_string(&jinja).map_err(|e| ModelError::io(&jinja, e))?);
+    }
+    Ok(spec)
+}
+
+/// Resolves a Hub repository to a local snapshot folder: from the Hugging Face cache when
+/// every file is there (no network needed), else by downloading the missing files.
+pub fn hub_snapshot(repo: &str, revision: &str) -> Result<PathBuf, ModelError> {
+    use hf_hub::{Cache, Repo, RepoType};
+    let hub_repo = Repo::with_revision(repo.to_string(), RepoType::Model, revision.to_string());
+    let cache = Cache::from_env().repo(hub_repo.clone());
+    if let Some(config) = cache.get("config.json") {
+        let dir = config
+            .parent()
+            .expect("invariant: a cached file has a folder")
+            .to_path_buf();
+        if snapshot_complete(&dir) {
+            return Ok(dir);
+        }
+    }
+    let unavailable = |e: &dyn std::fmt::Display| {
+        ModelError::Unavailable(format!(
+            "model `{repo}` (revision {revision}) is not in the Hugging Face cache ({}) and cannot be \
+             downloaded: {e}. Download it on a machine with network (`huggingface-cli download {repo}`, \
+             after accepting the model's license and setting HF_TOKEN for gated Meta models) and copy \
+             the cache over, set HF_HOME to where it is, or pass a local folder with --model path/",
+            Cache::from_env().path().display()
+        ))
+    };
+    if std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
+        return Err(unavailable(&"HF_HUB_OFFLINE is set"));
+    }
+    let api = hf_hub::api::sync::ApiBuilder::from_env()
+        .with_progress(true)
+        .build()
+        .map_err(|e| unavailable(&e))?
+        .repo(hub_repo);
+    let info = api.info().map_err(|e| unavailable(&e))?;
+    let files: Vec<String> = info.siblings.into_iter().map(|s| s.rfilename).collect();
+    let wanted = |f: &str| {
+        f.ends_with(".safetensors")
+            || matches!(
+                f,
+                "config.json"
+                    | "generation_config.json"
+                    | "tokenizer.json"
+                    | "tokenizer_config.json"
+                    | "chat_template.jinja"
+                    | "model.safetensors.index.json"
+            )
+    };
+    let mut dir = None;
+    for file in files.iter().filter(|f| wanted(f) && !f.contains('/')) {
+        let path = api.get(file).map_err(|e| unavailable(&e))?;
+        dir = path.parent().map(Path::to_path_buf);
+    }
+    dir.ok_or_else(|| unavailable(&"the repository lists no config.json"))
+}
+
+/// A snapshot is usable offline when its config, tokenizer and every weight shard are there.
+fn snapshot_complete(dir: &Path) -> bool {
+    if !dir.join("tokenizer.json").is_file() {
+        return false;
+    }
+    let index = dir.join("model.safetensors.index.json");
+    if let Ok(text) = std::fs::read_to_string(&index) {
+        let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else {
+            return false;
+        };
+        return json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .is_some_and(|m| {
+                m.values()
+                    .filter_map(|v| v.as_str())
+                    .all(|f| dir.join(f).is_file())
+            });
+    }
+    dir.join("model.safetensors").is_file()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_resolve_to_presets_paths_and_repo_ids() {
+        assert!(matches!(
+            ModelSource::resolve("llama-3.1-8b-instruct").unwrap(),
+            ModelSource::Hub { repo, .. } if repo == "meta-llama/Llama-3.1-8B-Instruct"
+        ));
+        assert_eq!(
+            ModelSource::resolve("test-org/tiny-llama@v2").unwrap(),
+            ModelSource::Hub {
+                repo: "test-org/tiny-llama".into(),
+                revision: "v2".into()
+            }
+        );
+        let err = ModelSource::resolve("llama-9-huge")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown model `llama-9-huge`") && err.contains("smollm2-135m-instruct"),
+            "{err}"
+        );
+    }
+}

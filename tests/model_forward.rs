@@ -1,0 +1,327 @@
+//! The forward pass, specified against candle-transformers' reference Llama and against
+//! itself: a sequence's logits must not depend on how it is chunked or what shares its batch.
+
+use candle_core::{DType, Device, IndexOp, Tensor};
+use throng::model::{BatchInputs, CausalLm, KvCache, LoadOptions, SeqChunk, WeightFormat};
+use throng::testing::TinyLlama;
+
+fn f32_options() -> LoadOptions {
+    LoadOptions {
+        weights: WeightFormat::F32,
+        ..LoadOptions::default()
+    }
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+fn tokens(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i * 37 + seed * 11 + 3) % 256)
+        .collect()
+}
+
+/// Reference logits for every position after the first `prefill` tokens: one prefill call,
+/// then one call per token, through candle-transformers' own Llama.
+fn reference_logits(dir: &std::path::Path, toks: &[u32], prefill: usize) -> Vec<Tensor> {
+    use candle_transformers::models::llama as reference;
+    let cfg: reference::LlamaConfig =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let cfg = cfg.into_config(false);
+    let vb = unsafe {
+        candle_nn::VarBuilder::from_mmaped_safetensors(
+            &[dir.join("model.safetensors")],
+            DType::F32,
+            &Device::Cpu,
+        )
+        .unwrap()
+    };
+    let model = reference::Llama::load(vb, &cfg).unwrap();
+    let mut cache = reference::Cache::new(true, DType::F32, &cfg, &Device::Cpu).unwrap();
+    let mut out = Vec::new();
+    let input = Tensor::new(&toks[..prefill], &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    out.push(model.forward(&input, 0, &mut cache).unwrap().i(0).unwrap());
+    for (pos, &t) in toks.iter().enumerate().skip(prefill) {
+        let input = Tensor::new(&[t], &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        out.push(
+            model
+                .forward(&input, pos, &mut cache)
+                .unwrap()
+                .i(0)
+                .unwrap(),
+        );
+    }
+    out
+}
+
+#[test]
+fn forward_matches_candle_transformers_reference_llama() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = TinyLlama::default();
+    spec.write(dir.path()).unwrap();
+    let loaded = throng::model::loader::load(dir.path().to_str().unwrap(), &f32_options()).unwrap();
+    let model = loaded.model;
+    let cfg = model.config().clone();
+    assert!(
+        cfg.rope.scaling.is_some() && cfg.tie_word_embeddings && cfg.num_kv_heads < cfg.num_heads
+    );
+
+    let toks = tokens(40, 1);
+    let prefill = 30;
+    let expected = reference_logits(dir.path(), &toks, prefill);
+
+    let block_size = 16;
+    let mut kv = KvCache::new(&cfg, 4, block_size, DType::F32, &Device::Cpu).unwrap();
+    let blocks = [2u32, 0, 3];
+    let mut ours = Vec::new();
+    let batch = BatchInputs::new(
+        &[SeqChunk {
+            tokens: &toks[..prefill],
+            start: 0,
+            blocks: &blocks,
+            wants_logits: true,
+        }],
+        &kv,
+    )
+    .unwrap();
+    ours.push(model.forward(&batch, &mut kv).unwrap().i(0).unwrap());
+    for pos in prefill..toks.len() {
+        let batch = BatchInputs::new(
+            &[SeqChunk {
+                tokens: &toks[pos..pos + 1],
+                start: pos,
+                blocks: &blocks,
+                wants_logits: true,
+            }],
+            &kv,
+        )
+        .unwrap();
+        ours.push(model.forward(&batch, &mut kv).unwrap().i(0).unwrap());
+    }
+    for (step, (a, b)) in ours.iter().zip(&expected).enumerate() {
+        let diff = max_abs_diff(a, b);
+        assert!(diff < 1e-4, "step {step}: logits differ by {diff}");
+    }
+}
+
+/// A sequence being served: its tokens, how many are cached, and its blocks.
+struct Seq {
+    toks: Vec<u32>,
+    done: usize,
+    blocks: Vec<u32>,
+}
+
+/// Runs sequences alone through the model (a fresh cache each), returning the logits after
+/// each token from `from` on.
+fn alone(model: &dyn CausalLm, toks: &[u32], from: usize) -> Vec<Tensor> {
+    let cfg = model.config();
+    let block_size = 16;
+    let blocks: Vec<u32> = (0..toks.len().div_ceil(block_size) as u32).collect();
+    let mut kv = KvCache::new(cfg, blocks.len(), block_size, DType::F32, &Device::Cpu).unwrap();
+    let mut out = Vec::new();
+    let batch = BatchInputs::new(
+        &[SeqChunk {
+            tokens: &toks[..from],
+            start: 0,
+            blocks: &blocks,
+            wants_logits: true,
+        }],
+        &kv,
+    )
+    .unwrap();
+    out.push(model.forward(&batch, &mut kv).unwrap().i(0).unwrap());
+    for pos in from..toks.len() {
+        let batch = BatchInputs::new(
+            &[SeqChunk {
+                tokens: &toks[pos..pos + 1],
+                start: pos,
+                blocks: &blocks,
+                wants_logits: true,
+            }],
+            &kv,
+        )
+        .unwrap();
+        out.push(model.forward(&batch, &mut kv).unwrap().i(0).unwrap());
+    }
+    out
+}
+
+#[test]
+fn ragged_batches_give_each_sequence_its_solo_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    TinyLlama::default().write(dir.path()).unwrap();
+    let model = throng::model::loader::load(dir.path().to_str().unwrap(), &f32_options())
+        .unwrap()
+        .model;
+    let cfg = model.config().clone();
+    let block_size = 16;
+    let decode_steps = 6;
+    let lengths = [1usize, 15, 16, 17, 33, 100];
+    // Prompts are `len` tokens; each then decodes `decode_steps` more (fixed, not sampled).
+    let all: Vec<Vec<u32>> = lengths
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| tokens(n + decode_steps, i as u32))
+        .collect();
+    let expected: Vec<Vec<Tensor>> = all
+        .iter()
+        .zip(lengths)
+        .map(|(t, n)| alone(&model, t, n))
+        .collect();
+
+    // A shared pool, blocks handed out from the top down so no sequence gets contiguous ids.
+    let mut kv = KvCache::new(&cfg, 64, block_size, DType::F32, &Device::Cpu).unwrap();
+    let mut free: Vec<u32> = (0..64).collect();
+    let mut seqs: Vec<Seq> = all
+        .iter()
+        .map(|t| {
+            let need = t.len().div_ceil(block_size);
+            Seq {
+                toks: t.clone(),
+                done: 0,
+                blocks: free
+                    .split_off(free.len() - need)
+                    .into_iter()
+                    .rev()
+                    .collect(),
+            }
+        })
+        .collect();
+    let mut got: Vec<Vec<Tensor>> = vec![Vec::new(); seqs.len()];
+    // Prefill in chunks of at most 24 tokens per sequence per step, then decode together.
+    let chunk = 24;
+    loop {
+        let mut chunks = Vec::new();
+        let mut who = Vec::new();
+        for (i, s) in seqs.iter().enumerate() {
+            let prompt = lengths[i];
+            if s.done >= s.toks.len() {
+                continue;
+            }
+            let end = if s.done < prompt {
+                (s.done + chunk).min(prompt)
+            } else {
+                s.done + 1
+            };
+            let wants_logits = end >= prompt;
+            chunks.push(SeqChunk {
+                tokens: &s.toks[s.done..end],
+                start: s.done,
+                blocks: &s.blocks,
+                wants_logits,
+            });
+            who.push((i, end, wants_logits));
+        }
+        if chunks.is_empty() {
+            break;
+        }
+        let batch = BatchInputs::new(&chunks, &kv).unwrap();
+        let logits = model.forward(&batch, &mut kv).unwrap();
+        let mut row = 0;
+        for (i, end, wants) in who {
+            seqs[i].done = end;
+            if wants {
+                got[i].push(logits.i(row).unwrap());
+                row += 1;
+            }
+        }
+    }
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        // The last token's logits are produced but the comparison covers every step.
+        assert_eq!(g.len(), e.len(), "sequence {i}");
+        for (step, (a, b)) in g.iter().zip(e).enumerate() {
+            let diff = max_abs_diff(a, b);
+            assert!(
+                diff < 1e-4,
+                "sequence of length {} step {step}: differs by {diff}",
+                lengths[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_sequence_leaving_and_another_reusing_its_blocks_leaves_the_others_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    TinyLlama::default().write(dir.path()).unwrap();
+    let model = throng::model::loader::load(dir.path().to_str().unwrap(), &f32_options())
+        .unwrap()
+        .model;
+    let cfg = model.config().clone();
+    let block_size = 16;
+    let mut kv = KvCache::new(&cfg, 16, block_size, DType::F32, &Device::Cpu).unwrap();
+    let a = tokens(40, 1);
+    let b = tokens(50, 2);
+    let c = tokens(45, 3);
+    let (a_blocks, b_blocks) = (vec![0u32, 1, 2], vec![3u32, 4, 5, 6]);
+    let expected_a = alone(&model, &a, 20);
+    let expected_c = alone(&model, &c, 30);
+
+    // a and b prefill together.
+    let batch = BatchInputs::new(
+        &[
+            SeqChunk {
+                tokens: &a[..20],
+                start: 0,
+                blocks: &a_blocks,
+                wants_logits: true,
+            },
+            SeqChunk {
+                tokens: &b[..30],
+                start: 0,
+                blocks: &b_blocks,
+                wants_logits: true,
+            },
+        ],
+        &kv,
+    )
+    .unwrap();
+    let first = model.forward(&batch, &mut kv).unwrap();
+    let mut got_a = vec![first.i(0).unwrap()];
+    // b leaves after its prefill; c arrives into b's freed blocks (garbage still in them).
+    let c_blocks = b_blocks.clone();
+    let mut c_done = 0;
+    for pos in 20..a.len() {
+        let mut chunks = vec![SeqChunk {
+            tokens: &a[pos..pos + 1],
+            start: pos,
+            blocks: &a_blocks,
+            wants_logits: true,
+        }];
+        let c_end = if c_done < 30 { 30 } else { c_done + 1 };
+        if c_done < c.len() {
+            chunks.push(SeqChunk {
+                tokens: &c[c_done..c_end],
+                start: c_done,
+                blocks: &c_blocks,
+                wants_logits: true,
+            });
+        }
+        let batch = BatchInputs::new(&chunks, &kv).unwrap();
+        let logits = model.forward(&batch, &mut kv).unwrap();
+        got_a.push(logits.i(0).unwrap());
+        if chunks.len() == 2 {
+            let diff = max_abs_diff(&logits.i(1).unwrap(), &expected_c[c_end - 30]);
+            assert!(diff < 1e-4, "newcomer c at {c_end}: differs by {diff}");
+            c_done = c_end;
+        }
+    }
+    for (step, (g, e)) in got_a.iter().zip(&expected_a).enumerate() {
+        let diff = max_abs_diff(g, e);
+        assert!(diff < 1e-4, "sequence a step {step}: differs by {diff}");
+    }
+}
