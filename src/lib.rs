@@ -5,5 +5,6 @@
 //! requests and decisions into a changing world.
 
 pub mod assets;
+pub mod engine;
 pub mod model;
 pub mod testing;

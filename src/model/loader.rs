@@ -360,6 +360,16 @@ pub fn hub_snapshot(repo: &str, revision: &str) -> Result<PathBuf, ModelError> {
     dir.ok_or_else(|| unavailable(&"the repository lists no config.json"))
 }
 
+/// Whether `repo` is in the Hugging Face cache, complete enough to load without network.
+pub fn hub_snapshot_cached(repo: &str, revision: &str) -> bool {
+    let hub_repo = hf_hub::Repo::with_revision(repo.to_string(), hf_hub::RepoType::Model, revision.to_string());
+    hf_hub::Cache::from_env()
+        .repo(hub_repo)
+        .get("config.json")
+        .and_then(|c| c.parent().map(snapshot_complete))
+        .unwrap_or(false)
+}
+
 /// A snapshot is usable offline when its config, tokenizer and every weight shard are there.
 fn snapshot_complete(dir: &Path) -> bool {
     if !dir.join("tokenizer.json").is_file() {

@@ -25,7 +25,7 @@ pub use kv_cache::KvCache;
 pub use linear::WeightFormat;
 pub use llama::Llama;
 pub use loader::{LoadOptions, LoadedModel, ModelSource};
-pub use preset::{Preset, PresetSource, Presets};
+pub use preset::{DEFAULT_MODEL, Preset, PresetSource, Presets};
 
 use candle_core::{DType, Device, Tensor};
 

@@ -1,0 +1,164 @@
+//! Chat templates: a model's own Jinja template rendered the way Hugging Face's
+//! `apply_chat_template` does (minijinja with `trim_blocks`, `lstrip_blocks`, Python string
+//! methods, `raise_exception` and `strftime_now`), or `templates/chat/fallback.jinja`.
+
+use crate::model::loader::ChatSpec;
+use minijinja::{Environment, Error, ErrorKind, Value, context};
+use serde::{Deserialize, Serialize};
+
+const FALLBACK: &str = include_str!("../../templates/chat/fallback.jinja");
+
+/// One turn of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn system(content: impl Into<String>) -> Self {
+        Self { role: "system".into(), content: content.into() }
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self { role: "user".into(), content: content.into() }
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self { role: "assistant".into(), content: content.into() }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error("the model's chat template does not compile: {0}")]
+    Compile(String),
+    #[error("the chat template refused the conversation: {0}")]
+    Render(String),
+}
+
+/// A compiled chat template with the special tokens it refers to.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+    /// `date_string` for templates that print today's date (Llama 3.1+). Fixed by default so
+    /// that a simulation's prompts, and so its results, do not change with the calendar.
+    date_string: Option<String>,
+    /// Whether the template is the model's own (false: the fallback).
+    pub is_models_own: bool,
+}
+
+impl ChatTemplate {
+    pub fn new(spec: &ChatSpec) -> Result<Self, ChatError> {
+        let mut env = Environment::new();
+        // As transformers' `_compile_jinja_template`.
+        env.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()
+                .expect("invariant: the default delimiters are valid"),
+        );
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |message: String| -> Result<Value, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, message))
+        });
+        env.add_function("strftime_now", |format: String| -> Result<String, Error> {
+            jiff::fmt::strtime::format(&format, &jiff::Zoned::now())
+                .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("strftime_now({format:?}): {e}")))
+        });
+        let (source, is_models_own) = match &spec.template {
+            Some(t) => (t.clone(), true),
+            None => (FALLBACK.to_string(), false),
+        };
+        env.add_template_owned("chat", source).map_err(|e| ChatError::Compile(e.to_string()))?;
+        Ok(Self {
+            env,
+            bos_token: spec.bos_token.clone().unwrap_or_default(),
+            eos_token: spec.eos_token.clone().unwrap_or_default(),
+            date_string: Some("26 Jul 2024".into()),
+            is_models_own,
+        })
+    }
+
+    /// Prints the real date where the template asks for it (`strftime_now`) instead of the
+    /// fixed default.
+    pub fn with_live_date(mut self) -> Self {
+        self.date_string = None;
+        self
+    }
+
+    /// Renders `messages`, ending with the assistant's header when `add_generation_prompt`.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, ChatError> {
+        let template = self.env.get_template("chat").expect("invariant: added in new()");
+        let ctx = context! {
+            messages => Value::from(minijinja::value::Serde(messages)),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+            // transformers passes `tools=None` when a request has no tools.
+            tools => Value::from(()),
+            date_string => self.date_string.as_deref().map(Value::from).unwrap_or(Value::UNDEFINED),
+        };
+        template.render(ctx).map_err(|e| {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                text.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            ChatError::Render(text)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(template: &str) -> ChatSpec {
+        ChatSpec {
+            template: Some(template.into()),
+            bos_token: Some("<s>".into()),
+            eos_token: Some("</s>".into()),
+        }
+    }
+
+    #[test]
+    fn python_string_methods_and_trim_blocks_work_as_in_transformers() {
+        let t = ChatTemplate::new(&spec(
+            "{% for m in messages %}\n{{ m['role'].upper() }}:{{ m['content'].strip() }}|\n{% endfor %}",
+        ))
+        .unwrap();
+        let out = t.render(&[Message::user("  hi  ")], false).unwrap();
+        assert_eq!(out, "USER:hi|\n");
+    }
+
+    #[test]
+    fn raise_exception_becomes_a_render_error() {
+        let t = ChatTemplate::new(&spec(
+            "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversation must start with user') }}{% endif %}",
+        ))
+        .unwrap();
+        let err = t.render(&[Message::assistant("x")], false).unwrap_err().to_string();
+        assert!(err.contains("Conversation must start with user"), "{err}");
+    }
+
+    #[test]
+    fn date_is_fixed_unless_asked_to_be_live() {
+        let src = "{% if date_string is defined %}{{ date_string }}{% else %}{{ strftime_now('%Y') }}{% endif %}";
+        let fixed = ChatTemplate::new(&spec(src)).unwrap();
+        assert_eq!(fixed.render(&[], false).unwrap(), "26 Jul 2024");
+        let live = ChatTemplate::new(&spec(src)).unwrap().with_live_date();
+        let year = live.render(&[], false).unwrap();
+        assert!(year.len() == 4 && year.starts_with("20"), "{year}");
+    }
+
+    #[test]
+    fn models_without_a_template_get_the_fallback() {
+        let t = ChatTemplate::new(&ChatSpec::default()).unwrap();
+        assert!(!t.is_models_own);
+        let out = t.render(&[Message::system("Be brief."), Message::user("Hi")], true).unwrap();
+        assert_eq!(out, "### System:\nBe brief.\n\n### User:\nHi\n\n### Assistant:\n");
+    }
+}

@@ -1,0 +1,17 @@
+//! The inference engine: requests in, responses out, continuously batched on one device.
+
+mod block_manager;
+pub mod chat;
+mod llm_engine;
+mod model_runner;
+mod request;
+pub mod sampler;
+mod scheduler;
+mod sequence;
+pub mod tokenizer;
+
+pub use chat::{ChatTemplate, Message};
+pub use llm_engine::{Engine, EngineConfig, EngineError, EngineTotals, StepMetrics};
+pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
+pub use sampler::SamplingParams;
+pub use tokenizer::Tokenizer;

@@ -1,0 +1,152 @@
+//! What callers hand the engine and what they get back.
+
+use super::chat::Message;
+use super::sampler::SamplingParams;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// The input of a request: a conversation (rendered with the model's chat template), raw
+/// text, or token ids.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Prompt {
+    Messages(Vec<Message>),
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+/// One generation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub prompt: Prompt,
+    /// A JSON schema the reply must satisfy (constrained decoding).
+    pub json_schema: Option<serde_json::Value>,
+    pub sampling: SamplingParams,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Strings that end the reply (not included in it).
+    pub stop: Vec<String>,
+    /// Opaque label returned with the response (agent id, say).
+    pub tag: Option<String>,
+}
+
+impl Request {
+    pub fn new(prompt: Prompt) -> Self {
+        Self {
+            prompt,
+            json_schema: None,
+            sampling: SamplingParams::default(),
+            max_tokens: 256,
+            stop: Vec::new(),
+            tag: None,
+        }
+    }
+
+    pub fn chat(messages: Vec<Message>) -> Self {
+        Self::new(Prompt::Messages(messages))
+    }
+
+    pub fn with_max_tokens(mut self, max_tokens: usize) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    pub fn with_sampling(mut self, sampling: SamplingParams) -> Self {
+        self.sampling = sampling;
+        self
+    }
+
+    pub fn with_schema(mut self, schema: serde_json::Value) -> Self {
+        self.json_schema = Some(schema);
+        self
+    }
+
+    pub fn with_tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
+    }
+}
+
+/// Why a reply ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// An end-of-turn token, a stop string, or the grammar's end.
+    Stop,
+    /// `max_tokens` or the context ran out first.
+    Length,
+}
+
+/// Where a request's time went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Waiting before its first forward pass.
+    #[serde(with = "secs")]
+    pub queue: Duration,
+    /// From its first forward pass to its first generated token.
+    #[serde(with = "secs")]
+    pub prefill: Duration,
+    /// From its first generated token to its last.
+    #[serde(with = "secs")]
+    pub decode: Duration,
+}
+
+mod secs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        f64::deserialize(d).map(Duration::from_secs_f64)
+    }
+}
+
+/// A finished request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub text: String,
+    /// The parsed reply, for requests with a JSON schema that finished with `Stop`.
+    pub value: Option<serde_json::Value>,
+    pub finish_reason: FinishReason,
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose keys and values came from the prefix cache.
+    pub cached_tokens: usize,
+    pub generated_tokens: usize,
+    /// Generated ids, end-of-turn token excluded.
+    #[serde(skip)]
+    pub token_ids: Vec<u32>,
+    pub timings: Timings,
+    pub tag: Option<String>,
+}
+
+/// Why a request was refused; the other requests of the same call go on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("the request has no messages: a chat request needs at least one message")]
+    EmptyMessages,
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error(
+        "the prompt is {tokens} tokens, the context holds {limit}: shorten it (fewer history turns, \
+         a shorter system prompt) or use a model with a longer context"
+    )]
+    PromptTooLong { tokens: usize, limit: usize },
+    #[error(
+        "the prompt needs {needed} KV blocks, the cache holds {available}: raise the KV memory \
+         budget (--kv-memory) or shorten the prompt"
+    )]
+    PromptExceedsCache { needed: usize, available: usize },
+    #[error("the JSON schema cannot be used: {0}")]
+    InvalidSchema(String),
+    #[error("invalid sampling settings: {0}")]
+    InvalidSampling(String),
+    #[error("{0}")]
+    Template(String),
+    #[error("{0}")]
+    Tokenizer(String),
+    #[error("max_tokens must be at least 1")]
+    ZeroMaxTokens,
+    #[error("the engine stopped before finishing the request: {0}")]
+    Engine(String),
+}

@@ -1,0 +1,68 @@
+//! A request being served: its tokens, how far the cache has them, and its decoding state.
+
+use super::block_manager::BlockId;
+use super::sampler::Sampler;
+use super::tokenizer::Detokenizer;
+use std::time::Instant;
+
+/// Identifies a request inside the engine; also its order of arrival.
+pub type SeqId = u64;
+
+#[derive(Debug)]
+pub struct Sequence {
+    pub id: SeqId,
+    /// Prompt followed by generated tokens.
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    /// Tokens whose keys and values are in the cache; `tokens[computed..]` are pending.
+    pub computed: usize,
+    /// The block table: block `i` holds positions `i * block_size ..`.
+    pub blocks: Vec<BlockId>,
+    /// Prompt tokens found in the prefix cache at (first) admission.
+    pub cached_tokens: usize,
+    pub sampler: Sampler,
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    /// Generated text so far, built incrementally for stop strings and streaming.
+    pub text: String,
+    pub detok: Detokenizer,
+    pub tag: Option<String>,
+    pub arrived: Instant,
+    pub first_scheduled: Option<Instant>,
+    pub first_token: Option<Instant>,
+}
+
+impl Sequence {
+    pub fn new(id: SeqId, prompt: Vec<u32>, sampler: Sampler, max_tokens: usize) -> Self {
+        Self {
+            id,
+            prompt_len: prompt.len(),
+            tokens: prompt,
+            computed: 0,
+            blocks: Vec::new(),
+            cached_tokens: 0,
+            sampler,
+            max_tokens,
+            stop: Vec::new(),
+            text: String::new(),
+            detok: Detokenizer::default(),
+            tag: None,
+            arrived: Instant::now(),
+            first_scheduled: None,
+            first_token: None,
+        }
+    }
+
+    /// Tokens still to run through the model.
+    pub fn pending(&self) -> usize {
+        self.tokens.len() - self.computed
+    }
+
+    pub fn generated(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+
+    pub fn num_generated(&self) -> usize {
+        self.tokens.len() - self.prompt_len
+    }
+}
