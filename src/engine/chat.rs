@@ -17,13 +17,22 @@ pub struct Message {
 
 impl Message {
     pub fn system(content: impl Into<String>) -> Self {
-        Self { role: "system".into(), content: content.into() }
+        Self {
+            role: "system".into(),
+            content: content.into(),
+        }
     }
     pub fn user(content: impl Into<String>) -> Self {
-        Self { role: "user".into(), content: content.into() }
+        Self {
+            role: "user".into(),
+            content: content.into(),
+        }
     }
     pub fn assistant(content: impl Into<String>) -> Self {
-        Self { role: "assistant".into(), content: content.into() }
+        Self {
+            role: "assistant".into(),
+            content: content.into(),
+        }
     }
 }
 
@@ -60,18 +69,26 @@ impl ChatTemplate {
                 .expect("invariant: the default delimiters are valid"),
         );
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |message: String| -> Result<Value, Error> {
-            Err(Error::new(ErrorKind::InvalidOperation, message))
-        });
+        env.add_function(
+            "raise_exception",
+            |message: String| -> Result<Value, Error> {
+                Err(Error::new(ErrorKind::InvalidOperation, message))
+            },
+        );
         env.add_function("strftime_now", |format: String| -> Result<String, Error> {
-            jiff::fmt::strtime::format(&format, &jiff::Zoned::now())
-                .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("strftime_now({format:?}): {e}")))
+            jiff::fmt::strtime::format(&format, &jiff::Zoned::now()).map_err(|e| {
+                Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("strftime_now({format:?}): {e}"),
+                )
+            })
         });
         let (source, is_models_own) = match &spec.template {
             Some(t) => (t.clone(), true),
             None => (FALLBACK.to_string(), false),
         };
-        env.add_template_owned("chat", source).map_err(|e| ChatError::Compile(e.to_string()))?;
+        env.add_template_owned("chat", source)
+            .map_err(|e| ChatError::Compile(e.to_string()))?;
         Ok(Self {
             env,
             bos_token: spec.bos_token.clone().unwrap_or_default(),
@@ -89,8 +106,15 @@ impl ChatTemplate {
     }
 
     /// Renders `messages`, ending with the assistant's header when `add_generation_prompt`.
-    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, ChatError> {
-        let template = self.env.get_template("chat").expect("invariant: added in new()");
+    pub fn render(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let template = self
+            .env
+            .get_template("chat")
+            .expect("invariant: added in new()");
         let ctx = context! {
             messages => Value::from(minijinja::value::Serde(messages)),
             add_generation_prompt => add_generation_prompt,
@@ -140,7 +164,10 @@ mod tests {
             "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversation must start with user') }}{% endif %}",
         ))
         .unwrap();
-        let err = t.render(&[Message::assistant("x")], false).unwrap_err().to_string();
+        let err = t
+            .render(&[Message::assistant("x")], false)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("Conversation must start with user"), "{err}");
     }
 
@@ -158,7 +185,12 @@ mod tests {
     fn models_without_a_template_get_the_fallback() {
         let t = ChatTemplate::new(&ChatSpec::default()).unwrap();
         assert!(!t.is_models_own);
-        let out = t.render(&[Message::system("Be brief."), Message::user("Hi")], true).unwrap();
-        assert_eq!(out, "### System:\nBe brief.\n\n### User:\nHi\n\n### Assistant:\n");
+        let out = t
+            .render(&[Message::system("Be brief."), Message::user("Hi")], true)
+            .unwrap();
+        assert_eq!(
+            out,
+            "### System:\nBe brief.\n\n### User:\nHi\n\n### Assistant:\n"
+        );
     }
 }

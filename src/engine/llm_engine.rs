@@ -114,15 +114,25 @@ fn default_cpu_kv_memory() -> usize {
 
 impl Engine {
     pub fn new(loaded: LoadedModel, cfg: EngineConfig) -> Result<Self, EngineError> {
-        let LoadedModel { model, tokenizer, chat, .. } = loaded;
+        let LoadedModel {
+            model,
+            tokenizer,
+            chat,
+            ..
+        } = loaded;
         let model_cfg = model.config().clone();
         if cfg.block_size == 0 || cfg.max_seqs == 0 {
-            return Err(EngineError::Settings("block_size and max_seqs must be positive".into()));
+            return Err(EngineError::Settings(
+                "block_size and max_seqs must be positive".into(),
+            ));
         }
         let device = model.device().clone();
         let dtype = model.dtype();
         let kv_memory = cfg.kv_memory.unwrap_or_else(default_cpu_kv_memory);
-        let max_context = cfg.max_context.unwrap_or(model_cfg.max_position_embeddings).min(model_cfg.max_position_embeddings);
+        let max_context = cfg
+            .max_context
+            .unwrap_or(model_cfg.max_position_embeddings)
+            .min(model_cfg.max_position_embeddings);
         let num_blocks = KvCache::blocks_for_budget(&model_cfg, cfg.block_size, dtype, kv_memory);
         if num_blocks == 0 {
             return Err(EngineError::Settings(format!(
@@ -131,9 +141,14 @@ impl Engine {
             )));
         }
         let kv = KvCache::new(&model_cfg, num_blocks, cfg.block_size, dtype, &device)?;
-        let max_batch_tokens = cfg.max_batch_tokens.unwrap_or(if device.is_cpu() { 512 } else { 8192 });
+        let max_batch_tokens =
+            cfg.max_batch_tokens
+                .unwrap_or(if device.is_cpu() { 512 } else { 8192 });
         let scheduler = Scheduler::new(
-            SchedulerConfig { max_batch_tokens, max_seqs: cfg.max_seqs },
+            SchedulerConfig {
+                max_batch_tokens,
+                max_seqs: cfg.max_seqs,
+            },
             BlockManager::new(num_blocks, cfg.block_size),
         );
         let tokenizer = Tokenizer::new(tokenizer, model_cfg.eos_token_ids.clone());
@@ -162,7 +177,10 @@ impl Engine {
     }
 
     pub fn totals(&self) -> EngineTotals {
-        EngineTotals { preemptions: self.scheduler.preemptions(), ..self.totals }
+        EngineTotals {
+            preemptions: self.scheduler.preemptions(),
+            ..self.totals
+        }
     }
 
     pub fn last_step(&self) -> StepMetrics {
@@ -180,10 +198,18 @@ impl Engine {
                 if messages.is_empty() {
                     return Err(RequestError::EmptyMessages);
                 }
-                let text = self.chat.render(messages, true).map_err(|e| RequestError::Template(e.to_string()))?;
-                self.tokenizer.encode(&text, false).map_err(|e| RequestError::Tokenizer(e.to_string()))?
+                let text = self
+                    .chat
+                    .render(messages, true)
+                    .map_err(|e| RequestError::Template(e.to_string()))?;
+                self.tokenizer
+                    .encode(&text, false)
+                    .map_err(|e| RequestError::Tokenizer(e.to_string()))?
             }
-            Prompt::Text(text) => self.tokenizer.encode(text, true).map_err(|e| RequestError::Tokenizer(e.to_string()))?,
+            Prompt::Text(text) => self
+                .tokenizer
+                .encode(text, true)
+                .map_err(|e| RequestError::Tokenizer(e.to_string()))?,
             Prompt::Tokens(tokens) => tokens.clone(),
         };
         if tokens.is_empty() {
@@ -191,7 +217,9 @@ impl Engine {
         }
         let vocab = self.model().config().vocab_size;
         if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
-            return Err(RequestError::Tokenizer(format!("token id {bad} is outside the vocabulary of {vocab}")));
+            return Err(RequestError::Tokenizer(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            )));
         }
         Ok(tokens)
     }
@@ -206,15 +234,26 @@ impl Engine {
         }
         let tokens = self.prompt_tokens(&request.prompt)?;
         if tokens.len() >= self.max_context {
-            return Err(RequestError::PromptTooLong { tokens: tokens.len(), limit: self.max_context });
+            return Err(RequestError::PromptTooLong {
+                tokens: tokens.len(),
+                limit: self.max_context,
+            });
         }
         let needed = self.scheduler.blocks.blocks_for(tokens.len() + 1);
         if needed > self.scheduler.blocks.num_blocks() {
-            return Err(RequestError::PromptExceedsCache { needed, available: self.scheduler.blocks.num_blocks() });
+            return Err(RequestError::PromptExceedsCache {
+                needed,
+                available: self.scheduler.blocks.num_blocks(),
+            });
         }
         let id = self.next_id;
         self.next_id += 1;
-        let mut seq = Sequence::new(id, tokens, Sampler::new(request.sampling), request.max_tokens);
+        let mut seq = Sequence::new(
+            id,
+            tokens,
+            Sampler::new(request.sampling),
+            request.max_tokens,
+        );
         seq.stop = request.stop.clone();
         seq.tag = request.tag.clone();
         Ok(seq)
@@ -232,7 +271,8 @@ impl Engine {
         requests: Vec<Request>,
         mut on_text: impl FnMut(usize, &str),
     ) -> Vec<Result<Response, RequestError>> {
-        let mut results: Vec<Option<Result<Response, RequestError>>> = Vec::with_capacity(requests.len());
+        let mut results: Vec<Option<Result<Response, RequestError>>> =
+            Vec::with_capacity(requests.len());
         let mut index_of: HashMap<SeqId, usize> = HashMap::new();
         for (i, request) in requests.iter().enumerate() {
             match self.admit(request) {
@@ -257,7 +297,8 @@ impl Engine {
                 Err(e) => {
                     let message = e.to_string();
                     for seq in self.scheduler.drain() {
-                        results[index_of[&seq.id]] = Some(Err(RequestError::Engine(message.clone())));
+                        results[index_of[&seq.id]] =
+                            Some(Err(RequestError::Engine(message.clone())));
                     }
                 }
             }
@@ -298,7 +339,10 @@ impl Engine {
             .collect();
         let sampling = start.elapsed();
 
-        let mut out = StepOutput { deltas: Vec::new(), finished: Vec::new() };
+        let mut out = StepOutput {
+            deltas: Vec::new(),
+            finished: Vec::new(),
+        };
         let mut finished = Vec::new();
         let mut prefill_tokens = 0;
         for p in &plan {
@@ -325,7 +369,9 @@ impl Engine {
                     if let Some(at) = find_stop(&seq.text, &seq.stop) {
                         seq.text.truncate(at);
                         Some(FinishReason::Stop)
-                    } else if seq.num_generated() >= seq.max_tokens || seq.tokens.len() >= self.max_context {
+                    } else if seq.num_generated() >= seq.max_tokens
+                        || seq.tokens.len() >= self.max_context
+                    {
                         Some(FinishReason::Length)
                     } else {
                         None
@@ -336,7 +382,7 @@ impl Engine {
                 finished.push((p.index, reason));
             }
         }
-        finished.sort_by(|a, b| b.0.cmp(&a.0));
+        finished.sort_by_key(|f| std::cmp::Reverse(f.0));
         for (index, reason) in finished {
             let seq = self.scheduler.finish(index);
             out.finished.push((seq.id, self.response(seq, reason)));
@@ -364,7 +410,9 @@ impl Engine {
         // Decoding the whole reply once gives exactly the tokenizer's text; stop strings
         // were found in the incremental text and cut there.
         let text = if seq.stop.is_empty() {
-            self.tokenizer.decode(&token_ids, true).unwrap_or_else(|_| seq.text.clone())
+            self.tokenizer
+                .decode(&token_ids, true)
+                .unwrap_or_else(|_| seq.text.clone())
         } else {
             seq.text.clone()
         };
@@ -388,5 +436,9 @@ impl Engine {
 
 /// Byte offset of the first stop string in `text`.
 fn find_stop(text: &str, stops: &[String]) -> Option<usize> {
-    stops.iter().filter(|s| !s.is_empty()).filter_map(|s| text.find(s.as_str())).min()
+    stops
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| text.find(s.as_str()))
+        .min()
 }

@@ -19,13 +19,13 @@ impl ModelRunner {
         self.model.as_ref()
     }
 
-    pub fn kv(&self) -> &KvCache {
-        &self.kv
-    }
-
     /// Runs `plan` over `running`; returns the logits rows in plan order, one per entry that
     /// wants logits.
-    pub fn run(&mut self, running: &[Sequence], plan: &[Scheduled]) -> Result<Vec<Vec<f32>>, ModelError> {
+    pub fn run(
+        &mut self,
+        running: &[Sequence],
+        plan: &[Scheduled],
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
         let chunks: Vec<SeqChunk<'_>> = plan
             .iter()
             .map(|p| {

@@ -21,7 +21,12 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 0.0, top_k: None, top_p: 1.0, seed: 0 }
+        Self {
+            temperature: 0.0,
+            top_k: None,
+            top_p: 1.0,
+            seed: 0,
+        }
     }
 }
 
@@ -37,7 +42,10 @@ impl SamplingParams {
     /// Describes why these settings are unusable, if they are.
     pub fn problem(&self) -> Option<String> {
         if !self.temperature.is_finite() || self.temperature < 0.0 {
-            return Some(format!("temperature must be a finite number >= 0, got {}", self.temperature));
+            return Some(format!(
+                "temperature must be a finite number >= 0, got {}",
+                self.temperature
+            ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Some(format!("top_p must be in (0, 1], got {}", self.top_p));
@@ -58,7 +66,10 @@ pub struct Sampler {
 
 impl Sampler {
     pub fn new(params: SamplingParams) -> Self {
-        Self { params, rng: ChaCha8Rng::seed_from_u64(params.seed) }
+        Self {
+            params,
+            rng: ChaCha8Rng::seed_from_u64(params.seed),
+        }
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -133,7 +144,12 @@ mod tests {
     use super::*;
 
     fn params(temperature: f32, top_k: Option<usize>, top_p: f32, seed: u64) -> SamplingParams {
-        SamplingParams { temperature, top_k, top_p, seed }
+        SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+        }
     }
 
     #[test]
@@ -149,7 +165,9 @@ mod tests {
         let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin()).collect();
         let draw = |seed| {
             let mut s = Sampler::new(params(1.0, None, 1.0, seed));
-            (0..30).map(|_| s.sample(&logits).unwrap()).collect::<Vec<_>>()
+            (0..30)
+                .map(|_| s.sample(&logits).unwrap())
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(5), draw(5));
         assert_ne!(draw(5), draw(6));

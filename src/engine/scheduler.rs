@@ -66,10 +66,6 @@ impl Scheduler {
         &mut self.running
     }
 
-    pub fn num_waiting(&self) -> usize {
-        self.waiting.len()
-    }
-
     /// Sequences preempted so far.
     pub fn preemptions(&self) -> u64 {
         self.preemptions
@@ -87,20 +83,34 @@ impl Scheduler {
                 continue;
             }
             let seq = &mut self.running[i];
-            seq.first_scheduled.get_or_insert_with(std::time::Instant::now);
-            plan.push(Scheduled { index: i, len, wants_logits: seq.computed + len == seq.tokens.len() });
+            seq.first_scheduled
+                .get_or_insert_with(std::time::Instant::now);
+            plan.push(Scheduled {
+                index: i,
+                len,
+                wants_logits: seq.computed + len == seq.tokens.len(),
+            });
             budget -= len;
             i += 1;
         }
         while budget > 0 && self.running.len() < self.cfg.max_seqs {
-            let Some(seq) = self.waiting.front() else { break };
+            let Some(seq) = self.waiting.front() else {
+                break;
+            };
             let needed = self.blocks.blocks_for(seq.tokens.len());
-            let Some(blocks) = self.blocks.allocate(needed) else { break };
+            let Some(blocks) = self.blocks.allocate(needed) else {
+                break;
+            };
             let mut seq = self.waiting.pop_front().expect("invariant: front exists");
             seq.blocks = blocks;
-            seq.first_scheduled.get_or_insert_with(std::time::Instant::now);
+            seq.first_scheduled
+                .get_or_insert_with(std::time::Instant::now);
             let len = seq.pending().min(budget);
-            plan.push(Scheduled { index: self.running.len(), len, wants_logits: seq.computed + len == seq.tokens.len() });
+            plan.push(Scheduled {
+                index: self.running.len(),
+                len,
+                wants_logits: seq.computed + len == seq.tokens.len(),
+            });
             budget -= len;
             self.running.push(seq);
         }
@@ -111,7 +121,10 @@ impl Scheduler {
     /// sequences while none are free. False when `i` had to preempt itself.
     fn grow(&mut self, i: usize, len: usize) -> bool {
         let seq = &self.running[i];
-        let needed = self.blocks.blocks_for(seq.computed + len).saturating_sub(seq.blocks.len());
+        let needed = self
+            .blocks
+            .blocks_for(seq.computed + len)
+            .saturating_sub(seq.blocks.len());
         while !self.blocks.can_allocate(needed) {
             let victim = self.running.len() - 1;
             self.preempt(victim);
@@ -119,7 +132,10 @@ impl Scheduler {
                 return false;
             }
         }
-        let new = self.blocks.allocate(needed).expect("invariant: checked can_allocate");
+        let new = self
+            .blocks
+            .allocate(needed)
+            .expect("invariant: checked can_allocate");
         self.running[i].blocks.extend(new);
         true
     }
@@ -156,12 +172,20 @@ mod tests {
     use crate::engine::sampler::{Sampler, SamplingParams};
 
     fn seq(id: u64, prompt: usize) -> Sequence {
-        Sequence::new(id, vec![1; prompt], Sampler::new(SamplingParams::greedy()), 8)
+        Sequence::new(
+            id,
+            vec![1; prompt],
+            Sampler::new(SamplingParams::greedy()),
+            8,
+        )
     }
 
     fn scheduler(tokens: usize, seqs: usize, blocks: usize) -> Scheduler {
         Scheduler::new(
-            SchedulerConfig { max_batch_tokens: tokens, max_seqs: seqs },
+            SchedulerConfig {
+                max_batch_tokens: tokens,
+                max_seqs: seqs,
+            },
             BlockManager::new(blocks, 4),
         )
     }
@@ -202,8 +226,22 @@ mod tests {
         run(&mut s, &plan);
         s.add(seq(1, 10));
         let plan = s.schedule();
-        assert_eq!(plan[0], Scheduled { index: 0, len: 1, wants_logits: true });
-        assert_eq!(plan[1], Scheduled { index: 1, len: 5, wants_logits: false });
+        assert_eq!(
+            plan[0],
+            Scheduled {
+                index: 0,
+                len: 1,
+                wants_logits: true
+            }
+        );
+        assert_eq!(
+            plan[1],
+            Scheduled {
+                index: 1,
+                len: 5,
+                wants_logits: false
+            }
+        );
     }
 
     #[test]

@@ -26,7 +26,9 @@ impl Tokenizer {
     }
 
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizerError> {
-        self.inner.decode(ids, skip_special_tokens).map_err(|e| TokenizerError(e.to_string()))
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| TokenizerError(e.to_string()))
     }
 
     pub fn is_eos(&self, id: u32) -> bool {
@@ -59,7 +61,11 @@ pub struct Detokenizer {
 
 impl Detokenizer {
     /// The text `id` adds, if it completes any characters.
-    pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> Result<Option<String>, TokenizerError> {
+    pub fn push(
+        &mut self,
+        tokenizer: &Tokenizer,
+        id: u32,
+    ) -> Result<Option<String>, TokenizerError> {
         tokenizers::tokenizer::step_decode_stream(
             &tokenizer.inner,
             vec![id],

@@ -277,7 +277,7 @@ fn token_string(value: Option<&serde_json::Value>) -> Option<String> {
     }
 }
 
-pub(crate) fn read_chat_spec(dir: &Path) -> Result<ChatSpec, ModelError> {
+pub fn read_chat_spec(dir: &Path) -> Result<ChatSpec, ModelError> {
     let path = dir.join("tokenizer_config.json");
     let mut spec = ChatSpec::default();
     if path.is_file() {
@@ -362,7 +362,11 @@ pub fn hub_snapshot(repo: &str, revision: &str) -> Result<PathBuf, ModelError> {
 
 /// Whether `repo` is in the Hugging Face cache, complete enough to load without network.
 pub fn hub_snapshot_cached(repo: &str, revision: &str) -> bool {
-    let hub_repo = hf_hub::Repo::with_revision(repo.to_string(), hf_hub::RepoType::Model, revision.to_string());
+    let hub_repo = hf_hub::Repo::with_revision(
+        repo.to_string(),
+        hf_hub::RepoType::Model,
+        revision.to_string(),
+    );
     hf_hub::Cache::from_env()
         .repo(hub_repo)
         .get("config.json")

@@ -1,0 +1,88 @@
+//! The real assets: the Llama 3 tokenizer and chat template, and SmolLM2-135M as a GGUF file.
+
+mod common;
+
+use throng::engine::{ChatTemplate, EngineConfig, Message, Request, Tokenizer};
+use throng::model::loader;
+
+#[test]
+fn llama3_tokenizer_round_trips_text() {
+    let Some(dir) = common::llama3_tokenizer_dir() else {
+        return;
+    };
+    let inner = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+    let tokenizer = Tokenizer::new(inner, vec![128001, 128009]);
+    assert_eq!(tokenizer.vocab_size(), 128256);
+    for text in [
+        "Hello, world!",
+        "  leading spaces, tabs\tand\nnewlines ",
+        "Énergie: 42 €/MWh — prix plafonné à 0.25; 日本語も",
+        "{\"production_change\": -12.5, \"upgrade_capacity\": false}",
+    ] {
+        let ids = tokenizer.encode(text, false).unwrap();
+        assert_eq!(tokenizer.decode(&ids, false).unwrap(), text);
+    }
+    assert_eq!(tokenizer.encode("Hello", false).unwrap(), vec![9906]);
+    // Special tokens in text are single ids, as the chat template relies on.
+    let ids = tokenizer
+        .encode("<|begin_of_text|>Hello<|eot_id|>", false)
+        .unwrap();
+    assert_eq!(ids, vec![128000, 9906, 128009]);
+}
+
+#[test]
+fn llama3_chat_template_renders_exactly() {
+    let Some(dir) = common::llama3_tokenizer_dir() else {
+        return;
+    };
+    let spec = loader::read_chat_spec(&dir).unwrap();
+    let template = ChatTemplate::new(&spec).unwrap();
+    assert!(template.is_models_own);
+    let text = template
+        .render(
+            &[
+                Message::system("You are an energy utility."),
+                Message::user("Set your price."),
+            ],
+            true,
+        )
+        .unwrap();
+    assert_eq!(
+        text,
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are an energy utility.<|eot_id|>\
+         <|start_header_id|>user<|end_header_id|>\n\nSet your price.<|eot_id|>\
+         <|start_header_id|>assistant<|end_header_id|>\n\n"
+    );
+}
+
+#[test]
+fn smollm2_greedy_is_deterministic_and_knows_paris() {
+    let Some(path) = common::smollm2() else {
+        return;
+    };
+    let mut engine = common::engine(path.to_str().unwrap(), EngineConfig::default());
+    let ask =
+        || Request::chat(vec![Message::user("What is the capital of France?")]).with_max_tokens(40);
+    let first = engine.generate(vec![ask()]).pop().unwrap().unwrap();
+    let second = engine.generate(vec![ask()]).pop().unwrap().unwrap();
+    assert_eq!(first.token_ids, second.token_ids);
+    assert_eq!(first.text, second.text);
+    assert!(first.text.contains("Paris"), "{:?}", first.text);
+}
+
+#[test]
+fn smollm2_gguf_carries_its_tokenizer_and_chat_template() {
+    let Some(path) = common::smollm2() else {
+        return;
+    };
+    let loaded = loader::load(path.to_str().unwrap(), &common::f32_options()).unwrap();
+    let template = ChatTemplate::new(&loaded.chat).unwrap();
+    assert!(template.is_models_own);
+    let text = template.render(&[Message::user("Hi")], true).unwrap();
+    assert!(text.starts_with("<|im_start|>system\n"), "{text:?}");
+    assert!(
+        text.ends_with("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+        "{text:?}"
+    );
+    assert!(loaded.weights.contains("Q4_1"), "{}", loaded.weights);
+}
