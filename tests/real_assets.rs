@@ -85,4 +85,15 @@ fn smollm2_gguf_carries_its_tokenizer_and_chat_template() {
         "{text:?}"
     );
     assert!(loaded.weights.contains("Q4_1"), "{}", loaded.weights);
+    // As SmolLM2's own tokenizer.json: no space before the text, digits one by one.
+    let ids = |text: &str| {
+        loaded
+            .tokenizer
+            .encode(text, false)
+            .unwrap()
+            .get_ids()
+            .to_vec()
+    };
+    assert_eq!(ids("<|im_start|>user\nHi"), vec![1, 4093, 198, 26843]);
+    assert_eq!(ids("2024"), vec![34, 32, 34, 36]);
 }

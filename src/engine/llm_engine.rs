@@ -2,20 +2,25 @@
 //!
 //! `step()` is three moves, as in nano-vllm: schedule, run, postprocess. Everything the step
 //! touches is owned here and moves one way: request -> sequence -> scheduler -> batch ->
-//! model -> sampler -> response.
+//! model -> constrained sampler -> response.
 
-use super::block_manager::BlockManager;
+use super::block_manager::{BlockManager, CacheStats};
 use super::chat::ChatTemplate;
+use super::constraint::{Grammars, apply_mask};
 use super::model_runner::ModelRunner;
 use super::request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
 use super::sampler::Sampler;
-use super::scheduler::{Scheduler, SchedulerConfig};
+use super::scheduler::{Scheduled, Scheduler, SchedulerConfig};
 use super::sequence::{SeqId, Sequence};
 use super::tokenizer::Tokenizer;
 use crate::model::{CausalLm, KvCache, LoadedModel, ModelError};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use toktrie::SimpleVob;
+
+/// A sequence's grammar mask for this step, or why it could not be computed.
+type Mask = Result<SimpleVob, String>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -32,14 +37,20 @@ pub enum EngineError {
 pub struct EngineConfig {
     /// Tokens per KV block.
     pub block_size: usize,
-    /// Bytes of device memory for the KV cache.
+    /// Bytes of device memory for the KV cache (default: a quarter of free host memory on the
+    /// CPU, up to 16 GiB; on a GPU, 90% of what the weights leave free).
     pub kv_memory: Option<usize>,
-    /// Tokens one forward pass may process (prefill chunks plus decodes).
+    /// Tokens one forward pass may process, prefill chunks plus decodes (default: 512 on
+    /// the CPU, 8192 on a GPU).
     pub max_batch_tokens: Option<usize>,
     /// Sequences running at once.
     pub max_seqs: usize,
     /// Longest sequence, prompt plus reply (default: the model's context length).
     pub max_context: Option<usize>,
+    /// Reuse computed KV blocks across requests with the same prefix.
+    pub prefix_caching: bool,
+    /// Append the tokens a grammar forces without sampling them one per step.
+    pub fast_forward: bool,
 }
 
 impl Default for EngineConfig {
@@ -50,6 +61,8 @@ impl Default for EngineConfig {
             max_batch_tokens: None,
             max_seqs: 256,
             max_context: None,
+            prefix_caching: true,
+            fast_forward: true,
         }
     }
 }
@@ -63,9 +76,15 @@ pub struct StepMetrics {
     pub tokens: usize,
     /// Of which prompt (or recomputed) tokens.
     pub prefill_tokens: usize,
-    /// KV blocks held after the step.
+    /// Requests still waiting for admission after the step.
+    pub waiting: usize,
+    /// KV blocks held by running sequences after the step.
     pub blocks_used: usize,
     pub forward: Duration,
+    /// Computing grammar masks (overlapped with `forward` on a GPU).
+    pub masks: Duration,
+    /// Masks computed.
+    pub num_masks: usize,
     pub sampling: Duration,
 }
 
@@ -73,29 +92,47 @@ pub struct StepMetrics {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct EngineTotals {
     pub steps: u64,
+    pub prompt_tokens: u64,
     pub prefill_tokens: u64,
     pub generated_tokens: u64,
+    /// Tokens appended because the grammar forced them.
+    pub forced_tokens: u64,
     pub forward: Duration,
+    pub masks: Duration,
+    pub num_masks: u64,
     pub sampling: Duration,
     pub preemptions: u64,
+    pub cache: CacheStats,
+}
+
+impl EngineTotals {
+    /// Share of admitted prompt tokens found in the prefix cache.
+    pub fn prefix_hit_rate(&self) -> f64 {
+        self.cache.hit_tokens as f64 / self.cache.queried_tokens.max(1) as f64
+    }
+}
+
+/// What a step produced.
+#[derive(Debug, Default)]
+pub struct StepOutput {
+    /// New text per sequence (streaming).
+    pub deltas: Vec<(SeqId, String)>,
+    pub finished: Vec<(SeqId, Result<Response, RequestError>)>,
 }
 
 pub struct Engine {
     runner: ModelRunner,
     tokenizer: Tokenizer,
     chat: ChatTemplate,
+    grammars: Option<Grammars>,
     scheduler: Scheduler,
     max_context: usize,
+    fast_forward: bool,
     next_id: SeqId,
     totals: EngineTotals,
     last_step: StepMetrics,
-}
-
-/// What a step produced for the caller.
-struct StepOutput {
-    /// New text per sequence (streaming).
-    deltas: Vec<(SeqId, String)>,
-    finished: Vec<(SeqId, Response)>,
+    /// Metrics of every step since the last `take_step_metrics`.
+    history: Vec<StepMetrics>,
 }
 
 /// Default KV budget on the CPU: a quarter of the memory available, at most 16 GiB.
@@ -110,6 +147,27 @@ fn default_cpu_kv_memory() -> usize {
         })
         .map_or(8 << 30, |kb| kb * 1024);
     (available / 4).min(16 << 30)
+}
+
+#[cfg(feature = "cuda")]
+fn default_gpu_kv_memory(device: &candle_core::Device) -> Option<usize> {
+    use candle_core::cuda_backend::cudarc::driver::result::mem_get_info;
+    let candle_core::Device::Cuda(dev) = device else {
+        return None;
+    };
+    let _ = dev.cuda_stream().context().bind_to_thread();
+    mem_get_info().ok().map(|(free, _total)| free / 10 * 9)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn default_gpu_kv_memory(_device: &candle_core::Device) -> Option<usize> {
+    None
+}
+
+/// Internal outcome of a finished sequence.
+enum Ending {
+    Finished(FinishReason),
+    Failed(String),
 }
 
 impl Engine {
@@ -128,7 +186,13 @@ impl Engine {
         }
         let device = model.device().clone();
         let dtype = model.dtype();
-        let kv_memory = cfg.kv_memory.unwrap_or_else(default_cpu_kv_memory);
+        let kv_memory = cfg.kv_memory.unwrap_or_else(|| {
+            if device.is_cpu() {
+                default_cpu_kv_memory()
+            } else {
+                default_gpu_kv_memory(&device).unwrap_or(4 << 30)
+            }
+        });
         let max_context = cfg
             .max_context
             .unwrap_or(model_cfg.max_position_embeddings)
@@ -144,23 +208,31 @@ impl Engine {
         let max_batch_tokens =
             cfg.max_batch_tokens
                 .unwrap_or(if device.is_cpu() { 512 } else { 8192 });
+        if max_batch_tokens == 0 {
+            return Err(EngineError::Settings(
+                "max_batch_tokens must be positive".into(),
+            ));
+        }
         let scheduler = Scheduler::new(
             SchedulerConfig {
                 max_batch_tokens,
                 max_seqs: cfg.max_seqs,
             },
-            BlockManager::new(num_blocks, cfg.block_size),
+            BlockManager::new(num_blocks, cfg.block_size, cfg.prefix_caching),
         );
         let tokenizer = Tokenizer::new(tokenizer, model_cfg.eos_token_ids.clone());
         Ok(Self {
             runner: ModelRunner::new(Box::new(model), kv),
             tokenizer,
             chat: ChatTemplate::new(&chat)?,
+            grammars: None,
             scheduler,
             max_context,
+            fast_forward: cfg.fast_forward,
             next_id: 0,
             totals: EngineTotals::default(),
             last_step: StepMetrics::default(),
+            history: Vec::new(),
         })
     }
 
@@ -176,9 +248,15 @@ impl Engine {
         &self.chat
     }
 
+    /// Replaces the chat template's settings (e.g. a live date).
+    pub fn set_chat_template(&mut self, chat: ChatTemplate) {
+        self.chat = chat;
+    }
+
     pub fn totals(&self) -> EngineTotals {
         EngineTotals {
             preemptions: self.scheduler.preemptions(),
+            cache: self.scheduler.blocks.stats(),
             ..self.totals
         }
     }
@@ -187,8 +265,22 @@ impl Engine {
         self.last_step
     }
 
+    /// Per-step metrics recorded since the previous call.
+    pub fn take_step_metrics(&mut self) -> Vec<StepMetrics> {
+        std::mem::take(&mut self.history)
+    }
+
     pub fn max_context(&self) -> usize {
         self.max_context
+    }
+
+    pub fn num_kv_blocks(&self) -> usize {
+        self.scheduler.blocks.num_blocks()
+    }
+
+    /// Whether any request is waiting or running.
+    pub fn has_work(&self) -> bool {
+        !self.scheduler.is_idle()
     }
 
     /// Token ids of a request's prompt.
@@ -224,14 +316,33 @@ impl Engine {
         Ok(tokens)
     }
 
-    /// Validates `request` and turns it into a sequence.
-    fn admit(&mut self, request: &Request) -> Result<Sequence, RequestError> {
+    /// Validates `request` and queues it; the id names it in [`StepOutput`]. Errors (a bad
+    /// schema, a prompt too long) are reported here, before anything runs.
+    pub fn submit(&mut self, request: &Request) -> Result<SeqId, RequestError> {
         if request.max_tokens == 0 {
             return Err(RequestError::ZeroMaxTokens);
         }
         if let Some(problem) = request.sampling.problem() {
             return Err(RequestError::InvalidSampling(problem));
         }
+        let constraint = match &request.json_schema {
+            None => None,
+            Some(schema) => {
+                if self.grammars.is_none() {
+                    let vocab = self.model().config().vocab_size;
+                    self.grammars = Some(
+                        Grammars::new(&self.tokenizer, vocab)
+                            .map_err(RequestError::InvalidSchema)?,
+                    );
+                }
+                let grammars = self.grammars.as_mut().expect("invariant: set above");
+                Some(
+                    grammars
+                        .constraint(schema)
+                        .map_err(RequestError::InvalidSchema)?,
+                )
+            }
+        };
         let tokens = self.prompt_tokens(&request.prompt)?;
         if tokens.len() >= self.max_context {
             return Err(RequestError::PromptTooLong {
@@ -256,7 +367,20 @@ impl Engine {
         );
         seq.stop = request.stop.clone();
         seq.tag = request.tag.clone();
-        Ok(seq)
+        seq.constraint = constraint;
+        if self.fast_forward {
+            // Tokens the grammar forces at the start ride along with the prompt's prefill.
+            if let Some(c) = seq.constraint.as_mut() {
+                let forced = c.forced();
+                self.totals.forced_tokens += forced.len() as u64;
+                for t in forced {
+                    push_token(&self.tokenizer, &mut seq, t, None);
+                }
+            }
+        }
+        self.totals.prompt_tokens += seq.prompt_len as u64;
+        self.scheduler.add(seq);
+        Ok(id)
     }
 
     /// Runs `requests` to completion, all in one continuous batch; one result per request, in
@@ -275,32 +399,21 @@ impl Engine {
             Vec::with_capacity(requests.len());
         let mut index_of: HashMap<SeqId, usize> = HashMap::new();
         for (i, request) in requests.iter().enumerate() {
-            match self.admit(request) {
-                Ok(seq) => {
-                    index_of.insert(seq.id, i);
-                    self.scheduler.add(seq);
+            match self.submit(request) {
+                Ok(id) => {
+                    index_of.insert(id, i);
                     results.push(None);
                 }
                 Err(e) => results.push(Some(Err(e))),
             }
         }
-        while !self.scheduler.is_idle() {
-            match self.step() {
-                Ok(out) => {
-                    for (id, text) in &out.deltas {
-                        on_text(index_of[id], text);
-                    }
-                    for (id, response) in out.finished {
-                        results[index_of[&id]] = Some(Ok(response));
-                    }
-                }
-                Err(e) => {
-                    let message = e.to_string();
-                    for seq in self.scheduler.drain() {
-                        results[index_of[&seq.id]] =
-                            Some(Err(RequestError::Engine(message.clone())));
-                    }
-                }
+        while self.has_work() {
+            let out = self.step();
+            for (id, text) in &out.deltas {
+                on_text(index_of[id], text);
+            }
+            for (id, result) in out.finished {
+                results[index_of[&id]] = Some(result);
             }
         }
         results
@@ -309,100 +422,185 @@ impl Engine {
             .collect()
     }
 
-    /// One scheduling step: plan, forward, sample, retire.
-    fn step(&mut self) -> Result<StepOutput, EngineError> {
+    /// One scheduling step: plan, forward (with grammar masks alongside), sample, retire.
+    /// A failure of the forward pass fails the requests in flight, not the engine.
+    pub fn step(&mut self) -> StepOutput {
         let plan = self.scheduler.schedule();
         if plan.is_empty() {
-            return Err(EngineError::Settings(
-                "no sequence fits in the KV cache; raise --kv-memory or --max-batch-tokens".into(),
-            ));
+            return self
+                .fail_all("no waiting request fits in the KV cache; raise --kv-memory".into());
         }
-        let start = Instant::now();
-        let rows = self.runner.run(self.scheduler.running(), &plan)?;
-        let forward = start.elapsed();
+        let (rows, masks, forward, mask_time) = match self.forward_and_masks(&plan) {
+            Ok(r) => r,
+            Err(e) => return self.fail_all(e.to_string()),
+        };
 
         let start = Instant::now();
-        let mut row_of = vec![None; self.scheduler.running().len()];
-        let mut row = 0;
-        for p in &plan {
-            if p.wants_logits {
-                row_of[p.index] = Some(row);
-                row += 1;
-            }
+        let mut row_of: Vec<Option<Vec<f32>>> = vec![None; self.scheduler.running().len()];
+        for (p, row) in plan.iter().filter(|p| p.wants_logits).zip(rows) {
+            row_of[p.index] = Some(row);
         }
-        let sampled: Vec<Option<u32>> = self
+        let sampled: Vec<Option<Result<u32, String>>> = self
             .scheduler
             .running_mut()
             .par_iter_mut()
-            .enumerate()
-            .map(|(i, seq)| row_of[i].and_then(|r| seq.sampler.sample(&rows[r])))
+            .zip(row_of.par_iter_mut())
+            .zip(masks.par_iter())
+            .map(|((seq, row), mask)| {
+                let row = row.as_mut()?;
+                match mask {
+                    Some(Err(e)) => return Some(Err(format!("the grammar failed: {e}"))),
+                    Some(Ok(mask)) => apply_mask(row, mask),
+                    None => {}
+                }
+                Some(seq.sampler.sample(row).ok_or_else(|| {
+                    "the grammar allowed no token (the schema may be unsatisfiable)".to_string()
+                }))
+            })
             .collect();
         let sampling = start.elapsed();
 
-        let mut out = StepOutput {
-            deltas: Vec::new(),
-            finished: Vec::new(),
-        };
-        let mut finished = Vec::new();
+        let mut out = StepOutput::default();
+        let mut endings = Vec::new();
         let mut prefill_tokens = 0;
+        let post = Postprocess {
+            tokenizer: &self.tokenizer,
+            fast_forward: self.fast_forward,
+            max_context: self.max_context,
+        };
+        let running = self.scheduler.running_mut();
         for p in &plan {
-            let seq = &mut self.scheduler.running_mut()[p.index];
-            if seq.computed < seq.prompt_len || !p.wants_logits || p.len > 1 {
+            let seq = &mut running[p.index];
+            if seq.computed < seq.prompt_len || p.len > 1 {
                 prefill_tokens += p.len;
             }
             seq.computed += p.len;
             if !p.wants_logits {
                 continue;
             }
-            let now = Instant::now();
-            seq.first_token.get_or_insert(now);
-            let reason = match sampled[p.index] {
-                None => Some(FinishReason::Stop),
-                Some(token) if self.tokenizer.is_eos(token) => Some(FinishReason::Stop),
-                Some(token) => {
-                    seq.tokens.push(token);
-                    self.totals.generated_tokens += 1;
-                    if let Ok(Some(delta)) = seq.detok.push(&self.tokenizer, token) {
-                        seq.text.push_str(&delta);
-                        out.deltas.push((seq.id, delta));
-                    }
-                    if let Some(at) = find_stop(&seq.text, &seq.stop) {
-                        seq.text.truncate(at);
-                        Some(FinishReason::Stop)
-                    } else if seq.num_generated() >= seq.max_tokens
-                        || seq.tokens.len() >= self.max_context
-                    {
-                        Some(FinishReason::Length)
-                    } else {
-                        None
-                    }
+            seq.first_token.get_or_insert_with(Instant::now);
+            let ending = match &sampled[p.index] {
+                None => unreachable!("every chunk that wants logits got a row"),
+                Some(Err(message)) => Some(Ending::Failed(message.clone())),
+                Some(Ok(token)) if post.tokenizer.is_eos(*token) => {
+                    Some(Ending::Finished(FinishReason::Stop))
                 }
+                Some(Ok(token)) => post.advance(seq, *token, &mut self.totals, &mut out),
             };
-            if let Some(reason) = reason {
-                finished.push((p.index, reason));
+            if let Some(ending) = ending {
+                endings.push((p.index, ending));
             }
         }
-        finished.sort_by_key(|f| std::cmp::Reverse(f.0));
-        for (index, reason) in finished {
+        // Blocks filled this step become reusable before their holders leave.
+        self.scheduler.register_computed();
+        endings.sort_by_key(|e| std::cmp::Reverse(e.0));
+        for (index, ending) in endings {
             let seq = self.scheduler.finish(index);
-            out.finished.push((seq.id, self.response(seq, reason)));
+            let id = seq.id;
+            out.finished.push((id, self.response(seq, ending)));
         }
-        self.last_step = StepMetrics {
+        let metrics = StepMetrics {
             seqs: plan.len(),
             tokens: plan.iter().map(|p| p.len).sum(),
             prefill_tokens,
-            blocks_used: self.scheduler.blocks.num_blocks() - self.scheduler.blocks.num_free(),
+            waiting: self.scheduler.num_waiting(),
+            blocks_used: self
+                .scheduler
+                .running()
+                .iter()
+                .map(|s| s.blocks.len())
+                .sum(),
             forward,
+            masks: mask_time,
+            num_masks: masks.iter().filter(|m| m.is_some()).count(),
             sampling,
         };
-        self.totals.steps += 1;
-        self.totals.prefill_tokens += prefill_tokens as u64;
-        self.totals.forward += forward;
-        self.totals.sampling += sampling;
-        Ok(out)
+        self.record(metrics);
+        out
     }
 
-    fn response(&self, seq: Sequence, finish_reason: FinishReason) -> Response {
+    fn record(&mut self, m: StepMetrics) {
+        self.last_step = m;
+        self.history.push(m);
+        let t = &mut self.totals;
+        t.steps += 1;
+        t.prefill_tokens += m.prefill_tokens as u64;
+        t.forward += m.forward;
+        t.masks += m.masks;
+        t.num_masks += m.num_masks as u64;
+        t.sampling += m.sampling;
+    }
+
+    /// Runs the forward pass and computes the grammar masks of the sequences that sample
+    /// this step: in parallel across sequences, and on a GPU at the same time as the forward
+    /// pass (on the CPU the forward pass already uses every core).
+    #[allow(clippy::type_complexity)]
+    fn forward_and_masks(
+        &mut self,
+        plan: &[Scheduled],
+    ) -> Result<(Vec<Vec<f32>>, Vec<Option<Mask>>, Duration, Duration), ModelError> {
+        let batch = self.runner.prepare(self.scheduler.running(), plan)?;
+        let mut sampling = vec![false; self.scheduler.running().len()];
+        for p in plan.iter().filter(|p| p.wants_logits) {
+            sampling[p.index] = true;
+        }
+        let running = self.scheduler.running_mut();
+        let compute_masks = |running: &mut [Sequence]| -> (Vec<Option<Mask>>, Duration) {
+            let start = Instant::now();
+            let masks = running
+                .par_iter_mut()
+                .zip(sampling.par_iter())
+                .map(|(seq, &samples)| {
+                    if !samples {
+                        return None;
+                    }
+                    seq.constraint.as_mut().map(|c| c.mask())
+                })
+                .collect();
+            (masks, start.elapsed())
+        };
+        let runner = &mut self.runner;
+        let forward_only =
+            |runner: &mut ModelRunner| -> Result<(Vec<Vec<f32>>, Duration), ModelError> {
+                let start = Instant::now();
+                let rows = runner.forward(&batch)?;
+                Ok((rows, start.elapsed()))
+            };
+        if runner.model().device().is_cpu() {
+            let (masks, mask_time) = compute_masks(running);
+            let (rows, forward) = forward_only(runner)?;
+            Ok((rows, masks, forward, mask_time))
+        } else {
+            std::thread::scope(|s| {
+                let handle = s.spawn(|| forward_only(runner));
+                let (masks, mask_time) = compute_masks(running);
+                let (rows, forward) = handle
+                    .join()
+                    .expect("invariant: the forward pass does not panic")?;
+                Ok((rows, masks, forward, mask_time))
+            })
+        }
+    }
+
+    /// Ends every request in flight with `message`.
+    fn fail_all(&mut self, message: String) -> StepOutput {
+        let finished = self
+            .scheduler
+            .drain()
+            .into_iter()
+            .map(|seq| (seq.id, Err(RequestError::Engine(message.clone()))))
+            .collect();
+        StepOutput {
+            deltas: Vec::new(),
+            finished,
+        }
+    }
+
+    fn response(&self, seq: Sequence, ending: Ending) -> Result<Response, RequestError> {
+        let finish_reason = match ending {
+            Ending::Finished(reason) => reason,
+            Ending::Failed(message) => return Err(RequestError::Engine(message)),
+        };
         let now = Instant::now();
         let scheduled = seq.first_scheduled.unwrap_or(now);
         let first_token = seq.first_token.unwrap_or(now);
@@ -416,12 +614,20 @@ impl Engine {
         } else {
             seq.text.clone()
         };
-        Response {
+        let value = match (&seq.constraint, finish_reason) {
+            (Some(_), FinishReason::Stop) => Some(serde_json::from_str(&text).map_err(|e| {
+                RequestError::Engine(format!(
+                    "the constrained reply {text:?} does not parse: {e}"
+                ))
+            })?),
+            _ => None,
+        };
+        Ok(Response {
             text,
-            value: None,
+            value,
             finish_reason,
             prompt_tokens: seq.prompt_len,
-            cached_tokens: seq.cached_tokens,
+            cached_tokens: seq.cached_tokens.unwrap_or(0),
             generated_tokens: token_ids.len(),
             token_ids,
             timings: Timings {
@@ -430,6 +636,68 @@ impl Engine {
                 decode: now - first_token,
             },
             tag: seq.tag,
+        })
+    }
+}
+
+/// What postprocessing needs of the engine, borrowed apart from the scheduler's sequences.
+struct Postprocess<'a> {
+    tokenizer: &'a Tokenizer,
+    fast_forward: bool,
+    max_context: usize,
+}
+
+impl Postprocess<'_> {
+    /// Appends a generated token to `seq`, with the tokens its grammar then forces; says how
+    /// the sequence ends, if it does.
+    fn advance(
+        &self,
+        seq: &mut Sequence,
+        token: u32,
+        totals: &mut EngineTotals,
+        out: &mut StepOutput,
+    ) -> Option<Ending> {
+        if let Some(c) = seq.constraint.as_mut()
+            && let Err(e) = c.accept(token)
+        {
+            return Some(Ending::Failed(format!(
+                "the grammar rejected a token it allowed: {e}"
+            )));
+        }
+        totals.generated_tokens += 1;
+        push_token(self.tokenizer, seq, token, Some(out));
+        if self.fast_forward
+            && let Some(c) = seq.constraint.as_mut()
+        {
+            let forced = c.forced();
+            totals.forced_tokens += forced.len() as u64;
+            for t in forced {
+                push_token(self.tokenizer, seq, t, Some(out));
+            }
+        }
+        if let Some(at) = find_stop(&seq.text, &seq.stop) {
+            seq.text.truncate(at);
+            return Some(Ending::Finished(FinishReason::Stop));
+        }
+        if seq.constraint.as_ref().is_some_and(|c| c.is_finished()) {
+            return Some(Ending::Finished(FinishReason::Stop));
+        }
+        if seq.num_generated() >= seq.max_tokens || seq.tokens.len() >= self.max_context {
+            // Forced tokens may overshoot the limit; the reply is cut at it.
+            let keep = (seq.prompt_len + seq.max_tokens).min(self.max_context);
+            seq.tokens.truncate(keep);
+            return Some(Ending::Finished(FinishReason::Length));
+        }
+        None
+    }
+}
+
+fn push_token(tokenizer: &Tokenizer, seq: &mut Sequence, token: u32, out: Option<&mut StepOutput>) {
+    seq.tokens.push(token);
+    if let Ok(Some(delta)) = seq.detok.push(tokenizer, token) {
+        seq.text.push_str(&delta);
+        if let Some(out) = out {
+            out.deltas.push((seq.id, delta));
         }
     }
 }

@@ -2,6 +2,8 @@
 
 mod block_manager;
 pub mod chat;
+pub mod constraint;
+mod handle;
 mod llm_engine;
 mod model_runner;
 mod request;
@@ -10,8 +12,10 @@ mod scheduler;
 mod sequence;
 pub mod tokenizer;
 
+pub use block_manager::CacheStats;
 pub use chat::{ChatTemplate, Message};
-pub use llm_engine::{Engine, EngineConfig, EngineError, EngineTotals, StepMetrics};
+pub use handle::{EngineHandle, Pending};
+pub use llm_engine::{Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, StepOutput};
 pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
 pub use sampler::SamplingParams;
 pub use tokenizer::Tokenizer;

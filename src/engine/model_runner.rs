@@ -19,13 +19,13 @@ impl ModelRunner {
         self.model.as_ref()
     }
 
-    /// Runs `plan` over `running`; returns the logits rows in plan order, one per entry that
-    /// wants logits.
-    pub fn run(
-        &mut self,
+    /// Packs `plan` over `running` into device inputs. The batch owns its data, so the
+    /// sequences are free again while the forward pass runs.
+    pub fn prepare(
+        &self,
         running: &[Sequence],
         plan: &[Scheduled],
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
+    ) -> Result<BatchInputs, ModelError> {
         let chunks: Vec<SeqChunk<'_>> = plan
             .iter()
             .map(|p| {
@@ -38,8 +38,12 @@ impl ModelRunner {
                 }
             })
             .collect();
-        let batch = BatchInputs::new(&chunks, &self.kv)?;
-        let logits = self.model.forward(&batch, &mut self.kv)?;
+        BatchInputs::new(&chunks, &self.kv)
+    }
+
+    /// Runs the batch; returns the logits rows in plan order, one per chunk that wants them.
+    pub fn forward(&mut self, batch: &BatchInputs) -> Result<Vec<Vec<f32>>, ModelError> {
+        let logits = self.model.forward(batch, &mut self.kv)?;
         Ok(logits.to_vec2::<f32>()?)
     }
 }

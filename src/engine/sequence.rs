@@ -1,6 +1,7 @@
 //! A request being served: its tokens, how far the cache has them, and its decoding state.
 
-use super::block_manager::BlockId;
+use super::block_manager::{BlockHash, BlockId};
+use super::constraint::Constraint;
 use super::sampler::Sampler;
 use super::tokenizer::Detokenizer;
 use std::time::Instant;
@@ -18,9 +19,18 @@ pub struct Sequence {
     pub computed: usize,
     /// The block table: block `i` holds positions `i * block_size ..`.
     pub blocks: Vec<BlockId>,
-    /// Prompt tokens found in the prefix cache at (first) admission.
-    pub cached_tokens: usize,
+    /// Content names of the full blocks of `tokens` (prefix caching).
+    pub hashes: Vec<BlockHash>,
+    /// Leading blocks registered in (or taken from) the prefix cache.
+    pub registered: usize,
+    /// Blocks `registered..in_flight_until` are announced as being computed by this sequence,
+    /// so that requests sharing them wait for them instead of computing them again.
+    pub in_flight_until: usize,
+    /// Prompt tokens found in the prefix cache at first admission.
+    pub cached_tokens: Option<usize>,
     pub sampler: Sampler,
+    /// The grammar the reply must follow.
+    pub constraint: Option<Constraint>,
     pub max_tokens: usize,
     pub stop: Vec<String>,
     /// Generated text so far, built incrementally for stop strings and streaming.
@@ -40,8 +50,12 @@ impl Sequence {
             tokens: prompt,
             computed: 0,
             blocks: Vec::new(),
-            cached_tokens: 0,
+            hashes: Vec::new(),
+            registered: 0,
+            in_flight_until: 0,
+            cached_tokens: None,
             sampler,
+            constraint: None,
             max_tokens,
             stop: Vec::new(),
             text: String::new(),

@@ -184,12 +184,25 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError>
     let cfg = source.config()?;
     let tokenizer = match &opts.tokenizer {
         Some(p) => read_tokenizer(p)?,
-        None => tokenizers::Tokenizer::from_gguf(&source.content).map_err(|e| {
-            ModelError::corrupt(
-                path,
-                format!("cannot build a tokenizer from its metadata ({e}); pass --tokenizer path/to/tokenizer.json"),
-            )
-        })?,
+        None => {
+            let mut tokenizer = tokenizers::Tokenizer::from_gguf(&source.content).map_err(|e| {
+                ModelError::corrupt(
+                    path,
+                    format!("cannot build a tokenizer from its metadata ({e}); pass --tokenizer path/to/tokenizer.json"),
+                )
+            })?;
+            let pre = source
+                .meta_string("tokenizer.ggml.pre")
+                .unwrap_or_else(|| "gpt2".into());
+            let add_space_prefix = source
+                .content
+                .metadata
+                .get("tokenizer.ggml.add_space_prefix")
+                .and_then(|v| v.to_bool().ok())
+                .unwrap_or(false);
+            fix_gguf_pre_tokenizer(&mut tokenizer, &pre, add_space_prefix);
+            tokenizer
+        }
     };
     let token = |key: &str| {
         let id = source.content.metadata.get(key)?.to_u32().ok()?;
@@ -225,6 +238,32 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError>
         chat,
         weights: format!("GGUF ({stored}) -> {target:?}"),
     })
+}
+
+/// candle builds the tokenizer of every GGUF file whose `tokenizer.ggml.pre` it does not
+/// know (SmolLM's `smollm`, plain `gpt2`) as GPT-2 with a space added before the text, which
+/// turns `<|im_start|>user` into `<|im_start|> user`; llama.cpp, and these models' own
+/// tokenizer.json, add no space unless `tokenizer.ggml.add_space_prefix` says so, and SmolLM
+/// splits digits one by one. The pre-tokenizers candle gets right are left alone.
+fn fix_gguf_pre_tokenizer(
+    tokenizer: &mut tokenizers::Tokenizer,
+    pre: &str,
+    add_space_prefix: bool,
+) {
+    use tokenizers::pre_tokenizers::{byte_level::ByteLevel, digits::Digits, sequence::Sequence};
+    let byte_level = ByteLevel::new(add_space_prefix, true, true);
+    match pre {
+        "qwen2" | "llama3" | "smaug-bpe" | "lfm2" => {}
+        "smollm" => {
+            tokenizer.with_pre_tokenizer(Some(Sequence::new(vec![
+                Digits::new(true).into(),
+                byte_level.into(),
+            ])));
+        }
+        _ => {
+            tokenizer.with_pre_tokenizer(Some(byte_level));
+        }
+    }
 }
 
 fn read_tokenizer(path: &Path) -> Result<tokenizers::Tokenizer, ModelError> {

@@ -1,0 +1,183 @@
+//! Continuous batching: a sequence's output does not depend on who shares its batch, on the
+//! prefix cache, on memory pressure, or on which thread submitted it.
+
+mod common;
+
+use serde_json::json;
+use throng::engine::{Engine, EngineConfig, EngineHandle, Message, Request, Response};
+use throng::testing::TinyLlama;
+
+fn requests(n: usize) -> Vec<Request> {
+    (0..n)
+        .map(|i| {
+            let r = Request::chat(vec![
+                Message::system("You are agent in a market. Reply with your move."),
+                Message::user(format!("Agent {i}, state {}: what now?", "x".repeat(i % 7))),
+            ])
+            .with_max_tokens(12 + i % 9);
+            if i % 3 == 0 {
+                r.with_schema(json!({"type": "object", "properties": {"bid": {"type": "integer", "minimum": 0, "maximum": 99}},
+                                     "required": ["bid"], "additionalProperties": false}))
+            } else {
+                r
+            }
+        })
+        .collect()
+}
+
+fn tokens(results: Vec<Result<Response, throng::engine::RequestError>>) -> Vec<Vec<u32>> {
+    results.into_iter().map(|r| r.unwrap().token_ids).collect()
+}
+
+fn engine(dir: &std::path::Path, cfg: EngineConfig) -> Engine {
+    common::engine(dir.to_str().unwrap(), cfg)
+}
+
+#[test]
+fn greedy_outputs_do_not_depend_on_who_shares_the_batch() {
+    let dir = common::tiny_model(&TinyLlama::default());
+    let n = 32;
+    let all_at_once = tokens(engine(dir.path(), EngineConfig::default()).generate(requests(n)));
+
+    let mut alone = engine(dir.path(), EngineConfig::default());
+    let one_at_a_time: Vec<Vec<u32>> = requests(n)
+        .into_iter()
+        .map(|r| tokens(alone.generate(vec![r])).remove(0))
+        .collect();
+    assert_eq!(one_at_a_time, all_at_once);
+
+    // Staggered: a few requests arrive every step while others are mid-decode, and a small
+    // token budget splits prompts into chunks.
+    let mut staggered = engine(
+        dir.path(),
+        EngineConfig {
+            max_batch_tokens: Some(40),
+            ..EngineConfig::default()
+        },
+    );
+    let mut pending: Vec<Request> = requests(n);
+    let mut ids = Vec::new();
+    let mut done = std::collections::HashMap::new();
+    while !pending.is_empty() || staggered.has_work() {
+        for r in pending.drain(..pending.len().min(3)) {
+            ids.push(staggered.submit(&r).unwrap());
+        }
+        for (id, r) in staggered.step().finished {
+            done.insert(id, r.unwrap().token_ids);
+        }
+    }
+    let staggered: Vec<Vec<u32>> = ids.iter().map(|id| done.remove(id).unwrap()).collect();
+    assert_eq!(staggered, all_at_once);
+}
+
+#[test]
+fn prefix_caching_changes_nothing_but_the_work_done() {
+    let dir = common::tiny_model(&TinyLlama::default());
+    let without = engine(
+        dir.path(),
+        EngineConfig {
+            prefix_caching: false,
+            ..EngineConfig::default()
+        },
+    )
+    .generate(requests(24));
+    let mut cached_engine = engine(dir.path(), EngineConfig::default());
+    let with = cached_engine.generate(requests(24));
+    assert_eq!(tokens(with), tokens(without));
+    assert!(
+        cached_engine.totals().prefix_hit_rate() > 0.3,
+        "{:?}",
+        cached_engine.totals().cache
+    );
+}
+
+#[test]
+fn the_second_of_two_requests_sharing_a_100_token_prefix_reuses_it() {
+    let dir = common::tiny_model(&TinyLlama::default());
+    let mut engine = engine(dir.path(), EngineConfig::default());
+    let prefix: Vec<u32> = (0..100).map(|i| (i * 13 % 250) as u32).collect();
+    let req = |tail: u32| {
+        Request::new(throng::engine::Prompt::Tokens(
+            [prefix.clone(), vec![tail, tail + 1, tail + 2]].concat(),
+        ))
+        .with_max_tokens(4)
+    };
+    let results = engine.generate(vec![req(1), req(7)]);
+    let (first, second) = (results[0].as_ref().unwrap(), results[1].as_ref().unwrap());
+    assert_eq!(first.cached_tokens, 0);
+    assert!(
+        second.cached_tokens >= 96,
+        "cached {}",
+        second.cached_tokens
+    );
+}
+
+#[test]
+fn a_kv_cache_too_small_for_everyone_still_finishes_everyone_identically() {
+    let spec = TinyLlama::default();
+    let dir = common::tiny_model(&spec);
+    let roomy = tokens(engine(dir.path(), EngineConfig::default()).generate(requests(16)));
+    // Room for 12 blocks of 16 tokens: prompts take 7, so one or two sequences at a time.
+    let block_bytes =
+        2 * spec.num_layers * 16 * spec.num_kv_heads * (spec.hidden_size / spec.num_heads) * 4;
+    let mut tight = engine(
+        dir.path(),
+        EngineConfig {
+            kv_memory: Some(12 * block_bytes),
+            ..EngineConfig::default()
+        },
+    );
+    assert_eq!(tight.num_kv_blocks(), 12);
+    let squeezed = tokens(tight.generate(requests(16)));
+    assert_eq!(squeezed, roomy);
+    assert!(
+        tight.totals().preemptions > 0,
+        "the small cache forces preemption"
+    );
+}
+
+#[test]
+fn bad_requests_fail_alone() {
+    let dir = common::tiny_model(&TinyLlama {
+        max_position_embeddings: 128,
+        ..TinyLlama::default()
+    });
+    let mut engine = engine(dir.path(), EngineConfig::default());
+    let mut batch = requests(3);
+    batch.insert(1, Request::chat(vec![]));
+    batch.insert(2, Request::chat(vec![Message::user("y".repeat(500))]));
+    let results = engine.generate(batch);
+    assert!(matches!(
+        results[1],
+        Err(throng::engine::RequestError::EmptyMessages)
+    ));
+    assert!(matches!(
+        results[2],
+        Err(throng::engine::RequestError::PromptTooLong { .. })
+    ));
+    assert!(results[0].is_ok() && results[3].is_ok() && results[4].is_ok());
+}
+
+#[test]
+fn requests_from_many_threads_join_one_batch_and_get_their_own_replies() {
+    let dir = common::tiny_model(&TinyLlama::default());
+    let expected = tokens(engine(dir.path(), EngineConfig::default()).generate(requests(16)));
+    let (handle, thread) = EngineHandle::spawn(engine(dir.path(), EngineConfig::default()));
+    let got: Vec<Vec<u32>> = std::thread::scope(|s| {
+        let workers: Vec<_> = requests(16)
+            .into_iter()
+            .map(|r| {
+                let h = handle.clone();
+                s.spawn(move || h.generate(r).unwrap().token_ids)
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert_eq!(got, expected);
+    drop(handle);
+    let engine = thread.join().unwrap();
+    assert!(
+        engine.totals().steps < 16 * 12,
+        "the threads' requests were batched together"
+    );
+}
