@@ -4,7 +4,12 @@
 //! tokens on one device with continuous batching, and the simulation layer turns agents into
 //! requests and decisions into a changing world.
 
+pub mod analysis;
 pub mod assets;
 pub mod engine;
 pub mod model;
+pub mod record;
+pub mod scenarios;
+pub mod seed;
+pub mod sim;
 pub mod testing;

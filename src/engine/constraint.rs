@@ -78,7 +78,9 @@ impl Grammars {
         }
         let key = schema.to_string();
         if let Some(m) = self.compiled.get(&key) {
-            return Ok(Constraint { matcher: Box::new(m.clone()) });
+            return Ok(Constraint {
+                matcher: Box::new(m.clone()),
+            });
         }
         let parser = self
             .factory
@@ -89,7 +91,9 @@ impl Grammars {
             return Err(e);
         }
         self.compiled.insert(key, matcher.clone());
-        Ok(Constraint { matcher: Box::new(matcher) })
+        Ok(Constraint {
+            matcher: Box::new(matcher),
+        })
     }
 
     /// Distinct schemas compiled so far.

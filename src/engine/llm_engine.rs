@@ -133,6 +133,8 @@ pub struct Engine {
     last_step: StepMetrics,
     /// Metrics of every step since the last `take_step_metrics`.
     history: Vec<StepMetrics>,
+    /// Time to compute one grammar mask, in nanoseconds.
+    mask_times: hdrhistogram::Histogram<u64>,
 }
 
 /// Default KV budget on the CPU: a quarter of the memory available, at most 16 GiB.
@@ -233,6 +235,8 @@ impl Engine {
             totals: EngineTotals::default(),
             last_step: StepMetrics::default(),
             history: Vec::new(),
+            mask_times: hdrhistogram::Histogram::new(3)
+                .expect("invariant: 3 significant digits is valid"),
         })
     }
 
@@ -259,6 +263,12 @@ impl Engine {
             cache: self.scheduler.blocks.stats(),
             ..self.totals
         }
+    }
+
+    /// The `q`-quantile (0..=1) of the time one grammar mask took, if any was computed.
+    pub fn mask_time_quantile(&self, q: f64) -> Option<Duration> {
+        (!self.mask_times.is_empty())
+            .then(|| Duration::from_nanos(self.mask_times.value_at_quantile(q)))
     }
 
     pub fn last_step(&self) -> StepMetrics {
@@ -430,10 +440,19 @@ impl Engine {
             return self
                 .fail_all("no waiting request fits in the KV cache; raise --kv-memory".into());
         }
-        let (rows, masks, forward, mask_time) = match self.forward_and_masks(&plan) {
+        let (rows, timed_masks, forward, mask_time) = match self.forward_and_masks(&plan) {
             Ok(r) => r,
             Err(e) => return self.fail_all(e.to_string()),
         };
+        let masks: Vec<Option<Mask>> = timed_masks
+            .into_iter()
+            .map(|m| {
+                m.map(|(mask, took)| {
+                    let _ = self.mask_times.record(took.as_nanos().max(1) as u64);
+                    mask
+                })
+            })
+            .collect();
 
         let start = Instant::now();
         let mut row_of: Vec<Option<Vec<f32>>> = vec![None; self.scheduler.running().len()];
@@ -538,27 +557,40 @@ impl Engine {
     fn forward_and_masks(
         &mut self,
         plan: &[Scheduled],
-    ) -> Result<(Vec<Vec<f32>>, Vec<Option<Mask>>, Duration, Duration), ModelError> {
+    ) -> Result<
+        (
+            Vec<Vec<f32>>,
+            Vec<Option<(Mask, Duration)>>,
+            Duration,
+            Duration,
+        ),
+        ModelError,
+    > {
         let batch = self.runner.prepare(self.scheduler.running(), plan)?;
         let mut sampling = vec![false; self.scheduler.running().len()];
         for p in plan.iter().filter(|p| p.wants_logits) {
             sampling[p.index] = true;
         }
         let running = self.scheduler.running_mut();
-        let compute_masks = |running: &mut [Sequence]| -> (Vec<Option<Mask>>, Duration) {
-            let start = Instant::now();
-            let masks = running
-                .par_iter_mut()
-                .zip(sampling.par_iter())
-                .map(|(seq, &samples)| {
-                    if !samples {
-                        return None;
-                    }
-                    seq.constraint.as_mut().map(|c| c.mask())
-                })
-                .collect();
-            (masks, start.elapsed())
-        };
+        let compute_masks =
+            |running: &mut [Sequence]| -> (Vec<Option<(Mask, Duration)>>, Duration) {
+                let start = Instant::now();
+                let masks = running
+                    .par_iter_mut()
+                    .zip(sampling.par_iter())
+                    .map(|(seq, &samples)| {
+                        if !samples {
+                            return None;
+                        }
+                        seq.constraint.as_mut().map(|c| {
+                            let start = Instant::now();
+                            let mask = c.mask();
+                            (mask, start.elapsed())
+                        })
+                    })
+                    .collect();
+                (masks, start.elapsed())
+            };
         let runner = &mut self.runner;
         let forward_only =
             |runner: &mut ModelRunner| -> Result<(Vec<Vec<f32>>, Duration), ModelError> {

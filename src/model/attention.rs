@@ -175,18 +175,61 @@ struct PagedKv<'a> {
 }
 
 impl PagedKv<'_> {
-    fn row<'s>(&self, cache: &'s [f32], pos: usize) -> &'s [f32] {
-        let slot =
-            self.blocks[pos / self.block_size] as usize * self.block_size + pos % self.block_size;
+    /// Calls `f(pos, key_or_value_row)` for positions `0..len` in order, walking the block
+    /// table once instead of dividing per position.
+    #[inline(always)]
+    fn for_each_row(&self, cache: &[f32], len: usize, mut f: impl FnMut(usize, &[f32])) {
         let d = self.heads.head_dim;
-        let at = (slot * self.heads.num_kv_heads + self.kvh) * d;
-        &cache[at..at + d]
+        let stride = self.heads.num_kv_heads * d;
+        for (b, &block) in self.blocks.iter().enumerate() {
+            let first = b * self.block_size;
+            if first >= len {
+                break;
+            }
+            let base = block as usize * self.block_size * stride + self.kvh * d;
+            for o in 0..self.block_size.min(len - first) {
+                let at = base + o * stride;
+                f(first + o, &cache[at..at + d]);
+            }
+        }
     }
 }
 
 /// Attention of query rows `rows` of `span` (all heads of one kv group); returns
 /// `(rows, group, head_dim)` flattened.
+///
+/// Compiled twice: with AVX2 (chosen at run time where the CPU has it) and for the baseline
+/// target. Both run the same operations in the same order (no fused multiply-add), so the
+/// results do not depend on which one a machine picks.
 fn attend_rows(
+    q: &[f32],
+    kv: &PagedKv<'_>,
+    span: &SeqSpan,
+    rows: std::ops::Range<usize>,
+    heads: Heads,
+) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { attend_rows_avx2(q, kv, span, rows, heads) };
+    }
+    attend_rows_with::<Portable>(q, kv, span, rows, heads)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn attend_rows_avx2(
+    q: &[f32],
+    kv: &PagedKv<'_>,
+    span: &SeqSpan,
+    rows: std::ops::Range<usize>,
+    heads: Heads,
+) -> Vec<f32> {
+    attend_rows_with::<Avx2>(q, kv, span, rows, heads)
+}
+
+#[inline(always)]
+fn attend_rows_with<K: Kernels>(
     q: &[f32],
     kv: &PagedKv<'_>,
     span: &SeqSpan,
@@ -197,77 +240,126 @@ fn attend_rows(
     let scale = heads.scale();
     let n = rows.len() * g;
     let ctx = span.start + rows.end; // keys visible to the last row
-    // scores[(row, head)][pos], causal: row r sees positions 0..=start + r.
+    // Row `ri` (query position start + rows.start + ri) sees positions 0..=that position.
+    let first_row_seeing = |pos: usize| (pos + 1).saturating_sub(span.start + rows.start + 1);
+    let queries: Vec<&[f32]> = rows
+        .clone()
+        .flat_map(|r| (0..g).map(move |gi| ((span.q_start + r) * h + kv.kvh * g + gi) * d))
+        .map(|at| &q[at..at + d])
+        .collect();
+    // scores[(row, head)][pos]
     let mut scores = vec![0f32; n * ctx];
-    let query = |r: usize, gi: usize| {
-        let at = ((span.q_start + r) * h + kv.kvh * g + gi) * d;
-        &q[at..at + d]
-    };
-    for pos in 0..ctx {
-        let key = kv.row(kv.k, pos);
-        for (ri, r) in rows.clone().enumerate() {
-            if pos > span.start + r {
-                continue;
-            }
-            for gi in 0..g {
-                scores[(ri * g + gi) * ctx + pos] = dot(query(r, gi), key) * scale;
-            }
+    kv.for_each_row(kv.k, ctx, |pos, key| {
+        for i in first_row_seeing(pos) * g..n {
+            scores[i * ctx + pos] = K::dot(queries[i], key) * scale;
         }
+    });
+    let mut norms = vec![0f32; n];
+    for (i, norm) in norms.iter_mut().enumerate() {
+        let visible = span.start + rows.start + i / g + 1;
+        let row = &mut scores[i * ctx..][..visible];
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for s in row.iter_mut() {
+            *s = (*s - max).exp();
+            sum += *s;
+        }
+        *norm = sum;
     }
     let mut out = vec![0f32; n * d];
-    let mut norms = vec![0f32; n];
-    for (ri, r) in rows.clone().enumerate() {
-        let visible = span.start + r + 1;
-        for gi in 0..g {
-            let row = &mut scores[(ri * g + gi) * ctx..][..visible];
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0f32;
-            for s in row.iter_mut() {
-                *s = (*s - max).exp();
-                sum += *s;
-            }
-            norms[ri * g + gi] = sum;
+    kv.for_each_row(kv.v, ctx, |pos, value| {
+        for i in first_row_seeing(pos) * g..n {
+            axpy(&mut out[i * d..(i + 1) * d], scores[i * ctx + pos], value);
         }
-    }
-    for pos in 0..ctx {
-        let value = kv.row(kv.v, pos);
-        for (ri, r) in rows.clone().enumerate() {
-            if pos > span.start + r {
-                continue;
-            }
-            for gi in 0..g {
-                let i = ri * g + gi;
-                axpy(&mut out[i * d..(i + 1) * d], scores[i * ctx + pos], value);
-            }
-        }
-    }
-    for (i, chunk) in out.chunks_exact_mut(d).enumerate() {
-        let inv = 1.0 / norms[i];
+    });
+    for (chunk, norm) in out.chunks_exact_mut(d).zip(&norms) {
+        let inv = 1.0 / norm;
         chunk.iter_mut().for_each(|x| *x *= inv);
     }
     out
 }
 
-/// Dot product with eight independent accumulators so that it vectorises; the summation
-/// order is fixed, so the result never depends on the caller.
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let mut sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (x, y) in ra.iter().zip(rb) {
-        sum += x * y;
-    }
-    sum
+/// The inner products of the kernel, per instruction set. Every implementation sums in the
+/// same order: sixteen lanes, then pairwise halving, then the tail.
+trait Kernels {
+    fn dot(a: &[f32], b: &[f32]) -> f32;
 }
 
+struct Portable;
+
+impl Kernels for Portable {
+    #[inline(always)]
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        const LANES: usize = 16;
+        let mut acc = [0f32; LANES];
+        let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+        let (ra, rb) = (ca.remainder(), cb.remainder());
+        for (x, y) in ca.zip(cb) {
+            for i in 0..LANES {
+                acc[i] += x[i] * y[i];
+            }
+        }
+        let mut width = LANES / 2;
+        while width > 0 {
+            for i in 0..width {
+                acc[i] += acc[i + width];
+            }
+            width /= 2;
+        }
+        let mut sum = acc[0];
+        for (x, y) in ra.iter().zip(rb) {
+            sum += x * y;
+        }
+        sum
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+struct Avx2;
+
+#[cfg(target_arch = "x86_64")]
+impl Kernels for Avx2 {
+    #[inline(always)]
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        // SAFETY: `Avx2` is only used from `attend_rows_avx2`, which runs on AVX2 CPUs.
+        unsafe { dot_avx2(a, b) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
 #[inline]
+fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let full = n / 16 * 16;
+    // SAFETY: every load reads 8 floats at `i` or `i + 8` with `i + 16 <= full <= len`.
+    unsafe {
+        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i < full {
+            let (pa, pb) = (a.as_ptr().add(i), b.as_ptr().add(i));
+            lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(pa), _mm256_loadu_ps(pb)));
+            hi = _mm256_add_ps(
+                hi,
+                _mm256_mul_ps(_mm256_loadu_ps(pa.add(8)), _mm256_loadu_ps(pb.add(8))),
+            );
+            i += 16;
+        }
+        // 16 -> 8 -> 4 -> 2 -> 1 lanes, as `Portable::dot`.
+        let s8 = _mm256_add_ps(lo, hi);
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+        let mut sum = _mm_cvtss_f32(s1);
+        for j in full..n {
+            sum += a[j] * b[j];
+        }
+        sum
+    }
+}
+
+#[inline(always)]
 fn axpy(out: &mut [f32], w: f32, x: &[f32]) {
     for (o, x) in out.iter_mut().zip(x) {
         *o += w * x;
@@ -466,6 +558,34 @@ mod tests {
             .map(|_| rng.random_range(-1.0..1.0))
             .collect();
         Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
+    }
+
+    /// The AVX2 inner product sums in the portable order, bit for bit.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn avx2_and_portable_dot_products_are_identical() {
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        for len in [1, 15, 16, 17, 64, 100] {
+            let a = random((1, len), len as u64)
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            let b = random((1, len), 99)
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            // SAFETY: AVX2 checked above.
+            let fast = unsafe { dot_avx2(&a, &b) };
+            assert_eq!(
+                fast.to_bits(),
+                Portable::dot(&a, &b).to_bits(),
+                "length {len}"
+            );
+        }
     }
 
     /// The CPU kernel and the gathered path (the CUDA path) must agree on a ragged batch

@@ -1,0 +1,278 @@
+//! Figures, each drawn once for PNG and once for SVG. The PNGs use the bundled DejaVu Sans,
+//! so that reports look the same on machines without fonts.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::Path;
+
+static FONT: &[u8] = include_bytes!("fonts/DejaVuSans.ttf");
+const FAMILY: &str = "sans-serif";
+
+fn ensure_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = plotters::style::register_font(FAMILY, FontStyle::Normal, FONT);
+    });
+}
+
+/// Something that draws itself on any plotters backend.
+pub trait Figure {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>;
+    fn size(&self) -> (u32, u32) {
+        (1000, 600)
+    }
+}
+
+/// Writes `<stem>.png` and `<stem>.svg`.
+pub fn save(figure: &impl Figure, stem: &Path) -> Result<(), String> {
+    ensure_font();
+    let size = figure.size();
+    let png = stem.with_extension("png");
+    {
+        let root = BitMapBackend::new(&png, size).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        figure.draw(&root)?;
+        root.present()
+            .map_err(|e| format!("{}: {e}", png.display()))?;
+    }
+    let svg = stem.with_extension("svg");
+    let root = SVGBackend::new(&svg, size).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    figure.draw(&root)?;
+    root.present()
+        .map_err(|e| format!("{}: {e}", svg.display()))
+}
+
+fn color(i: usize) -> RGBColor {
+    // Colour-blind-safe (Okabe-Ito), then a fallback palette.
+    const OKABE_ITO: [RGBColor; 8] = [
+        RGBColor(0, 114, 178),
+        RGBColor(230, 159, 0),
+        RGBColor(0, 158, 115),
+        RGBColor(204, 121, 167),
+        RGBColor(86, 180, 233),
+        RGBColor(213, 94, 0),
+        RGBColor(240, 228, 66),
+        RGBColor(0, 0, 0),
+    ];
+    if i < OKABE_ITO.len() {
+        OKABE_ITO[i]
+    } else {
+        let c = Palette99::pick(i).to_rgba();
+        RGBColor(c.0, c.1, c.2)
+    }
+}
+
+/// A series: its name and `(x, mean, low, high)` points.
+#[derive(Debug, Clone)]
+pub struct Band {
+    pub name: String,
+    pub points: Vec<(f64, f64, f64, f64)>,
+}
+
+impl Band {
+    /// A plain line: `(x, y)` points with no band.
+    pub fn line(name: impl Into<String>, points: impl IntoIterator<Item = (f64, f64)>) -> Self {
+        Self {
+            name: name.into(),
+            points: points.into_iter().map(|(x, y)| (x, y, y, y)).collect(),
+        }
+    }
+}
+
+/// Lines over x, each with a shaded confidence band.
+#[derive(Debug, Clone)]
+pub struct Lines {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<Band>,
+    /// Mark the points (for few of them, e.g. population sizes).
+    pub markers: bool,
+}
+
+fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values
+        .filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(v), b.max(v))
+        });
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    let pad = ((hi - lo) * 0.05).max(1e-9 + lo.abs() * 0.01);
+    (lo - pad, hi + pad)
+}
+
+impl Lines {
+    fn draw_on<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        let (x0, x1) = range(
+            self.series
+                .iter()
+                .flat_map(|s| s.points.iter().map(|p| p.0)),
+        );
+        let (y0, y1) = range(
+            self.series
+                .iter()
+                .flat_map(|s| s.points.iter().flat_map(|p| [p.2, p.3])),
+        );
+        let mut chart = ChartBuilder::on(area)
+            .caption(&self.title, (FAMILY, 22))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(75)
+            .build_cartesian_2d(x0..x1, y0..y1)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc(&self.x_label)
+            .y_desc(&self.y_label)
+            .label_style((FAMILY, 14))
+            .axis_desc_style((FAMILY, 16))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, s) in self.series.iter().enumerate() {
+            let c = color(i);
+            if s.points.iter().any(|p| p.3 > p.2) {
+                let mut poly: Vec<(f64, f64)> = s.points.iter().map(|p| (p.0, p.3)).collect();
+                poly.extend(s.points.iter().rev().map(|p| (p.0, p.2)));
+                chart
+                    .draw_series(std::iter::once(Polygon::new(poly, c.mix(0.18))))
+                    .map_err(|e| e.to_string())?;
+            }
+            chart
+                .draw_series(LineSeries::new(
+                    s.points.iter().map(|p| (p.0, p.1)),
+                    c.stroke_width(2),
+                ))
+                .map_err(|e| e.to_string())?
+                .label(&s.name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3))
+                });
+            if self.markers {
+                chart
+                    .draw_series(
+                        s.points
+                            .iter()
+                            .map(|p| Circle::new((p.0, p.1), 4, c.filled())),
+                    )
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        if self.series.len() > 1 && self.series.len() <= 12 {
+            chart
+                .configure_series_labels()
+                .label_font((FAMILY, 14))
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK.mix(0.3))
+                .position(SeriesLabelPosition::UpperLeft)
+                .draw()
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+impl Figure for Lines {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        self.draw_on(root)
+    }
+}
+
+/// Several line charts stacked (e.g. control above, personas below).
+#[derive(Debug, Clone)]
+pub struct Panels(pub Vec<Lines>);
+
+impl Figure for Panels {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        for (panel, area) in self
+            .0
+            .iter()
+            .zip(root.split_evenly((self.0.len().max(1), 1)))
+        {
+            panel.draw_on(&area)?;
+        }
+        Ok(())
+    }
+    fn size(&self) -> (u32, u32) {
+        (1000, 450 * self.0.len().max(1) as u32)
+    }
+}
+
+/// A network on a circle: nodes grouped (and coloured) by kind, directed links as lines.
+#[derive(Debug, Clone)]
+pub struct Network {
+    pub title: String,
+    /// `(label, group)` per node.
+    pub nodes: Vec<(String, String)>,
+    pub edges: Vec<(usize, usize)>,
+}
+
+impl Figure for Network {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        let mut groups: Vec<&String> = self.nodes.iter().map(|n| &n.1).collect();
+        groups.sort();
+        groups.dedup();
+        // Nodes of a group sit together around the circle.
+        let mut order: Vec<usize> = (0..self.nodes.len()).collect();
+        order.sort_by_key(|&i| (groups.iter().position(|g| *g == &self.nodes[i].1), i));
+        let n = self.nodes.len().max(1) as f64;
+        let mut at = vec![(0.0, 0.0); self.nodes.len()];
+        for (k, &i) in order.iter().enumerate() {
+            let a = 2.0 * std::f64::consts::PI * k as f64 / n;
+            at[i] = (a.cos(), a.sin());
+        }
+        let mut chart = ChartBuilder::on(root)
+            .caption(&self.title, (FAMILY, 22))
+            .margin(20)
+            .build_cartesian_2d(-1.5..1.5, -1.2..1.2)
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(
+                self.edges
+                    .iter()
+                    .map(|&(a, b)| PathElement::new(vec![at[a], at[b]], BLACK.mix(0.15))),
+            )
+            .map_err(|e| e.to_string())?;
+        for (g, group) in groups.iter().enumerate() {
+            let c = color(g);
+            chart
+                .draw_series(
+                    self.nodes
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, node)| &node.1 == *group)
+                        .map(|(i, _)| Circle::new(at[i], 9, c.filled())),
+                )
+                .map_err(|e| e.to_string())?
+                .label(group.as_str())
+                .legend(move |(x, y)| Circle::new((x + 8, y), 6, c.filled()));
+        }
+        if self.nodes.len() <= 60 {
+            chart
+                .draw_series(self.nodes.iter().enumerate().map(|(i, node)| {
+                    let (x, y) = at[i];
+                    Text::new(
+                        node.0.clone(),
+                        (x * 1.12 - 0.03, y * 1.12 + 0.03),
+                        (FAMILY, 12),
+                    )
+                }))
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .configure_series_labels()
+            .label_font((FAMILY, 14))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(|e| e.to_string())
+    }
+
+    fn size(&self) -> (u32, u32) {
+        (1000, 800)
+    }
+}

@@ -1,0 +1,230 @@
+//! How a step's decisions change the market: the fixed rules (throng's default) and the
+//! reference code's rules, side by side. The README lists the differences rule by rule.
+
+use super::config::{MarketConfig, Role, Rules};
+use super::decision::Decision;
+use super::world::Market;
+use rand::Rng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+/// Applies every company's decision at once, then moves demand.
+pub fn resolve(
+    cfg: &MarketConfig,
+    market: &mut Market,
+    decisions: &[Option<Decision>],
+    rng: &mut ChaCha8Rng,
+) {
+    match cfg.rules {
+        Rules::Fixed => fixed(cfg, market, decisions, rng),
+        Rules::Reference => reference(cfg, market, decisions),
+    }
+    // Inelastic consumers: demand drifts by a uniform step, whatever the prices.
+    market.demand = (market.demand + rng.random_range(-cfg.demand_step..=cfg.demand_step)).max(0.0);
+    market.steps += 1;
+}
+
+/// Producers set output and price; each utility, in a random order, serves its share of
+/// demand by buying from its linked producers, cheapest first (renewables ranked cheaper by
+/// its preference), never more than a producer has left. Producers earn only what they sell
+/// but pay for all they produce; utilities earn their price on what they deliver; a company
+/// whose resources go negative leaves the market.
+fn fixed(
+    cfg: &MarketConfig,
+    market: &mut Market,
+    decisions: &[Option<Decision>],
+    rng: &mut ChaCha8Rng,
+) {
+    let demand = market.demand;
+    for (c, decision) in market.companies.iter_mut().zip(decisions) {
+        c.profit = 0.0;
+        c.revenue = 0.0;
+        c.costs = 0.0;
+        c.sold = 0.0;
+        c.bought = 0.0;
+        c.bought_renewable = 0.0;
+        c.unmet_demand = 0.0;
+        c.upgraded = false;
+        c.suppliers.clear();
+        if c.bankrupt {
+            c.production = 0.0;
+            continue;
+        }
+        match decision {
+            Some(Decision::Producer(d)) => {
+                c.production =
+                    (c.production + d.production_change as f64).clamp(0.0, c.max_capacity);
+                c.energy_price = (c.energy_price + d.energy_price_change).max(c.production_cost);
+                c.costs = c.production_cost * c.production;
+                if d.upgrade_capacity && c.resources >= cfg.capacity_upgrade_cost {
+                    c.resources -= cfg.capacity_upgrade_cost;
+                    c.max_capacity += cfg.capacity_upgrade_amount;
+                    c.production_cost += cfg.production_cost_penalty;
+                    c.upgraded = true;
+                }
+            }
+            Some(Decision::Utility(d)) => {
+                let cap = cfg.cap(demand).unwrap_or(f64::INFINITY);
+                c.cost_to_consumer = d.cost_to_consumer.clamp(0.0, cap);
+                c.renewable_mix = d.adjust_renewable_mix as f64;
+            }
+            None if c.role == Role::Producer => c.costs = c.production_cost * c.production,
+            None => {}
+        }
+    }
+    let utilities: Vec<usize> = (0..market.companies.len())
+        .filter(|&i| market.companies[i].role == Role::Utility && !market.companies[i].bankrupt)
+        .collect();
+    let share = if utilities.is_empty() {
+        0.0
+    } else {
+        demand / utilities.len() as f64
+    };
+    let mut stock: Vec<f64> = market
+        .companies
+        .iter()
+        .map(|c| {
+            if c.role == Role::Producer && !c.bankrupt {
+                c.production
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let mut order = utilities;
+    order.shuffle(rng);
+    for u in order {
+        let mix = market.companies[u].renewable_mix;
+        let mut offers: Vec<(f64, u32)> = market.companies[u]
+            .links
+            .iter()
+            .filter(|&&p| {
+                let p = &market.companies[p as usize];
+                p.role == Role::Producer && !p.bankrupt
+            })
+            .map(|&p| {
+                let producer = &market.companies[p as usize];
+                let discount = if producer.renewable {
+                    1.0 + cfg.renewable_discount * mix
+                } else {
+                    1.0
+                };
+                (producer.energy_price / discount, p)
+            })
+            .collect();
+        offers.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut need = share;
+        for (_, p) in offers {
+            if need <= 0.0 {
+                break;
+            }
+            let amount = need.min(stock[p as usize]);
+            if amount <= 0.0 {
+                continue;
+            }
+            stock[p as usize] -= amount;
+            need -= amount;
+            let (price, renewable) = {
+                let producer = &mut market.companies[p as usize];
+                producer.sold += amount;
+                producer.revenue += amount * producer.energy_price;
+                (producer.energy_price, producer.renewable)
+            };
+            let utility = &mut market.companies[u];
+            utility.bought += amount;
+            if renewable {
+                utility.bought_renewable += amount;
+            }
+            utility.costs += amount * price;
+            utility.suppliers.push((p, amount, price));
+        }
+        let utility = &mut market.companies[u];
+        utility.production = share;
+        utility.unmet_demand = need.max(0.0);
+        utility.revenue = utility.cost_to_consumer * utility.bought;
+    }
+    for c in market.companies.iter_mut().filter(|c| !c.bankrupt) {
+        c.profit = c.revenue - c.costs;
+        c.resources += c.profit;
+        if c.resources < 0.0 {
+            c.bankrupt = true;
+        }
+    }
+}
+
+/// energyABM_LLM_ollama.py's `update_state`, with its quirks: producers are paid for all
+/// they produce; every utility serves the whole demand, buying from its linked producers by
+/// last step's price and output (a renewable's price multiplied by `mix + 1`, so a
+/// preference for renewables ranks them as dearer) and paying last step's price, so two
+/// utilities can buy the same output; the cap is `regulator_max` times the demand; nobody
+/// goes bankrupt.
+fn reference(cfg: &MarketConfig, market: &mut Market, decisions: &[Option<Decision>]) {
+    let demand = market.demand;
+    let before = market.companies.clone();
+    for (c, decision) in market.companies.iter_mut().zip(decisions) {
+        c.upgraded = false;
+        match decision {
+            Some(Decision::Producer(d)) => {
+                c.production =
+                    (c.production + d.production_change as f64).clamp(0.0, c.max_capacity);
+                c.energy_price = (c.energy_price + d.energy_price_change).max(c.production_cost);
+                c.revenue = c.energy_price * c.production;
+                c.costs = c.production_cost * c.production;
+                c.sold = c.production;
+                if d.upgrade_capacity && c.resources >= cfg.capacity_upgrade_cost {
+                    c.resources -= cfg.capacity_upgrade_cost;
+                    c.max_capacity += cfg.capacity_upgrade_amount;
+                    c.production_cost += cfg.production_cost_penalty;
+                    c.upgraded = true;
+                }
+                c.profit = c.revenue - c.costs;
+            }
+            Some(Decision::Utility(d)) => {
+                c.production = demand;
+                c.renewable_mix = d.adjust_renewable_mix as f64;
+                let mut offers: Vec<(f64, u32)> = c
+                    .links
+                    .iter()
+                    .filter(|&&p| before[p as usize].role != Role::Utility)
+                    .map(|&p| {
+                        let s = &before[p as usize];
+                        let metric = if s.renewable {
+                            s.energy_price * (c.renewable_mix + 1.0)
+                        } else {
+                            s.energy_price
+                        };
+                        (metric, p)
+                    })
+                    .collect();
+                // Python's sort is stable: equal metrics keep link order.
+                offers.sort_by(|a, b| a.0.total_cmp(&b.0));
+                c.suppliers.clear();
+                c.bought = 0.0;
+                c.bought_renewable = 0.0;
+                c.costs = 0.0;
+                let mut remaining = demand;
+                for (_, p) in offers {
+                    if remaining <= 0.0 {
+                        break;
+                    }
+                    let s = &before[p as usize];
+                    let amount = remaining.min(s.production);
+                    remaining -= amount;
+                    c.bought += amount;
+                    if s.renewable {
+                        c.bought_renewable += amount;
+                    }
+                    c.costs += s.energy_price * amount;
+                    c.suppliers.push((p, amount, s.energy_price));
+                }
+                let cap = cfg.cap(demand).unwrap_or(f64::INFINITY);
+                c.cost_to_consumer = d.cost_to_consumer.min(cap);
+                c.revenue = c.cost_to_consumer * demand;
+                c.profit = c.revenue - c.costs;
+                c.unmet_demand = (c.production - c.bought).max(0.0);
+            }
+            None => c.profit = 0.0,
+        }
+        c.resources += c.profit;
+    }
+}

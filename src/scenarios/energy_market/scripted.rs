@@ -1,0 +1,78 @@
+//! The `scripted` policy: simple, deterministic rules of thumb, as a classic agent-based
+//! model would use, so that a run needs no model (baselines, fast tests, scaling runs).
+
+use super::config::{MarketConfig, Role};
+use super::decision::{Decision, ProducerDecision, UtilityDecision};
+use super::world::Market;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+/// Producers chase sales: sold out raises price and output, unsold output lowers both;
+/// capacity is bought when output is at capacity and resources allow it twice over.
+/// Utilities mark up their purchase price by a margin that depends on the persona, and the
+/// environmentally conscious favour renewables.
+pub fn decide(cfg: &MarketConfig, market: &Market, agent: usize, rng: &mut ChaCha8Rng) -> Decision {
+    let c = &market.companies[agent];
+    let persona = cfg
+        .personas
+        .keys()
+        .nth(c.persona as usize)
+        .map(String::as_str)
+        .unwrap_or("");
+    match c.role {
+        Role::Producer => {
+            let first_step = market.steps == 0;
+            let sell_through = if c.production > 0.0 {
+                c.sold / c.production
+            } else {
+                1.0
+            };
+            let (production_change, price_change) = if first_step || sell_through >= 0.95 {
+                (10, 1.0)
+            } else if sell_through < 0.5 {
+                (-(((c.production - c.sold) / 2.0).round() as i64), -1.0)
+            } else {
+                (0, 0.0)
+            };
+            // A little noise, from the agent's own stream, keeps identical producers apart.
+            let noise = (rng.random_range(-2..=2) as f64) * 0.5;
+            Decision::Producer(ProducerDecision {
+                production_change: production_change.clamp(
+                    -(c.production as i64),
+                    (c.max_capacity - c.production) as i64,
+                ),
+                energy_price_change: (price_change + noise).max(c.production_cost - c.energy_price),
+                upgrade_capacity: c.production >= c.max_capacity
+                    && c.resources >= 2.0 * cfg.capacity_upgrade_cost,
+            })
+        }
+        Role::Utility => {
+            let average_price = if c.bought > 0.0 {
+                c.costs / c.bought
+            } else {
+                cfg.starting_energy_price
+            };
+            let margin = match persona {
+                "greedy" => 0.30,
+                "environmentally conscious" => 0.10,
+                "depressed" => 0.05,
+                _ => 0.15,
+            };
+            let mix = match persona {
+                "environmentally conscious" => 8,
+                "greedy" => 0,
+                "depressed" => rng.random_range(0..=3),
+                _ => 2,
+            };
+            let cap = cfg
+                .cap(market.demand)
+                .unwrap_or(f64::INFINITY)
+                .min(cfg.max_consumer_price);
+            Decision::Utility(UtilityDecision {
+                cost_to_consumer: ((average_price * (1.0 + margin) * 100.0).round() / 100.0)
+                    .min(cap),
+                adjust_renewable_mix: mix,
+            })
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Prompt templates: `system.jinja` (what every agent of a cell shares, first, so that the
+//! prefix cache computes it once) and one `<role>.jinja` per role (what differs, last),
+//! read from the scenario's templates folder so that wording changes need no rebuild.
+
+use minijinja::{Environment, UndefinedBehavior};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    #[error(
+        "prompt template {path} is missing (the {scenario} scenario needs system.jinja and {needed}); restore it or point `templates` at a folder that has it"
+    )]
+    Missing {
+        path: PathBuf,
+        scenario: String,
+        needed: String,
+    },
+    #[error("prompt template {path}: {message}")]
+    Template { path: PathBuf, message: String },
+}
+
+/// The compiled templates of one scenario.
+#[derive(Debug)]
+pub struct PromptBook {
+    env: Environment<'static>,
+    dir: PathBuf,
+}
+
+fn describe(e: &minijinja::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
+impl PromptBook {
+    /// Loads `system.jinja` and `<role>.jinja` for every role from `dir`. Undefined variables
+    /// are errors, so that a typo in a template stops the run at its first prompt rather
+    /// than silently printing nothing.
+    pub fn load(dir: &Path, scenario: &str, roles: &[&str]) -> Result<Self, PromptError> {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()
+                .expect("invariant: the default delimiters are valid"),
+        );
+        let names: Vec<String> = std::iter::once("system".to_string())
+            .chain(roles.iter().map(|r| r.to_string()))
+            .collect();
+        let needed = roles
+            .iter()
+            .map(|r| format!("{r}.jinja"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        for name in names {
+            let path = dir.join(format!("{name}.jinja"));
+            let text = std::fs::read_to_string(&path).map_err(|_| PromptError::Missing {
+                path: path.clone(),
+                scenario: scenario.to_string(),
+                needed: needed.clone(),
+            })?;
+            env.add_template_owned(name, text)
+                .map_err(|e| PromptError::Template {
+                    path: path.clone(),
+                    message: describe(&e),
+                })?;
+        }
+        Ok(Self {
+            env,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Renders template `name` (`system` or a role) with `context`.
+    pub fn render(&self, name: &str, context: &Value) -> Result<String, PromptError> {
+        let path = self.dir.join(format!("{name}.jinja"));
+        let template = self
+            .env
+            .get_template(name)
+            .map_err(|e| PromptError::Template {
+                path: path.clone(),
+                message: describe(&e),
+            })?;
+        template
+            .render(minijinja::Value::from(minijinja::value::Serde(context)))
+            .map(|s| s.trim().to_string())
+            .map_err(|e| PromptError::Template {
+                path,
+                message: describe(&e),
+            })
+    }
+}

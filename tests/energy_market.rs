@@ -1,0 +1,248 @@
+//! The market's rules, specified by their invariants over many random steps, and the
+//! reference rules' documented quirks.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use throng::scenarios::energy_market::config::{MarketConfig, Role, Rules};
+use throng::scenarios::energy_market::decision::{Decision, ProducerDecision, UtilityDecision};
+use throng::scenarios::energy_market::rules;
+use throng::scenarios::energy_market::world::Market;
+
+/// Wild but well-formed decisions: big swings, upgrades, prices far above any cap.
+fn random_decisions(market: &Market, rng: &mut ChaCha8Rng) -> Vec<Option<Decision>> {
+    market
+        .companies
+        .iter()
+        .map(|c| {
+            if c.bankrupt {
+                return None;
+            }
+            Some(match c.role {
+                Role::Producer => Decision::Producer(ProducerDecision {
+                    production_change: rng.random_range(-150..=150),
+                    energy_price_change: rng.random_range(-40.0..40.0),
+                    upgrade_capacity: rng.random_bool(0.2),
+                }),
+                Role::Utility => Decision::Utility(UtilityDecision {
+                    cost_to_consumer: rng.random_range(0.0..600.0),
+                    adjust_renewable_mix: rng.random_range(0..=10),
+                }),
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn fixed_rules_never_sell_what_was_not_made_and_keep_the_books() {
+    for seed in 0..40u64 {
+        let cfg = MarketConfig {
+            regulated: seed % 2 == 0,
+            starting_resources: if seed % 3 == 0 { 60_000.0 } else { 1000.0 },
+            ..MarketConfig::default()
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut market = Market::new(&cfg, 10 + (seed as usize % 30), &mut rng);
+        for step in 0..25 {
+            let demand = market.demand;
+            let before: f64 = market.companies.iter().map(|c| c.resources).sum();
+            let was_bankrupt: Vec<bool> = market.companies.iter().map(|c| c.bankrupt).collect();
+            let decisions = random_decisions(&market, &mut rng);
+            rules::resolve(&cfg, &mut market, &decisions, &mut rng);
+            let ctx = format!("seed {seed} step {step}");
+            let active_utilities = was_bankrupt
+                .iter()
+                .zip(&market.companies)
+                .filter(|(b, c)| !**b && c.role == Role::Utility)
+                .count();
+            let share = if active_utilities > 0 {
+                demand / active_utilities as f64
+            } else {
+                0.0
+            };
+            let (mut sold, mut bought, mut paid_by_consumers, mut production_costs, mut upgrades) =
+                (0.0, 0.0, 0.0, 0.0, 0.0);
+            for (c, &bankrupt_before) in market.companies.iter().zip(&was_bankrupt) {
+                assert!(!bankrupt_before || c.bankrupt, "{ctx}: bankruptcy is final");
+                match c.role {
+                    Role::Producer => {
+                        assert!(
+                            c.sold <= c.production + 1e-9,
+                            "{ctx}: sold {} of {}",
+                            c.sold,
+                            c.production
+                        );
+                        assert!(
+                            c.production <= c.max_capacity + 1e-9,
+                            "{ctx}: production above capacity"
+                        );
+                        // The floor is the cost when the price was set; an upgrade raises the cost after.
+                        let floor = c.production_cost
+                            - if c.upgraded {
+                                cfg.production_cost_penalty
+                            } else {
+                                0.0
+                            };
+                        assert!(c.production >= 0.0, "{ctx}: negative production");
+                        if !bankrupt_before {
+                            assert!(c.energy_price >= floor - 1e-9, "{ctx}: price below cost");
+                        }
+                        if bankrupt_before {
+                            assert_eq!(
+                                (c.production, c.sold),
+                                (0.0, 0.0),
+                                "{ctx}: bankrupt producers stop"
+                            );
+                        }
+                        sold += c.sold;
+                        production_costs += c.costs;
+                        if c.upgraded {
+                            upgrades += cfg.capacity_upgrade_cost;
+                        }
+                    }
+                    Role::Utility => {
+                        assert!(
+                            c.bought <= share + 1e-6,
+                            "{ctx}: bought {} of a share of {share}",
+                            c.bought
+                        );
+                        if let Some(cap) = cfg.cap(demand) {
+                            assert!(
+                                c.cost_to_consumer <= cap + 1e-9,
+                                "{ctx}: price {} above cap {cap}",
+                                c.cost_to_consumer
+                            );
+                        }
+                        bought += c.bought;
+                        paid_by_consumers += c.revenue;
+                    }
+                }
+            }
+            assert!(
+                (sold - bought).abs() < 1e-6,
+                "{ctx}: sold {sold} != bought {bought}"
+            );
+            let after: f64 = market.companies.iter().map(|c| c.resources).sum();
+            let expected = paid_by_consumers - production_costs - upgrades;
+            assert!(
+                ((after - before) - expected).abs() < 1e-6 * (1.0 + before.abs()),
+                "{ctx}: money moved {} but consumers paid {paid_by_consumers}, production cost {production_costs}, upgrades {upgrades}",
+                after - before
+            );
+        }
+    }
+}
+
+#[test]
+fn reference_rules_keep_the_reference_quirks() {
+    let cfg = MarketConfig {
+        rules: Rules::Reference,
+        regulated: true,
+        ..MarketConfig::default()
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let mut market = Market::new(&cfg, 3, &mut rng);
+    // Two utilities both linked to one producer.
+    for (i, c) in market.companies.iter_mut().enumerate() {
+        c.role = if i == 2 {
+            Role::Producer
+        } else {
+            Role::Utility
+        };
+        c.renewable = false;
+        c.links = if i == 2 { vec![] } else { vec![2] };
+        c.energy_price = if i == 2 { 50.0 } else { 0.0 };
+    }
+    let decisions = vec![
+        Some(Decision::Utility(UtilityDecision {
+            cost_to_consumer: 400.0,
+            adjust_renewable_mix: 0,
+        })),
+        Some(Decision::Utility(UtilityDecision {
+            cost_to_consumer: 40.0,
+            adjust_renewable_mix: 0,
+        })),
+        Some(Decision::Producer(ProducerDecision {
+            production_change: 0,
+            energy_price_change: 0.0,
+            upgrade_capacity: false,
+        })),
+    ];
+    let demand = market.demand;
+    rules::resolve(&cfg, &mut market, &decisions, &mut rng);
+    let [u0, u1, p] = [
+        &market.companies[0],
+        &market.companies[1],
+        &market.companies[2],
+    ];
+    assert_eq!(
+        (u0.bought, u1.bought),
+        (100.0, 100.0),
+        "both buy the producer's whole output"
+    );
+    assert_eq!(
+        p.revenue,
+        50.0 * 100.0,
+        "the producer is paid for all it made"
+    );
+    assert_eq!(
+        u0.cost_to_consumer,
+        0.25 * demand,
+        "the cap scales with demand"
+    );
+    assert_eq!(
+        u0.revenue,
+        0.25 * demand * demand,
+        "utilities sell the whole demand"
+    );
+}
+
+#[test]
+fn in_the_fixed_market_renewable_preference_ranks_renewables_cheaper() {
+    let cfg = MarketConfig::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let mut market = Market::new(&cfg, 3, &mut rng);
+    for (i, c) in market.companies.iter_mut().enumerate() {
+        c.role = if i == 0 {
+            Role::Utility
+        } else {
+            Role::Producer
+        };
+        c.renewable = i == 2;
+        c.links = if i == 0 { vec![1, 2] } else { vec![] };
+        c.energy_price = [0.0, 50.0, 60.0][i];
+        c.production = 2000.0;
+        c.max_capacity = 2000.0;
+    }
+    let decide = |mix| {
+        vec![
+            Some(Decision::Utility(UtilityDecision {
+                cost_to_consumer: 70.0,
+                adjust_renewable_mix: mix,
+            })),
+            Some(Decision::Producer(ProducerDecision {
+                production_change: 0,
+                energy_price_change: 0.0,
+                upgrade_capacity: false,
+            })),
+            Some(Decision::Producer(ProducerDecision {
+                production_change: 0,
+                energy_price_change: 0.0,
+                upgrade_capacity: false,
+            })),
+        ]
+    };
+    let mut price_only = market.clone();
+    rules::resolve(&cfg, &mut price_only, &decide(0), &mut rng);
+    let share =
+        |c: &throng::scenarios::energy_market::world::Company| c.bought_renewable / c.bought;
+    assert_eq!(share(&price_only.companies[0]), 0.0);
+    rules::resolve(&cfg, &mut market, &decide(10), &mut rng);
+    assert_eq!(
+        share(&market.companies[0]),
+        1.0,
+        "60 / (1 + 0.1 * 10) = 30 < 50"
+    );
+    assert_eq!(market.companies[1].sold, 0.0, "unsold energy earns nothing");
+    assert_eq!(market.companies[1].revenue, 0.0);
+    assert!(market.companies[1].profit < 0.0, "but was paid for");
+}
