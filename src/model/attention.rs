@@ -249,9 +249,12 @@ fn attend_rows_with<K: Kernels>(
         .collect();
     // scores[(row, head)][pos]
     let mut scores = vec![0f32; n * ctx];
+    let mut dots = vec![0f32; n];
     kv.for_each_row(kv.k, ctx, |pos, key| {
-        for i in first_row_seeing(pos) * g..n {
-            scores[i * ctx + pos] = K::dot(queries[i], key) * scale;
+        let first = first_row_seeing(pos) * g;
+        K::dots(&queries[first..], key, &mut dots[first..]);
+        for i in first..n {
+            scores[i * ctx + pos] = dots[i] * scale;
         }
     });
     let mut norms = vec![0f32; n];
@@ -259,12 +262,10 @@ fn attend_rows_with<K: Kernels>(
         let visible = span.start + rows.start + i / g + 1;
         let row = &mut scores[i * ctx..][..visible];
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0f32;
         for s in row.iter_mut() {
-            *s = (*s - max).exp();
-            sum += *s;
+            *s = exp_nonpositive(*s - max);
         }
-        *norm = sum;
+        *norm = K::sum(row);
     }
     let mut out = vec![0f32; n * d];
     kv.for_each_row(kv.v, ctx, |pos, value| {
@@ -279,10 +280,64 @@ fn attend_rows_with<K: Kernels>(
     out
 }
 
+/// `e^x` for `x <= 0` (softmax weights), in basic arithmetic only, so that the loop over a
+/// row vectorises and gives the same bits on every instruction set: `x = n ln 2 + r` with
+/// `|r| <= ln 2 / 2`, `e^r` by its degree-6 Taylor polynomial (relative error below 2e-7),
+/// times `2^n` built from the exponent bits. Below -87 the weight is 0 (an f32 underflow).
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    // ln 2 split in a part exact in f32 and the rest (Cody-Waite).
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Adding then subtracting 1.5 * 2^23 rounds to the nearest integer in f32 arithmetic.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.max(-87.0);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    p * scale
+}
+
 /// The inner products of the kernel, per instruction set. Every implementation sums in the
 /// same order: sixteen lanes, then pairwise halving, then the tail.
 trait Kernels {
     fn dot(a: &[f32], b: &[f32]) -> f32;
+
+    /// `out[i] = dot(queries[i], key)`: one key against several queries (a kv head's group),
+    /// each summed exactly as [`Kernels::dot`] would.
+    #[inline(always)]
+    fn dots(queries: &[&[f32]], key: &[f32], out: &mut [f32]) {
+        for (o, q) in out.iter_mut().zip(queries) {
+            *o = Self::dot(q, key);
+        }
+    }
+
+    /// The sum of `a`, in the order of [`Kernels::dot`].
+    #[inline(always)]
+    fn sum(a: &[f32]) -> f32 {
+        const LANES: usize = 16;
+        let mut acc = [0f32; LANES];
+        let chunks = a.chunks_exact(LANES);
+        let rest = chunks.remainder();
+        for x in chunks {
+            for i in 0..LANES {
+                acc[i] += x[i];
+            }
+        }
+        let mut width = LANES / 2;
+        while width > 0 {
+            for i in 0..width {
+                acc[i] += acc[i + width];
+            }
+            width /= 2;
+        }
+        rest.iter().fold(acc[0], |s, x| s + x)
+    }
 }
 
 struct Portable;
@@ -323,6 +378,59 @@ impl Kernels for Avx2 {
     fn dot(a: &[f32], b: &[f32]) -> f32 {
         // SAFETY: `Avx2` is only used from `attend_rows_avx2`, which runs on AVX2 CPUs.
         unsafe { dot_avx2(a, b) }
+    }
+
+    #[inline(always)]
+    fn dots(queries: &[&[f32]], key: &[f32], out: &mut [f32]) {
+        for (qs, os) in queries.chunks(4).zip(out.chunks_mut(4)) {
+            // SAFETY: as above.
+            unsafe { dots4_avx2(qs, key, os) };
+        }
+    }
+}
+
+/// Up to four dot products against one key, loading each slice of the key once; every
+/// product is summed in [`Portable::dot`]'s order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn dots4_avx2(queries: &[&[f32]], key: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let m = queries.len();
+    let n = queries
+        .iter()
+        .map(|q| q.len())
+        .min()
+        .unwrap_or(0)
+        .min(key.len());
+    let full = n / 16 * 16;
+    // SAFETY: loads read 8 floats at `i` or `i + 8` with `i + 16 <= full <= len` of every
+    // slice; queries beyond `m` are never read.
+    unsafe {
+        let zero = _mm256_setzero_ps();
+        let (mut lo, mut hi) = ([zero; 4], [zero; 4]);
+        let mut i = 0;
+        while i < full {
+            let k_lo = _mm256_loadu_ps(key.as_ptr().add(i));
+            let k_hi = _mm256_loadu_ps(key.as_ptr().add(i + 8));
+            for j in 0..m {
+                let q = queries[j].as_ptr().add(i);
+                lo[j] = _mm256_add_ps(lo[j], _mm256_mul_ps(_mm256_loadu_ps(q), k_lo));
+                hi[j] = _mm256_add_ps(hi[j], _mm256_mul_ps(_mm256_loadu_ps(q.add(8)), k_hi));
+            }
+            i += 16;
+        }
+        for j in 0..m {
+            let s8 = _mm256_add_ps(lo[j], hi[j]);
+            let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+            let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+            let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+            let mut sum = _mm_cvtss_f32(s1);
+            for t in full..n {
+                sum += queries[j][t] * key[t];
+            }
+            out[j] = sum;
+        }
     }
 }
 
@@ -558,6 +666,21 @@ mod tests {
             .map(|_| rng.random_range(-1.0..1.0))
             .collect();
         Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn the_softmax_exponential_is_accurate() {
+        for i in 0..=10_000 {
+            let x = -90.0 * i as f32 / 10_000.0;
+            let (fast, exact) = (exp_nonpositive(x), x.exp());
+            let tolerance = 4e-7 * exact + f32::MIN_POSITIVE * 2.0;
+            assert!(
+                (fast - exact).abs() <= tolerance.max(if x < -87.0 { 1e-37 } else { 0.0 }),
+                "e^{x}: {fast} vs {exact}"
+            );
+        }
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert_eq!(exp_nonpositive(f32::NEG_INFINITY), exp_nonpositive(-87.0));
     }
 
     /// The AVX2 inner product sums in the portable order, bit for bit.
