@@ -73,6 +73,11 @@ impl ModelArgs {
     }
 
     pub fn load_engine(&self) -> Result<Engine> {
+        self.load_engine_described().map(|(engine, _)| engine)
+    }
+
+    /// The engine and what its weights were stored as and became (`GGUF (Q4_1) -> Dense(F32)`).
+    pub fn load_engine_described(&self) -> Result<(Engine, String)> {
         let opts = LoadOptions {
             device: parse_device(&self.device)?,
             weights: self.weights,
@@ -87,6 +92,7 @@ impl ModelArgs {
             loaded.weights,
             started.elapsed().as_secs_f64()
         );
-        Ok(Engine::new(loaded, self.engine_config())?)
+        let weights = loaded.weights.clone();
+        Ok((Engine::new(loaded, self.engine_config())?, weights))
     }
 }

@@ -71,6 +71,12 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     let mut manifest = if resume {
         let mut m: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
+        if m.status == "finished" {
+            bail!(
+                "the run in {} has finished; nothing to resume",
+                dir.display()
+            );
+        }
         m.status = "running".into();
         m
     } else {
@@ -105,10 +111,10 @@ pub fn run(args: RunArgs) -> Result<()> {
                 model: exp.config.llm.model.clone(),
                 ..args.model.clone()
             };
-            let engine = model.load_engine()?;
+            let (engine, weights) = model.load_engine_described()?;
             manifest.model = Some(model.model.clone());
             manifest.device = Some(model.device.clone());
-            manifest.weights = Some(format!("{:?}", model.weights).to_lowercase());
+            manifest.weights = Some(weights);
             PolicyChoice::Llm(Box::new(engine))
         }
     };

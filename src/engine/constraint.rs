@@ -15,6 +15,9 @@ fn default_json_options() -> serde_json::Value {
     serde_json::json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "})
 }
 
+/// Distinct schemas kept compiled at most.
+const MAX_COMPILED: usize = 512;
+
 /// Compiles schemas for one tokenizer and hands out matchers.
 pub struct Grammars {
     factory: Arc<ParserFactory>,
@@ -89,6 +92,11 @@ impl Grammars {
         let matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
             return Err(e);
+        }
+        // Schemas that change every step (a cap that follows demand) would grow the cache
+        // without bound; compiling again is cheap next to a step.
+        if self.compiled.len() >= MAX_COMPILED {
+            self.compiled.clear();
         }
         self.compiled.insert(key, matcher.clone());
         Ok(Constraint {

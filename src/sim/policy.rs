@@ -4,7 +4,7 @@
 
 use super::config::LlmConfig;
 use super::prompt::{PromptBook, PromptError};
-use super::scenario::{CellInfo, Scenario, Turn};
+use super::scenario::{CellInfo, Scenario};
 use crate::engine::{Engine, FinishReason, Message, Request, SamplingParams};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -18,14 +18,15 @@ pub struct CellView<'a, S: Scenario> {
     pub scenario: &'a S,
     pub world: &'a S::World,
     pub info: &'a CellInfo,
+    pub step: usize,
 }
 
-/// An agent's turn in a step.
+/// An agent whose turn it is: small, so that a step of a million agents is a small list.
+#[derive(Debug, Clone, Copy)]
 pub struct AgentTurn {
     /// Index into the cells of the step.
     pub cell: usize,
     pub agent: usize,
-    pub turn: Turn,
     /// Seeds the agent's draws this step (its sampling, or the scripted rules' noise).
     pub seed: u64,
 }
@@ -90,7 +91,7 @@ impl<S: Scenario> Policy<S> for Scripted {
                 let mut rng = ChaCha8Rng::seed_from_u64(t.seed);
                 let decision = cell.scenario.scripted(cell.world, t.agent, &mut rng);
                 let log = DecisionLog {
-                    role: t.turn.role.to_string(),
+                    role: cell.scenario.role(cell.world, t.agent).to_string(),
                     value: serde_json::to_value(&decision).ok(),
                     ..DecisionLog::default()
                 };
@@ -150,7 +151,11 @@ impl Llm {
         t: &AgentTurn,
         system: &str,
     ) -> Result<(Request, String, String), PromptError> {
-        let user = self.prompts.render(t.turn.role, &t.turn.context)?;
+        let cell = &cells[t.cell];
+        let turn = cell.scenario.turn(cell.world, t.agent, cell.step);
+        let user = self
+            .prompts
+            .render(cell.scenario.role(cell.world, t.agent), &turn.context)?;
         let mut messages = vec![Message::system(system)];
         if let Some(history) = self
             .histories
@@ -174,7 +179,7 @@ impl Llm {
             .map(|b| format!("{b:02x}"))
             .collect();
         let request = Request::chat(messages)
-            .with_schema((*t.turn.schema).clone())
+            .with_schema((*turn.schema).clone())
             .with_max_tokens(self.cfg.max_tokens)
             .with_sampling(SamplingParams {
                 temperature: self.cfg.temperature,
@@ -218,7 +223,7 @@ impl<S: Scenario> Policy<S> for Llm {
                     Err(e) => {
                         let cell = &cells[t.cell];
                         let log = DecisionLog {
-                            role: t.turn.role.to_string(),
+                            role: cell.scenario.role(cell.world, t.agent).to_string(),
                             prompt_hash: Some(hash),
                             fallback: Some(format!("refused: {e}")),
                             ..DecisionLog::default()
@@ -238,7 +243,7 @@ impl<S: Scenario> Policy<S> for Llm {
                 let t = &turns[i];
                 let cell = &cells[t.cell];
                 let mut log = DecisionLog {
-                    role: t.turn.role.to_string(),
+                    role: cell.scenario.role(cell.world, t.agent).to_string(),
                     prompt_hash: Some(hash),
                     ..DecisionLog::default()
                 };

@@ -179,7 +179,7 @@ pub fn run<S: Scenario>(
             for (c, (info, world)) in cells.iter().zip(&worlds).enumerate() {
                 let scenario = scenario_of(exp, scenarios, info);
                 for agent in 0..scenario.num_agents(world) {
-                    if let Some(turn) = scenario.turn(world, agent, step) {
+                    if scenario.acts(world, agent) {
                         let seed = crate::seed::derive(
                             cfg.seed,
                             &[
@@ -193,7 +193,6 @@ pub fn run<S: Scenario>(
                         turns.push(AgentTurn {
                             cell: c,
                             agent,
-                            turn,
                             seed,
                         });
                     }
@@ -206,6 +205,7 @@ pub fn run<S: Scenario>(
                     scenario: scenario_of(exp, scenarios, info),
                     world,
                     info,
+                    step,
                 })
                 .collect();
             let outcomes = policy.decide(&views, &turns)?;

@@ -13,12 +13,11 @@ pub struct CellInfo {
     pub replicate: usize,
 }
 
-/// An agent's turn: which role it plays (its prompt template), what it sees, and the schema
-/// its decision must satisfy.
+/// What an agent sees on its turn, and the schema its decision must satisfy. Built only when
+/// its prompt is rendered, so that a million agents never hold a million of these at once.
 #[derive(Debug, Clone)]
 pub struct Turn {
-    pub role: &'static str,
-    /// The variables of its prompt template.
+    /// The variables of its role's prompt template.
     pub context: serde_json::Value,
     /// The JSON schema of the decision, with the domain's bounds inside it; shared between
     /// turns of the same shape.
@@ -50,8 +49,12 @@ pub trait Scenario: Send + Sync {
     /// A cell's world at step 0.
     fn init(&self, population: usize, rng: &mut ChaCha8Rng) -> Self::World;
     fn num_agents(&self, world: &Self::World) -> usize;
-    /// Agent `agent`'s turn at `step`, or `None` when it sits the step out.
-    fn turn(&self, world: &Self::World, agent: usize, step: usize) -> Option<Turn>;
+    /// Whether `agent` takes a turn in the world as it is (false: it sits the step out).
+    fn acts(&self, world: &Self::World, agent: usize) -> bool;
+    /// The role `agent` plays: its prompt template is `<role>.jinja`.
+    fn role(&self, world: &Self::World, agent: usize) -> &'static str;
+    /// What `agent` sees at `step`, for its prompt.
+    fn turn(&self, world: &Self::World, agent: usize, step: usize) -> Turn;
     /// A decision from a model's JSON value.
     fn parse(
         &self,

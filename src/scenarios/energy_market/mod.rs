@@ -147,11 +147,19 @@ impl Scenario for EnergyMarket {
         world.companies.len()
     }
 
-    fn turn(&self, world: &Market, agent: usize, step: usize) -> Option<Turn> {
-        let c = &world.companies[agent];
-        if c.bankrupt {
-            return None;
+    fn acts(&self, world: &Market, agent: usize) -> bool {
+        !world.companies[agent].bankrupt
+    }
+
+    fn role(&self, world: &Market, agent: usize) -> &'static str {
+        match world.companies[agent].role {
+            Role::Producer => "producer",
+            Role::Utility => "utility",
         }
+    }
+
+    fn turn(&self, world: &Market, agent: usize, step: usize) -> Turn {
+        let c = &world.companies[agent];
         let persona = self.persona_name(c.persona);
         let mut me = json!({
             "id": agent,
@@ -211,19 +219,15 @@ impl Scenario for EnergyMarket {
             "persona_description": self.cfg.use_personas.then(|| self.cfg.personas[persona].clone()),
             "neighbours": c.links.iter().map(|&id| self.neighbour(world, id)).collect::<Vec<_>>(),
         });
-        let (role, schema) = match c.role {
-            Role::Producer => ("producer", self.producer_schema.clone()),
-            Role::Utility if self.cfg.regulated && self.cfg.rules == Rules::Reference => (
-                "utility",
-                Arc::new(decision::utility_schema(&self.cfg, world.demand)),
-            ),
-            Role::Utility => ("utility", self.utility_schema.clone()),
+        let schema = match c.role {
+            Role::Producer => self.producer_schema.clone(),
+            // The reference cap follows demand, so its schema changes every step.
+            Role::Utility if self.cfg.regulated && self.cfg.rules == Rules::Reference => {
+                Arc::new(decision::utility_schema(&self.cfg, world.demand))
+            }
+            Role::Utility => self.utility_schema.clone(),
         };
-        Some(Turn {
-            role,
-            context,
-            schema,
-        })
+        Turn { context, schema }
     }
 
     fn parse(
