@@ -36,6 +36,31 @@ impl Message {
     }
 }
 
+/// A minijinja environment that treats whitespace as Hugging Face's templates expect
+/// (transformers' `_compile_jinja_template`: `trim_blocks`, `lstrip_blocks`).
+pub fn jinja_environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_syntax(
+        minijinja::syntax::SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .expect("invariant: the default delimiters are valid"),
+    );
+    env
+}
+
+/// A template error with its causes, on one line.
+pub fn describe(e: &minijinja::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
     #[error("the model's chat template does not compile: {0}")]
@@ -59,15 +84,7 @@ pub struct ChatTemplate {
 
 impl ChatTemplate {
     pub fn new(spec: &ChatSpec) -> Result<Self, ChatError> {
-        let mut env = Environment::new();
-        // As transformers' `_compile_jinja_template`.
-        env.set_syntax(
-            minijinja::syntax::SyntaxConfig::builder()
-                .trim_blocks(true)
-                .lstrip_blocks(true)
-                .build()
-                .expect("invariant: the default delimiters are valid"),
-        );
+        let mut env = jinja_environment();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function(
             "raise_exception",
@@ -124,15 +141,9 @@ impl ChatTemplate {
             tools => Value::from(()),
             date_string => self.date_string.as_deref().map(Value::from).unwrap_or(Value::UNDEFINED),
         };
-        template.render(ctx).map_err(|e| {
-            let mut text = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                text.push_str(&format!(": {s}"));
-                source = s.source();
-            }
-            ChatError::Render(text)
-        })
+        template
+            .render(ctx)
+            .map_err(|e| ChatError::Render(describe(&e)))
     }
 }
 

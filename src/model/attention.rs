@@ -438,33 +438,9 @@ fn dots4_avx2(queries: &[&[f32]], key: &[f32], out: &mut [f32]) {
 #[target_feature(enable = "avx2")]
 #[inline]
 fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    use std::arch::x86_64::*;
-    let n = a.len().min(b.len());
-    let full = n / 16 * 16;
-    // SAFETY: every load reads 8 floats at `i` or `i + 8` with `i + 16 <= full <= len`.
-    unsafe {
-        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let mut i = 0;
-        while i < full {
-            let (pa, pb) = (a.as_ptr().add(i), b.as_ptr().add(i));
-            lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(pa), _mm256_loadu_ps(pb)));
-            hi = _mm256_add_ps(
-                hi,
-                _mm256_mul_ps(_mm256_loadu_ps(pa.add(8)), _mm256_loadu_ps(pb.add(8))),
-            );
-            i += 16;
-        }
-        // 16 -> 8 -> 4 -> 2 -> 1 lanes, as `Portable::dot`.
-        let s8 = _mm256_add_ps(lo, hi);
-        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-        let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-        let mut sum = _mm_cvtss_f32(s1);
-        for j in full..n {
-            sum += a[j] * b[j];
-        }
-        sum
-    }
+    let mut out = [0f32];
+    dots4_avx2(&[a], b, &mut out);
+    out[0]
 }
 
 #[inline(always)]

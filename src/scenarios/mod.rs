@@ -130,34 +130,24 @@ fn run_with<S: Scenario>(
     options: RunOptions,
     on_step: impl FnMut(Progress),
 ) -> Result<(Ended, Option<Engine>), RunError> {
-    match policy {
-        PolicyChoice::Scripted => {
-            let ended = runner::run(
-                exp,
-                scenarios,
-                &mut Scripted as &mut dyn Policy<S>,
-                dir,
-                manifest,
-                options,
-                on_step,
-            )?;
-            Ok((ended, None))
-        }
+    let mut llm = match policy {
+        PolicyChoice::Scripted => None,
         PolicyChoice::Llm(engine) => {
             let prompts = prompts(exp).map_err(|e| RunError::Resume(e.to_string()))?;
-            let mut llm = Llm::new(*engine, prompts, exp.config.llm.clone(), exp.config.history);
-            let ended = runner::run(
-                exp,
-                scenarios,
-                &mut llm as &mut dyn Policy<S>,
-                dir,
-                manifest,
-                options,
-                on_step,
-            )?;
-            Ok((ended, Some(llm.into_engine())))
+            Some(Llm::new(
+                *engine,
+                prompts,
+                exp.config.llm.clone(),
+                exp.config.history,
+            ))
         }
-    }
+    };
+    let policy: &mut dyn Policy<S> = match llm.as_mut() {
+        Some(llm) => llm,
+        None => &mut Scripted,
+    };
+    let ended = runner::run(exp, scenarios, policy, dir, manifest, options, on_step)?;
+    Ok((ended, llm.map(Llm::into_engine)))
 }
 
 /// Writes the report of the run in `dir`; returns its key numbers as text.

@@ -2,6 +2,7 @@
 //! prefix cache computes it once) and one `<role>.jinja` per role (what differs, last),
 //! read from the scenario's templates folder so that wording changes need no rebuild.
 
+use crate::engine::chat::{describe, jinja_environment};
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -27,30 +28,13 @@ pub struct PromptBook {
     dir: PathBuf,
 }
 
-fn describe(e: &minijinja::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    text
-}
-
 impl PromptBook {
     /// Loads `system.jinja` and `<role>.jinja` for every role from `dir`. Undefined variables
     /// are errors, so that a typo in a template stops the run at its first prompt rather
     /// than silently printing nothing.
     pub fn load(dir: &Path, scenario: &str, roles: &[&str]) -> Result<Self, PromptError> {
-        let mut env = Environment::new();
+        let mut env = jinja_environment();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
-        env.set_syntax(
-            minijinja::syntax::SyntaxConfig::builder()
-                .trim_blocks(true)
-                .lstrip_blocks(true)
-                .build()
-                .expect("invariant: the default delimiters are valid"),
-        );
         let names: Vec<String> = std::iter::once("system".to_string())
             .chain(roles.iter().map(|r| r.to_string()))
             .collect();

@@ -2,8 +2,8 @@
 //! reference code's rules, side by side. The README lists the differences rule by rule.
 
 use super::config::{MarketConfig, Role, Rules};
-use super::decision::Decision;
-use super::world::Market;
+use super::decision::{Decision, ProducerDecision};
+use super::world::{Company, Market};
 use rand::Rng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -22,6 +22,21 @@ pub fn resolve(
     // Inelastic consumers: demand drifts by a uniform step, whatever the prices.
     market.demand = (market.demand + rng.random_range(-cfg.demand_step..=cfg.demand_step)).max(0.0);
     market.steps += 1;
+}
+
+/// A producer's own move, the same under both rule sets: output within 0..=capacity, price
+/// not below cost, production paid for (at the cost before any upgrade), capacity bought if
+/// affordable.
+fn produce(cfg: &MarketConfig, c: &mut Company, d: &ProducerDecision) {
+    c.production = (c.production + d.production_change as f64).clamp(0.0, c.max_capacity);
+    c.energy_price = (c.energy_price + d.energy_price_change).max(c.production_cost);
+    c.costs = c.production_cost * c.production;
+    if d.upgrade_capacity && c.resources >= cfg.capacity_upgrade_cost {
+        c.resources -= cfg.capacity_upgrade_cost;
+        c.max_capacity += cfg.capacity_upgrade_amount;
+        c.production_cost += cfg.production_cost_penalty;
+        c.upgraded = true;
+    }
 }
 
 /// Producers set output and price; each utility, in a random order, serves its share of
@@ -51,18 +66,7 @@ fn fixed(
             continue;
         }
         match decision {
-            Some(Decision::Producer(d)) => {
-                c.production =
-                    (c.production + d.production_change as f64).clamp(0.0, c.max_capacity);
-                c.energy_price = (c.energy_price + d.energy_price_change).max(c.production_cost);
-                c.costs = c.production_cost * c.production;
-                if d.upgrade_capacity && c.resources >= cfg.capacity_upgrade_cost {
-                    c.resources -= cfg.capacity_upgrade_cost;
-                    c.max_capacity += cfg.capacity_upgrade_amount;
-                    c.production_cost += cfg.production_cost_penalty;
-                    c.upgraded = true;
-                }
-            }
+            Some(Decision::Producer(d)) => produce(cfg, c, d),
             Some(Decision::Utility(d)) => {
                 let cap = cfg.cap(demand).unwrap_or(f64::INFINITY);
                 c.cost_to_consumer = d.cost_to_consumer.clamp(0.0, cap);
@@ -165,18 +169,10 @@ fn reference(cfg: &MarketConfig, market: &mut Market, decisions: &[Option<Decisi
         c.upgraded = false;
         match decision {
             Some(Decision::Producer(d)) => {
-                c.production =
-                    (c.production + d.production_change as f64).clamp(0.0, c.max_capacity);
-                c.energy_price = (c.energy_price + d.energy_price_change).max(c.production_cost);
-                c.revenue = c.energy_price * c.production;
-                c.costs = c.production_cost * c.production;
+                produce(cfg, c, d);
+                // Paid for everything it made.
                 c.sold = c.production;
-                if d.upgrade_capacity && c.resources >= cfg.capacity_upgrade_cost {
-                    c.resources -= cfg.capacity_upgrade_cost;
-                    c.max_capacity += cfg.capacity_upgrade_amount;
-                    c.production_cost += cfg.production_cost_penalty;
-                    c.upgraded = true;
-                }
+                c.revenue = c.energy_price * c.production;
                 c.profit = c.revenue - c.costs;
             }
             Some(Decision::Utility(d)) => {
