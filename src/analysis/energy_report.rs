@@ -428,6 +428,19 @@ pub fn report(dir: &Path) -> Result<Report, String> {
     Ok(report)
 }
 
+/// Seconds in a readable unit: `1.39 ms`, `12.3 s`.
+fn fmt_seconds(s: &Option<Summary>) -> String {
+    let Some(s) = s else { return "-".into() };
+    let (scale, unit) = if s.mean.abs() < 1.0 { (1e3, "ms") } else { (1.0, "s") };
+    format!(
+        "{:.3} [{:.3}, {:.3}] {unit} (n={})",
+        s.mean * scale,
+        s.ci_low * scale,
+        s.ci_high * scale,
+        s.n
+    )
+}
+
 fn fmt(s: &Option<Summary>) -> String {
     match s {
         Some(s) => format!(
@@ -500,9 +513,9 @@ pub fn text(report: &Report) -> String {
     for t in &report.timings {
         let _ = writeln!(
             out,
-            "{} companies: step time {} s, {:.2} decisions/s",
+            "{} companies: step time {}, {:.2} decisions/s",
             t.population,
-            fmt(&t.step_seconds),
+            fmt_seconds(&t.step_seconds),
             t.decisions_per_second
         );
     }
@@ -579,13 +592,13 @@ fn html(report: &Report) -> String {
             );
         }
     }
-    body.push_str("</table><h2>Time per step</h2><table><tr><th>companies</th><th>seconds per step</th><th>decisions/s</th></tr>");
+    body.push_str("</table><h2>Time per step</h2><table><tr><th>companies</th><th>time per step</th><th>decisions/s</th></tr>");
     for t in &report.timings {
         let _ = write!(
             body,
             "<tr><td>{}</td><td>{}</td><td>{:.2}</td></tr>",
             t.population,
-            fmt(&t.step_seconds),
+            fmt_seconds(&t.step_seconds),
             t.decisions_per_second
         );
     }
