@@ -431,7 +431,11 @@ pub fn report(dir: &Path) -> Result<Report, String> {
 /// Seconds in a readable unit: `1.39 ms`, `12.3 s`.
 fn fmt_seconds(s: &Option<Summary>) -> String {
     let Some(s) = s else { return "-".into() };
-    let (scale, unit) = if s.mean.abs() < 1.0 { (1e3, "ms") } else { (1.0, "s") };
+    let (scale, unit) = if s.mean.abs() < 1.0 {
+        (1e3, "ms")
+    } else {
+        (1.0, "s")
+    };
     format!(
         "{:.3} [{:.3}, {:.3}] {unit} (n={})",
         s.mean * scale,

@@ -132,7 +132,8 @@ impl Linear {
             // gemm takes a matrix-vector path for a single row, which rounds differently
             // from the matrix-matrix path every larger batch takes; running one row as two
             // keeps each row's result independent of how many rows share the call (batch
-            // invariance), at no measurable cost.
+            // invariance). It costs single-stream decode about half its speed (gemm packs the
+            // weights); batches, what simulations run, are unaffected.
             Linear::Dense(w) if x.dim(0)? == 1 && x.device().is_cpu() => {
                 Tensor::cat(&[x, x], 0)?.matmul(&w.t()?)?.narrow(0, 0, 1)
             }
