@@ -526,12 +526,31 @@ pub fn text(report: &Report) -> String {
     out
 }
 
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// An HTML table; cells are already escaped.
+fn table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
+    let mut out = String::from("<table><tr>");
+    for h in headers {
+        let _ = write!(out, "<th>{}</th>", esc(h));
+    }
+    out.push_str("</tr>");
+    for row in rows {
+        out.push_str("<tr>");
+        for cell in row {
+            let _ = write!(out, "<td>{cell}</td>");
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+    out
+}
+
 fn html(report: &Report) -> String {
-    let esc = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
     let mut body = String::new();
     let m = &report.manifest;
     let _ = write!(
@@ -550,63 +569,82 @@ fn html(report: &Report) -> String {
         m.fallbacks,
         m.clamped
     );
-    body.push_str("<h2>Key numbers (mean [95% CI])</h2><table><tr><th>arm</th><th>consumer price, start</th><th>consumer price, end</th><th>producer price, start</th><th>producer price, end</th><th>bankrupt</th></tr>");
-    for a in &report.arms {
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}%</td></tr>",
-            esc(&a.arm),
-            fmt(&a.consumer_price_start),
-            fmt(&a.consumer_price_end),
-            fmt(&a.producer_price_start),
-            fmt(&a.producer_price_end),
-            100.0 * a.bankrupt_end
-        );
-    }
-    body.push_str("</table><h2>Utilities by persona</h2><table><tr><th>arm</th><th>persona</th><th>profit per step</th><th>renewable mix</th><th>renewable share</th></tr>");
-    for a in &report.arms {
-        for p in &a.personas {
-            let _ = write!(
-                body,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+    body.push_str("<h2>Key numbers (mean [95% CI])</h2>");
+    body.push_str(&table(
+        &[
+            "arm",
+            "consumer price, start",
+            "consumer price, end",
+            "producer price, start",
+            "producer price, end",
+            "bankrupt",
+        ],
+        report.arms.iter().map(|a| {
+            vec![
                 esc(&a.arm),
-                esc(&p.persona),
-                fmt(&p.profit),
-                fmt(&p.renewable_mix),
-                fmt(&p.renewable_fraction)
-            );
-        }
-    }
-    body.push_str("</table><h2>Welch's t-tests of utility profit between personas</h2><table><tr><th>arm</th><th>personas</th><th>t</th><th>df</th><th>p</th></tr>");
-    for a in &report.arms {
-        for t in &a.persona_tests {
-            let (tt, df, p) = t.welch.map_or(("-".into(), "-".into(), "-".into()), |w| {
-                (
-                    format!("{:.3}", w.t),
-                    format!("{:.1}", w.df),
-                    format!("{:.4}", w.p),
-                )
-            });
-            let _ = write!(
-                body,
-                "<tr><td>{}</td><td>{} vs {}</td><td>{tt}</td><td>{df}</td><td>{p}</td></tr>",
-                esc(&a.arm),
-                esc(&t.a),
-                esc(&t.b)
-            );
-        }
-    }
-    body.push_str("</table><h2>Time per step</h2><table><tr><th>companies</th><th>time per step</th><th>decisions/s</th></tr>");
-    for t in &report.timings {
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td>{}</td><td>{:.2}</td></tr>",
-            t.population,
-            fmt_seconds(&t.step_seconds),
-            t.decisions_per_second
-        );
-    }
-    body.push_str("</table><h2>Figures</h2>");
+                fmt(&a.consumer_price_start),
+                fmt(&a.consumer_price_end),
+                fmt(&a.producer_price_start),
+                fmt(&a.producer_price_end),
+                format!("{:.0}%", 100.0 * a.bankrupt_end),
+            ]
+        }),
+    ));
+    body.push_str("<h2>Utilities by persona</h2>");
+    body.push_str(&table(
+        &[
+            "arm",
+            "persona",
+            "profit per step",
+            "renewable mix",
+            "renewable share",
+        ],
+        report.arms.iter().flat_map(|a| {
+            a.personas.iter().map(|p| {
+                vec![
+                    esc(&a.arm),
+                    esc(&p.persona),
+                    fmt(&p.profit),
+                    fmt(&p.renewable_mix),
+                    fmt(&p.renewable_fraction),
+                ]
+            })
+        }),
+    ));
+    body.push_str("<h2>Welch's t-tests of utility profit between personas</h2>");
+    body.push_str(&table(
+        &["arm", "personas", "t", "df", "p"],
+        report.arms.iter().flat_map(|a| {
+            a.persona_tests.iter().map(|t| {
+                let (tt, df, p) = t.welch.map_or(("-".into(), "-".into(), "-".into()), |w| {
+                    (
+                        format!("{:.3}", w.t),
+                        format!("{:.1}", w.df),
+                        format!("{:.4}", w.p),
+                    )
+                });
+                vec![
+                    esc(&a.arm),
+                    format!("{} vs {}", esc(&t.a), esc(&t.b)),
+                    tt,
+                    df,
+                    p,
+                ]
+            })
+        }),
+    ));
+    body.push_str("<h2>Time per step</h2>");
+    body.push_str(&table(
+        &["companies", "time per step", "decisions/s"],
+        report.timings.iter().map(|t| {
+            vec![
+                t.population.to_string(),
+                fmt_seconds(&t.step_seconds),
+                format!("{:.2}", t.decisions_per_second),
+            ]
+        }),
+    ));
+    body.push_str("<h2>Figures</h2>");
     for f in &report.figures {
         let _ = write!(
             body,

@@ -18,6 +18,7 @@ use crate::record::{
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -36,20 +37,22 @@ pub enum RunError {
     Resume(String),
 }
 
-/// Where a run stands, saved after every step.
+/// Where a run stands, saved after every step. Borrowed when written (the worlds are not
+/// copied to be serialised) and owned when read back.
 #[derive(Serialize, Deserialize)]
-struct Checkpoint<W> {
+#[serde(bound = "W: Serialize + serde::de::DeserializeOwned + Clone")]
+struct Checkpoint<'a, W: Clone> {
     /// Index of the population size being run.
     group: usize,
     /// Steps of that group already done.
     steps_done: usize,
-    cells: Vec<CellInfo>,
-    worlds: Vec<W>,
+    cells: Cow<'a, [CellInfo]>,
+    worlds: Cow<'a, [W]>,
     policy: serde_json::Value,
     /// Lengths of the appended files when it was taken.
     files: BTreeMap<String, u64>,
     /// Parquet parts written so far.
-    parts: Vec<String>,
+    parts: Cow<'a, [String]>,
     decisions: u64,
     fallbacks: u64,
     clamped: u64,
@@ -101,9 +104,9 @@ pub fn run<S: Scenario>(
     let mut budget = options.stop_after.unwrap_or(usize::MAX);
     let cfg = &exp.config;
     let checkpoint_path = dir.join(CHECKPOINT);
-    let mut start: Option<Checkpoint<S::World>> = None;
+    let mut start: Option<Checkpoint<'_, S::World>> = None;
     if resume {
-        let cp: Checkpoint<S::World> = record::read_json(&checkpoint_path)
+        let cp: Checkpoint<'_, S::World> = record::read_json(&checkpoint_path)
             .map_err(|e| RunError::Resume(format!("cannot resume from {}: {e}", dir.display())))?;
         crate::record::writer_rewind(dir, &cp.files, &cp.parts)?;
         policy.restore(cp.policy.clone())?;
@@ -115,7 +118,7 @@ pub fn run<S: Scenario>(
     } else {
         BTreeMap::new()
     };
-    let mut parts: Vec<String> = start.as_ref().map(|c| c.parts.clone()).unwrap_or_default();
+    let mut parts: Vec<String> = start.as_ref().map(|c| c.parts.to_vec()).unwrap_or_default();
     let (
         mut decisions_total,
         mut fallbacks_total,
@@ -137,7 +140,7 @@ pub fn run<S: Scenario>(
     let first_group = start.as_ref().map_or(0, |c| c.group);
     for (group, &population) in cfg.agents.0.iter().enumerate().skip(first_group) {
         let (cells, mut worlds, first_step) = match start.take().filter(|c| c.group == group) {
-            Some(cp) => (cp.cells, cp.worlds, cp.steps_done),
+            Some(cp) => (cp.cells.into_owned(), cp.worlds.into_owned(), cp.steps_done),
             None => {
                 let mut cells = Vec::new();
                 let mut worlds = Vec::new();
@@ -278,11 +281,11 @@ pub fn run<S: Scenario>(
             let cp = Checkpoint {
                 group,
                 steps_done: step + 1,
-                cells: cells.clone(),
-                worlds: worlds.clone(),
+                cells: Cow::Borrowed(&cells),
+                worlds: Cow::Borrowed(&worlds),
                 policy: policy.checkpoint(),
                 files: writer.lengths()?,
-                parts: parts.clone(),
+                parts: Cow::Borrowed(&parts),
                 decisions: decisions_total,
                 fallbacks: fallbacks_total,
                 clamped: clamped_total,
