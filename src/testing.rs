@@ -232,3 +232,13 @@ pub fn byte_tokenizer_json() -> serde_json::Value {
                   "ignore_merges": false, "vocab": vocab, "merges": []}
     })
 }
+
+/// The byte tokenizer as the engine's [`crate::engine::Tokenizer`], ending replies at
+/// `<|eot_id|>`.
+pub fn byte_tokenizer() -> crate::engine::Tokenizer {
+    let inner: tokenizers::Tokenizer = byte_tokenizer_json()
+        .to_string()
+        .parse()
+        .expect("invariant: the byte tokenizer's JSON is valid");
+    crate::engine::Tokenizer::new(inner, vec![257])
+}

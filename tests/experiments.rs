@@ -4,8 +4,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use throng::record::Manifest;
-use throng::scenarios::{self, Overrides, PolicyChoice};
+use throng::scenarios;
+use throng::sim::experiment::Overrides;
 use throng::sim::runner::{Ended, RunOptions};
 
 fn repo() -> PathBuf {
@@ -44,26 +44,13 @@ name = "personas"
 "#;
 
 fn run(path: &Path, out: &Path, options: RunOptions) -> Ended {
-    let exp = scenarios::load(path, &Overrides::default()).unwrap();
-    let mut manifest = Manifest {
-        name: exp.config.name.clone(),
-        scenario: exp.scenario.clone(),
-        ..Manifest::default()
-    };
-    if options.resume {
-        manifest = throng::record::read_json(&out.join(throng::record::MANIFEST)).unwrap();
-    }
-    std::fs::create_dir_all(out).unwrap();
-    let (ended, _) = scenarios::run(
-        &exp,
-        PolicyChoice::Scripted,
-        out,
-        &mut manifest,
-        options,
-        |_| {},
-    )
-    .unwrap();
-    ended
+    common::run_experiment(path, &Overrides::default(), out, options, None).0
+}
+
+/// The energy market's state rows of a run folder.
+fn rows(dir: &Path) -> Vec<throng::scenarios::energy_market::Row> {
+    let batches = throng::record::read_state(dir).unwrap();
+    throng::record::rows_of(&batches, dir).unwrap()
 }
 
 fn bytes(dir: &Path, name: &str) -> Vec<u8> {
@@ -92,8 +79,7 @@ fn the_same_config_and_seed_give_byte_identical_records() {
         );
     }
     // Every company at every step (0 to 6) of every cell (2 arms x 2 replicates).
-    let rows: Vec<throng::scenarios::energy_market::Row> = throng::record::read_state(&a).unwrap();
-    assert_eq!(rows.len(), (12 + 16) * 2 * 2 * 7);
+    assert_eq!(rows(&a).len(), (12 + 16) * 2 * 2 * 7);
 }
 
 #[test]
@@ -108,8 +94,8 @@ fn an_interrupted_run_resumes_to_the_same_records() {
             &path,
             &pieces,
             RunOptions {
-                resume: false,
-                stop_after: Some(8)
+                stop_after: Some(8),
+                ..RunOptions::default()
             }
         ),
         Ended::Paused
@@ -130,7 +116,8 @@ fn an_interrupted_run_resumes_to_the_same_records() {
             &pieces,
             RunOptions {
                 resume: true,
-                stop_after: Some(2)
+                stop_after: Some(2),
+                ..RunOptions::default()
             }
         ),
         Ended::Paused
@@ -141,7 +128,7 @@ fn an_interrupted_run_resumes_to_the_same_records() {
             &pieces,
             RunOptions {
                 resume: true,
-                stop_after: None
+                ..RunOptions::default()
             }
         ),
         Ended::Finished
@@ -270,7 +257,7 @@ fn the_shipped_experiments_load() {
             &Overrides::default(),
         )
         .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(exp.scenario, "energy_market");
+        assert_eq!(exp.experiment().scenario, "energy_market");
     }
 }
 
@@ -279,46 +266,30 @@ fn exp1_with_smollm2_decides_every_turn_within_its_schema() {
     let Some(model) = common::smollm2() else {
         return;
     };
-    let exp = scenarios::load(
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let engine = common::engine(
+        model.to_str().unwrap(),
+        throng::engine::EngineConfig::default(),
+    );
+    let (ended, manifest) = common::run_experiment(
         &repo().join("experiments/exp1-unregulated.toml"),
         &Overrides {
             replicates: Some(1),
             steps: Some(3),
             ..Overrides::default()
         },
-    )
-    .unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("run");
-    std::fs::create_dir_all(&out).unwrap();
-    let engine = common::engine(
-        model.to_str().unwrap(),
-        throng::engine::EngineConfig::default(),
-    );
-    let mut manifest = Manifest {
-        name: "exp1".into(),
-        scenario: exp.scenario.clone(),
-        arms: vec!["base".into()],
-        ..Manifest::default()
-    };
-    let (ended, _) = scenarios::run(
-        &exp,
-        PolicyChoice::Llm(Box::new(engine)),
         &out,
-        &mut manifest,
         RunOptions::default(),
-        |_| {},
-    )
-    .unwrap();
+        Some(engine),
+    );
     assert_eq!(ended, Ended::Finished);
-    throng::record::write_json_atomic(&out.join(throng::record::MANIFEST), &manifest).unwrap();
-    assert_eq!(manifest.fallbacks, 0, "every decision parsed");
+    assert_eq!(manifest.counters.fallbacks, 0, "every decision parsed");
     // Every company that was in the market at a step decided once (bankrupt ones sit out).
-    let rows: Vec<throng::scenarios::energy_market::Row> =
-        throng::record::read_state(&out).unwrap();
+    let rows = rows(&out);
     assert_eq!(rows.len(), 20 * 4, "a row per company per step, 0 to 3");
     let active_turns = rows.iter().filter(|r| r.step < 3 && !r.bankrupt).count() as u64;
-    assert_eq!(manifest.decisions, active_turns);
+    assert_eq!(manifest.counters.decisions, active_turns);
     let cfg = throng::scenarios::energy_market::config::MarketConfig::default();
     let schemas = [
         (

@@ -1,5 +1,6 @@
-//! Statistics, figures and HTML reports of finished (or interrupted) runs.
+//! What every scenario's report uses: statistics, figures and HTML pages. Scenario-specific
+//! reports live with their scenario.
 
-pub mod energy_report;
+pub mod html;
 pub mod plot;
 pub mod stats;

@@ -276,3 +276,174 @@ impl Figure for Network {
         (1000, 800)
     }
 }
+
+/// Means of groups with 95% intervals, as bars with error bars: categories along x, one bar
+/// per series within each category.
+#[derive(Debug, Clone)]
+pub struct Bars {
+    pub title: String,
+    pub y_label: String,
+    pub categories: Vec<String>,
+    pub series: Vec<BarSeries>,
+}
+
+/// One series of [`Bars`]: per category `(mean, low, high)`, `None` where the group is empty.
+#[derive(Debug, Clone)]
+pub struct BarSeries {
+    pub name: String,
+    pub values: Vec<Option<(f64, f64, f64)>>,
+}
+
+impl Figure for Bars {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        let n = self.categories.len().max(1) as f64;
+        let (_, y1) = range(
+            self.series
+                .iter()
+                .flat_map(|s| s.values.iter().flatten().flat_map(|p| [p.0, p.2])),
+        );
+        let y0 = self
+            .series
+            .iter()
+            .flat_map(|s| s.values.iter().flatten().map(|p| p.1))
+            .fold(0.0f64, f64::min);
+        let mut chart = ChartBuilder::on(root)
+            .caption(&self.title, (FAMILY, 22))
+            .margin(12)
+            .x_label_area_size(60)
+            .y_label_area_size(75)
+            .build_cartesian_2d(0.0..n, y0..y1.max(y0 + 1e-9))
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc(&self.y_label)
+            .label_style((FAMILY, 14))
+            .axis_desc_style((FAMILY, 16))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let width = 0.8 / self.series.len().max(1) as f64;
+        for (s, BarSeries { name, values }) in self.series.iter().enumerate() {
+            let c = color(s);
+            let x = |i: usize| i as f64 + 0.1 + width * s as f64;
+            chart
+                .draw_series(values.iter().enumerate().filter_map(|(i, v)| {
+                    v.map(|(mean, _, _)| {
+                        Rectangle::new([(x(i), 0.0), (x(i) + width, mean)], c.mix(0.75).filled())
+                    })
+                }))
+                .map_err(|e| e.to_string())?
+                .label(name.as_str())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+            chart
+                .draw_series(values.iter().enumerate().filter_map(|(i, v)| {
+                    v.filter(|(_, lo, hi)| hi > lo).map(|(mean, lo, hi)| {
+                        ErrorBar::new_vertical(
+                            x(i) + width / 2.0,
+                            lo,
+                            mean,
+                            hi,
+                            BLACK.stroke_width(1),
+                            8,
+                        )
+                    })
+                }))
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .draw_series(self.categories.iter().enumerate().map(|(i, label)| {
+                Text::new(
+                    label.clone(),
+                    (i as f64 + 0.1, y0),
+                    (FAMILY, 13).into_font().color(&BLACK),
+                )
+            }))
+            .map_err(|e| e.to_string())?;
+        if self.series.len() > 1 && self.series.len() <= 12 {
+            chart
+                .configure_series_labels()
+                .label_font((FAMILY, 14))
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK.mix(0.3))
+                .position(SeriesLabelPosition::UpperRight)
+                .draw()
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// One histogram per panel (e.g. per round), each with an optional marked value (the
+/// round's target).
+#[derive(Debug, Clone)]
+pub struct Histograms {
+    pub title: String,
+    pub x_label: String,
+    pub panels: Vec<HistogramPanel>,
+}
+
+/// One histogram: bins as `(low, high, share)`, and a value marked with a line.
+#[derive(Debug, Clone)]
+pub struct HistogramPanel {
+    pub title: String,
+    pub bins: Vec<(f64, f64, f64)>,
+    pub mark: Option<f64>,
+}
+
+impl Figure for Histograms {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        let (title_area, rest) = root.split_vertically(36);
+        title_area
+            .titled(&self.title, (FAMILY, 22))
+            .map_err(|e| e.to_string())?;
+        let areas = rest.split_evenly((self.panels.len().max(1), 1));
+        for (
+            HistogramPanel {
+                title: name,
+                bins,
+                mark,
+            },
+            area,
+        ) in self.panels.iter().zip(areas)
+        {
+            let x0 = bins.first().map_or(0.0, |b| b.0);
+            let x1 = bins.last().map_or(1.0, |b| b.1);
+            let top = bins.iter().map(|b| b.2).fold(0.0f64, f64::max).max(1e-9) * 1.1;
+            let mut chart = ChartBuilder::on(&area)
+                .caption(name, (FAMILY, 16))
+                .margin(8)
+                .x_label_area_size(30)
+                .y_label_area_size(60)
+                .build_cartesian_2d(x0..x1, 0.0..top)
+                .map_err(|e| e.to_string())?;
+            chart
+                .configure_mesh()
+                .x_desc(&self.x_label)
+                .y_desc("share")
+                .label_style((FAMILY, 12))
+                .light_line_style(WHITE.mix(0.0))
+                .draw()
+                .map_err(|e| e.to_string())?;
+            chart
+                .draw_series(bins.iter().map(|&(lo, hi, share)| {
+                    Rectangle::new([(lo, 0.0), (hi, share)], color(0).mix(0.7).filled())
+                }))
+                .map_err(|e| e.to_string())?;
+            if let Some(x) = mark {
+                chart
+                    .draw_series(std::iter::once(PathElement::new(
+                        vec![(*x, 0.0), (*x, top)],
+                        color(5).stroke_width(2),
+                    )))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn size(&self) -> (u32, u32) {
+        (1000, 36 + 220 * self.panels.len().max(1) as u32)
+    }
+}

@@ -30,8 +30,25 @@ impl Summary {
                 ci_high: mean,
             });
         }
-        let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-        let sd = var.sqrt();
+        let m2 = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>();
+        Self::from_moments(n, mean, m2)
+    }
+
+    /// From a sample's size, mean and sum of squared deviations (Welford's `M2`).
+    pub fn from_moments(n: usize, mean: f64, m2: f64) -> Option<Self> {
+        if n == 0 {
+            return None;
+        }
+        if n == 1 {
+            return Some(Self {
+                n,
+                mean,
+                sd: 0.0,
+                ci_low: mean,
+                ci_high: mean,
+            });
+        }
+        let sd = (m2 / (n - 1) as f64).sqrt();
         let t = StudentsT::new(0.0, 1.0, (n - 1) as f64)
             .map(|d| d.inverse_cdf(0.975))
             .unwrap_or(1.96);
@@ -43,6 +60,11 @@ impl Summary {
             ci_low: mean - half,
             ci_high: mean + half,
         })
+    }
+
+    /// The 95% interval, or `None` for a sample too small to have one (n < 2).
+    pub fn interval(&self) -> Option<(f64, f64)> {
+        (self.n >= 2).then_some((self.ci_low, self.ci_high))
     }
 }
 

@@ -10,6 +10,7 @@ mod request;
 pub mod sampler;
 mod scheduler;
 mod sequence;
+mod shared_prefix;
 pub mod tokenizer;
 
 pub use block_manager::CacheStats;
@@ -18,4 +19,5 @@ pub use handle::{EngineHandle, Pending};
 pub use llm_engine::{Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, StepOutput};
 pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
 pub use sampler::SamplingParams;
+pub use shared_prefix::{PromptCost, SharedPrefix};
 pub use tokenizer::Tokenizer;

@@ -1,14 +1,22 @@
 //! A run's folder: the resolved config, a manifest, the per-step state of every agent
-//! (CSV, and Parquet for pandas/polars), every decision (JSON Lines), step timings, the
-//! cells' fixed data, and a checkpoint. Everything is written as the run goes, so an
-//! interrupted run keeps every finished step and can resume from the last one.
+//! (Parquet for pandas/polars, and CSV), decisions (JSON Lines), step timings, per-step
+//! aggregates, the cells' fixed data, and checkpoints. Everything is written as the run goes,
+//! so an interrupted run keeps every finished step and can resume from the last one.
+//!
+//! Plain data: this module knows nothing of scenarios, policies or the engine.
 
+pub mod checkpoint;
+mod decision;
+mod manifest;
+pub mod table;
 mod writer;
 
-pub use writer::{DecisionRecord, StepRecord, StepWriter, merge_parts, rewind as writer_rewind};
+pub use decision::{DecisionLog, DecisionRecord};
+pub use manifest::{Counters, Manifest, Status, peak_rss_bytes};
+pub use writer::{StepRecord, StepWriter, merge_parts, rewind as writer_rewind};
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub const CONFIG: &str = "config.toml";
@@ -19,7 +27,7 @@ pub const STATE_PARQUET: &str = "state.parquet";
 pub const STATE_PARTS: &str = "state.parts";
 pub const DECISIONS: &str = "decisions.jsonl";
 pub const STEPS: &str = "steps.csv";
-pub const CHECKPOINT: &str = "checkpoint.json";
+pub const AGGREGATES: &str = "aggregates.csv";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -47,36 +55,6 @@ impl RecordError {
     }
 }
 
-/// What ran, with what, and how long it took.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Manifest {
-    pub name: String,
-    pub scenario: String,
-    pub config_file: String,
-    pub seed: u64,
-    pub policy: String,
-    pub model: Option<String>,
-    pub weights: Option<String>,
-    pub device: Option<String>,
-    pub throng_version: String,
-    pub arms: Vec<String>,
-    pub populations: Vec<usize>,
-    pub replicates: usize,
-    pub steps: usize,
-    /// `running`, `finished` or `interrupted`.
-    pub status: String,
-    pub started_unix: u64,
-    pub finished_unix: Option<u64>,
-    pub seconds: f64,
-    pub decisions: u64,
-    pub fallbacks: u64,
-    pub clamped: u64,
-    pub prompt_tokens: u64,
-    pub generated_tokens: u64,
-    pub prefix_hit_rate: Option<f64>,
-    pub preemptions: Option<u64>,
-}
-
 /// Writes `value` as pretty JSON atomically (a crash leaves the old file or the new one).
 pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), RecordError> {
     let tmp = path.with_extension("json.tmp");
@@ -90,24 +68,61 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, RecordError> {
     serde_json::from_str(&text).map_err(|e| RecordError::format(path, e))
 }
 
-/// Reads every row of a run's `state.csv`.
-pub fn read_state<R: DeserializeOwned>(dir: &Path) -> Result<Vec<R>, RecordError> {
-    let path = dir.join(STATE_CSV);
-    let mut reader = csv::Reader::from_path(&path).map_err(|e| RecordError::format(&path, e))?;
+/// Every state batch of a run: `state.parquet` once the run has finished, else the parts
+/// written so far, in order.
+pub fn read_state(dir: &Path) -> Result<Vec<arrow_array::RecordBatch>, RecordError> {
+    let merged = dir.join(STATE_PARQUET);
+    if merged.exists() {
+        return table::read_parquet(&merged);
+    }
+    let parts = dir.join(STATE_PARTS);
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(&parts) {
+        Ok(entries) => entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+            .collect(),
+        Err(_) => {
+            return Err(RecordError::format(
+                &merged,
+                "missing: the run has written no state yet",
+            ));
+        }
+    };
+    files.sort();
+    let mut batches = Vec::new();
+    for file in files {
+        batches.extend(table::read_parquet(&file)?);
+    }
+    Ok(batches)
+}
+
+/// Deserialises every row of `batches` into `R` (for scenarios whose rows are structs).
+pub fn rows_of<R: DeserializeOwned>(
+    batches: &[arrow_array::RecordBatch],
+    dir: &Path,
+) -> Result<Vec<R>, RecordError> {
+    let mut rows = Vec::new();
+    for batch in batches {
+        let mut part: Vec<R> = serde_arrow::from_record_batch(batch)
+            .map_err(|e| RecordError::format(&dir.join(STATE_PARQUET), e))?;
+        rows.append(&mut part);
+    }
+    Ok(rows)
+}
+
+/// Reads a CSV file of the run folder into rows.
+pub fn read_csv<R: DeserializeOwned>(path: &Path) -> Result<Vec<R>, RecordError> {
+    let mut reader = csv::Reader::from_path(path).map_err(|e| RecordError::format(path, e))?;
     reader
         .deserialize()
         .collect::<Result<Vec<R>, _>>()
-        .map_err(|e| RecordError::format(&path, e))
+        .map_err(|e| RecordError::format(path, e))
 }
 
 /// Reads a run's `steps.csv`.
 pub fn read_steps(dir: &Path) -> Result<Vec<StepRecord>, RecordError> {
-    let path = dir.join(STEPS);
-    let mut reader = csv::Reader::from_path(&path).map_err(|e| RecordError::format(&path, e))?;
-    reader
-        .deserialize()
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| RecordError::format(&path, e))
+    read_csv(&dir.join(STEPS))
 }
 
 pub fn now_unix() -> u64 {

@@ -1,27 +1,16 @@
 //! Appends each finished step to the run's files and flushes them, and remembers their
 //! lengths so that a resumed run can cut away a half-written step.
 
-use super::{DECISIONS, RecordError, STATE_CSV, STATE_PARQUET, STATE_PARTS, STEPS};
+use super::{
+    AGGREGATES, DECISIONS, DecisionRecord, RecordError, STATE_CSV, STATE_PARQUET, STATE_PARTS,
+    STEPS, table,
+};
+use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
-use serde_arrow::schema::{SchemaLike, TracingOptions};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-
-/// One decision in `decisions.jsonl`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DecisionRecord {
-    pub arm: String,
-    pub population: usize,
-    pub replicate: usize,
-    pub step: usize,
-    pub agent: usize,
-    #[serde(flatten)]
-    pub log: crate::sim::policy::DecisionLog,
-    /// The decision as applied (after clamps, or the fallback).
-    pub decision: serde_json::Value,
-}
 
 /// One step of one population in `steps.csv`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,18 +20,73 @@ pub struct StepRecord {
     pub cells: usize,
     pub decisions: usize,
     pub fallbacks: usize,
+    /// Wall time of the step: deciding and resolving, records excluded.
     pub seconds: f64,
     pub decisions_per_second: f64,
     pub prompt_tokens: usize,
     pub cached_tokens: usize,
     pub generated_tokens: usize,
+    /// Of `seconds`: rendering prompt templates, and tokenizing them.
+    #[serde(default)]
+    pub template_seconds: f64,
+    #[serde(default)]
+    pub tokenize_seconds: f64,
+    /// Of `seconds`: applying the decisions to the worlds.
+    #[serde(default)]
+    pub resolve_seconds: f64,
+    /// Writing the step's records (state, decisions, checkpoint).
+    #[serde(default)]
+    pub record_seconds: f64,
+    /// Processes that decided the step (1 without MPI).
+    #[serde(default = "one")]
+    pub ranks: usize,
 }
 
+fn one() -> usize {
+    1
+}
+
+/// The run's appended files.
 pub struct StepWriter {
     dir: PathBuf,
-    state: csv::Writer<BufWriter<File>>,
+    /// `None`: the run keeps no state CSV (it would be too large; Parquet has it all).
+    state: Option<CsvAppender>,
+    aggregates: CsvAppender,
     decisions: BufWriter<File>,
     steps: csv::Writer<BufWriter<File>>,
+}
+
+/// A CSV file written from record batches: the header goes into an empty file only.
+struct CsvAppender {
+    path: PathBuf,
+    writer: csv::Writer<BufWriter<File>>,
+    needs_header: bool,
+}
+
+impl CsvAppender {
+    fn open(path: PathBuf) -> Result<Self, RecordError> {
+        let needs_header = std::fs::metadata(&path)
+            .map(|m| m.len() == 0)
+            .unwrap_or(true);
+        let writer = csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(BufWriter::new(append(&path)?));
+        Ok(Self {
+            path,
+            writer,
+            needs_header,
+        })
+    }
+
+    fn write(&mut self, batches: &[RecordBatch]) -> Result<(), RecordError> {
+        for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+            table::write_csv(&mut self.writer, batch, self.needs_header, &self.path)?;
+            self.needs_header = false;
+        }
+        self.writer
+            .flush()
+            .map_err(|e| RecordError::io(&self.path, e))
+    }
 }
 
 fn append(path: &Path) -> Result<File, RecordError> {
@@ -53,63 +97,51 @@ fn append(path: &Path) -> Result<File, RecordError> {
         .map_err(|e| RecordError::io(path, e))
 }
 
-/// A CSV writer that writes the header only into an empty file.
-fn csv_appender(path: &Path) -> Result<csv::Writer<BufWriter<File>>, RecordError> {
-    let fresh = std::fs::metadata(path)
-        .map(|m| m.len() == 0)
-        .unwrap_or(true);
-    Ok(csv::WriterBuilder::new()
-        .has_headers(fresh)
-        .from_writer(BufWriter::new(append(path)?)))
-}
-
 impl StepWriter {
-    /// Opens the run's files in `dir` for appending.
-    pub fn open(dir: &Path) -> Result<Self, RecordError> {
+    /// Opens the run's files in `dir` for appending; `state_csv` says whether the state is
+    /// also written as CSV.
+    pub fn open(dir: &Path, state_csv: bool) -> Result<Self, RecordError> {
         std::fs::create_dir_all(dir.join(STATE_PARTS)).map_err(|e| RecordError::io(dir, e))?;
+        let steps_path = dir.join(STEPS);
+        let fresh = std::fs::metadata(&steps_path)
+            .map(|m| m.len() == 0)
+            .unwrap_or(true);
         Ok(Self {
             dir: dir.to_path_buf(),
-            state: csv_appender(&dir.join(STATE_CSV))?,
+            state: state_csv
+                .then(|| CsvAppender::open(dir.join(STATE_CSV)))
+                .transpose()?,
+            aggregates: CsvAppender::open(dir.join(AGGREGATES))?,
             decisions: BufWriter::new(append(&dir.join(DECISIONS))?),
-            steps: csv_appender(&dir.join(STEPS))?,
+            steps: csv::WriterBuilder::new()
+                .has_headers(fresh)
+                .from_writer(BufWriter::new(append(&steps_path)?)),
         })
     }
 
-    /// Writes the state rows of part `part` (CSV and one Parquet file).
-    pub fn state<R: Serialize + for<'de> Deserialize<'de>>(
-        &mut self,
-        part: &str,
-        rows: &[R],
-    ) -> Result<(), RecordError> {
-        let csv_path = self.dir.join(STATE_CSV);
-        for row in rows {
-            self.state
-                .serialize(row)
-                .map_err(|e| RecordError::format(&csv_path, e))?;
+    /// Writes the state of part `part` (one Parquet file, and CSV rows): the batches of
+    /// one step, one per cell, concatenated.
+    pub fn state(&mut self, part: &str, batches: &[RecordBatch]) -> Result<(), RecordError> {
+        let batches: Vec<RecordBatch> = batches
+            .iter()
+            .filter(|b| b.num_rows() > 0)
+            .cloned()
+            .collect();
+        if let Some(csv) = self.state.as_mut() {
+            csv.write(&batches)?;
         }
-        self.state
-            .flush()
-            .map_err(|e| RecordError::io(&csv_path, e))?;
-        if rows.is_empty() {
+        let Some(first) = batches.first() else {
             return Ok(());
-        }
+        };
         let path = self.dir.join(STATE_PARTS).join(format!("{part}.parquet"));
-        let fields = Vec::<arrow_schema::FieldRef>::from_type::<R>(
-            TracingOptions::default()
-                .allow_null_fields(true)
-                .enums_without_data_as_strings(true),
-        )
-        .map_err(|e| RecordError::format(&path, e))?;
-        let batch = serde_arrow::to_record_batch(&fields, &rows)
+        let joined = arrow_select::concat::concat_batches(&first.schema(), &batches)
             .map_err(|e| RecordError::format(&path, e))?;
-        let file = File::create(&path).map_err(|e| RecordError::io(&path, e))?;
-        let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None)
-            .map_err(|e| RecordError::format(&path, e))?;
-        writer
-            .write(&batch)
-            .map_err(|e| RecordError::format(&path, e))?;
-        writer.close().map_err(|e| RecordError::format(&path, e))?;
-        Ok(())
+        table::write_parquet(&path, &[joined])
+    }
+
+    /// Per-step aggregates of the scenario (one row per cell), to `aggregates.csv`.
+    pub fn aggregates(&mut self, batches: &[RecordBatch]) -> Result<(), RecordError> {
+        self.aggregates.write(batches)
     }
 
     pub fn decisions(&mut self, records: &[DecisionRecord]) -> Result<(), RecordError> {
@@ -136,7 +168,11 @@ impl StepWriter {
 
     /// The length of every appended file, for the checkpoint.
     pub fn lengths(&self) -> Result<BTreeMap<String, u64>, RecordError> {
-        [STATE_CSV, DECISIONS, STEPS]
+        let mut names = vec![DECISIONS, STEPS, AGGREGATES];
+        if self.state.is_some() {
+            names.push(STATE_CSV);
+        }
+        names
             .iter()
             .map(|name| {
                 let path = self.dir.join(name);

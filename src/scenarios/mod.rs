@@ -1,77 +1,197 @@
-//! The simulations throng ships, each a [`crate::sim::scenario::Scenario`], and the one
-//! place that maps a scenario's name to its code.
+//! The simulations throng ships, each a [`Scenario`] in its own folder, and the registry:
+//! one entry per scenario, with its name, how its config becomes typed arms (read once, and
+//! checked), how it runs, and how its report is written.
 
 pub mod energy_market;
+pub mod guess;
 
-use crate::engine::Engine;
-use crate::record::Manifest;
-use crate::sim::config::{ConfigError, Experiment, PolicyKind, ScenarioProblem};
-use crate::sim::policy::{Llm, Policy, Scripted};
+use crate::record::{self, Manifest};
+use crate::sim::config::{ConfigError, PolicyKind};
+use crate::sim::experiment::{Experiment, Overrides};
+use crate::sim::policy::{Llm, template_name};
 use crate::sim::prompt::PromptBook;
-use crate::sim::runner::{self, Ended, Progress, RunError, RunOptions};
+use crate::sim::runner::{self, Checkpoint, Ended, Policies, Progress, RunError, RunOptions};
 use crate::sim::scenario::Scenario;
-use energy_market::EnergyMarket;
-use energy_market::config::MarketConfig;
 use std::path::{Path, PathBuf};
 
-pub const NAMES: [&str; 1] = ["energy_market"];
+/// A report's failure, in words for the terminal.
+pub type ReportError = String;
 
-/// Checks a `[scenario]` table for scenario `name`.
-pub fn check(name: &str, table: &toml::Table) -> Result<(), ScenarioProblem> {
-    match name {
-        "energy_market" => EnergyMarket::check(table),
-        other => Err(ScenarioProblem::new(
-            "name",
-            format!("unknown scenario `{other}` (known: {})", NAMES.join(", ")),
-        )),
+/// One scenario, as the registry knows it.
+pub struct Entry {
+    pub name: &'static str,
+    roles: fn() -> &'static [&'static str],
+    load: fn(Experiment) -> Result<Box<dyn Loaded>, ConfigError>,
+    /// Writes the report of a run folder; returns its key numbers as text.
+    pub report: fn(&Path) -> Result<String, ReportError>,
+}
+
+const fn entry<S: Scenario + 'static>(report: fn(&Path) -> Result<String, ReportError>) -> Entry {
+    Entry {
+        name: S::NAME,
+        roles: S::roles,
+        load: load_typed::<S>,
+        report,
     }
 }
 
-/// Roles of scenario `name`: the prompt templates it needs besides `system.jinja`.
-pub fn roles(name: &str) -> &'static [&'static str] {
-    match name {
-        "energy_market" => &["producer", "utility"],
-        _ => &[],
+/// Every scenario throng ships.
+pub const SCENARIOS: &[Entry] = &[
+    entry::<energy_market::EnergyMarket>(energy_market::report::write),
+    entry::<guess::GuessGame>(guess::report::write),
+];
+
+fn find(name: &str) -> Option<&'static Entry> {
+    SCENARIOS.iter().find(|e| e.name == name)
+}
+
+fn names() -> String {
+    SCENARIOS
+        .iter()
+        .map(|e| e.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Where a resumed run stands.
+#[derive(Debug, Clone)]
+pub struct ResumePoint {
+    /// Steps finished, over all population sizes.
+    pub steps_done: usize,
+    /// Set when the newest checkpoint was damaged and an older one is used.
+    pub warning: Option<String>,
+}
+
+/// An experiment whose arms are typed and checked: ready to run.
+pub trait Loaded {
+    fn experiment(&self) -> &Experiment;
+    /// Reads the checkpoint of the run in `dir` to continue from it (before any model is
+    /// loaded, so that a damaged one is refused early).
+    fn resume_from(&mut self, dir: &Path) -> Result<ResumePoint, RunError>;
+    /// Runs (or resumes) into `dir`.
+    fn run(
+        &mut self,
+        llm: Option<&mut Llm>,
+        dir: &Path,
+        manifest: &mut Manifest,
+        options: &RunOptions,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Ended, RunError>;
+}
+
+impl std::fmt::Debug for dyn Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let exp = self.experiment();
+        f.debug_struct("Loaded")
+            .field("name", &exp.config.name)
+            .field("scenario", &exp.scenario)
+            .field("arms", &exp.arms.len())
+            .finish()
     }
 }
 
-/// Settings the command line may override.
-#[derive(Debug, Clone, Default)]
-pub struct Overrides {
-    pub policy: Option<PolicyKind>,
-    pub replicates: Option<usize>,
-    pub steps: Option<usize>,
-    pub agents: Option<Vec<usize>>,
-    pub model: Option<String>,
+struct Typed<S: Scenario> {
+    exp: Experiment,
+    arms: Vec<S>,
+    start: Option<Checkpoint<S::World>>,
 }
 
-/// Loads and checks an experiment: its config, its scenario's knobs, and its templates.
-pub fn load(path: &Path, overrides: &Overrides) -> Result<Experiment, ConfigError> {
-    let mut exp = Experiment::load(path, check)?;
-    let c = &mut exp.config;
-    if let Some(p) = overrides.policy {
-        c.policy = p;
+fn load_typed<S: Scenario + 'static>(exp: Experiment) -> Result<Box<dyn Loaded>, ConfigError> {
+    // The base table first, so that its mistakes are reported at its own line once.
+    let base = S::from_table(&exp.base).map_err(|p| exp.locate(None, p))?;
+    base.check_population(&exp.population)
+        .map_err(|p| exp.locate(None, p))?;
+    let arms = exp
+        .arms
+        .iter()
+        .enumerate()
+        .map(|(i, arm)| S::from_table(&arm.table).map_err(|p| exp.locate(Some(i), p)))
+        .collect::<Result<Vec<S>, _>>()?;
+    for (i, arm) in arms.iter().enumerate() {
+        arm.check_population(&exp.population)
+            .map_err(|p| exp.locate(Some(i), p))?;
     }
-    if let Some(r) = overrides.replicates {
-        c.replicates.0 = r.max(1);
+    Ok(Box::new(Typed {
+        exp,
+        arms,
+        start: None,
+    }))
+}
+
+impl<S: Scenario> Loaded for Typed<S> {
+    fn experiment(&self) -> &Experiment {
+        &self.exp
     }
-    if let Some(s) = overrides.steps {
-        c.steps.0 = s.max(1);
+
+    fn resume_from(&mut self, dir: &Path) -> Result<ResumePoint, RunError> {
+        let loaded = runner::read_checkpoint::<S::World>(dir)?;
+        let cp = loaded.value;
+        let point = ResumePoint {
+            steps_done: cp.group * self.exp.config.steps.0 + cp.steps_done,
+            warning: loaded.warning,
+        };
+        self.start = Some(cp);
+        Ok(point)
     }
-    if let Some(a) = &overrides.agents {
-        c.agents.0 = a.clone();
+
+    fn run(
+        &mut self,
+        llm: Option<&mut Llm>,
+        dir: &Path,
+        manifest: &mut Manifest,
+        options: &RunOptions,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Ended, RunError> {
+        let mut policies = Policies {
+            scripted: crate::sim::policy::Scripted,
+            llm,
+        };
+        let plan = runner::Plan {
+            exp: &self.exp,
+            arms: &self.arms,
+            dir,
+        };
+        runner::run(
+            &plan,
+            &mut policies,
+            manifest,
+            self.start.take(),
+            options,
+            progress,
+        )
     }
-    if let Some(m) = &overrides.model {
-        c.llm.model = m.clone();
-    }
+}
+
+/// Loads and checks an experiment: its config, overrides, its scenario's knobs (typed once,
+/// per arm), and its templates.
+pub fn load(path: &Path, overrides: &Overrides) -> Result<Box<dyn Loaded>, ConfigError> {
+    let exp = Experiment::load(path, overrides)?;
+    let Some(entry) = find(&exp.scenario) else {
+        return Err(exp.source.error(
+            Some(exp.config.scenario.span()),
+            format!(
+                "field `scenario.name`: unknown scenario `{}` (known: {})",
+                exp.scenario,
+                names()
+            ),
+        ));
+    };
     prompts(&exp)?;
-    Ok(exp)
+    (entry.load)(exp)
 }
 
-/// The experiment's prompt templates, checked to exist and compile.
+/// The experiment's prompt templates, checked to exist and compile: `system.jinja`, one per
+/// role, and the persona meta-prompt when personas are written by the model.
 pub fn prompts(exp: &Experiment) -> Result<PromptBook, ConfigError> {
     let dir = templates_dir(exp);
-    PromptBook::load(&dir, &exp.scenario, roles(&exp.scenario))
+    let roles = find(&exp.scenario).map_or(&[][..], |e| (e.roles)());
+    let persona = exp
+        .population
+        .personas
+        .as_ref()
+        .map(|p| template_name(&p.template));
+    let extra: Vec<&str> = persona.iter().map(String::as_str).collect();
+    PromptBook::load(&dir, &exp.scenario, roles, &extra)
         .map_err(|e| exp.templates_error(e.to_string()))
 }
 
@@ -88,75 +208,21 @@ pub fn templates_dir(exp: &Experiment) -> PathBuf {
     exp.templates_dir(&default)
 }
 
-/// How agents decide, ready to run.
-pub enum PolicyChoice {
-    Scripted,
-    Llm(Box<Engine>),
-}
-
-/// Runs `exp` into `dir` (or resumes it there). Returns how it ended and the engine, if one
-/// ran, so that the caller can report its totals.
-pub fn run(
-    exp: &Experiment,
-    policy: PolicyChoice,
-    dir: &Path,
-    manifest: &mut Manifest,
-    options: RunOptions,
-    on_step: impl FnMut(Progress),
-) -> Result<(Ended, Option<Engine>), RunError> {
-    match exp.scenario.as_str() {
-        "energy_market" => {
-            let scenarios: Vec<EnergyMarket> = exp
-                .arms
-                .iter()
-                .map(|(_, table)| {
-                    EnergyMarket::new(
-                        MarketConfig::from_table(table).expect("invariant: checked at load"),
-                    )
-                })
-                .collect();
-            run_with(exp, &scenarios, policy, dir, manifest, options, on_step)
-        }
-        other => unreachable!("scenario `{other}` passed `check`"),
-    }
-}
-
-fn run_with<S: Scenario>(
-    exp: &Experiment,
-    scenarios: &[S],
-    policy: PolicyChoice,
-    dir: &Path,
-    manifest: &mut Manifest,
-    options: RunOptions,
-    on_step: impl FnMut(Progress),
-) -> Result<(Ended, Option<Engine>), RunError> {
-    let mut llm = match policy {
-        PolicyChoice::Scripted => None,
-        PolicyChoice::Llm(engine) => {
-            let prompts = prompts(exp).map_err(|e| RunError::Resume(e.to_string()))?;
-            Some(Llm::new(
-                *engine,
-                prompts,
-                exp.config.llm.clone(),
-                exp.config.history,
-            ))
-        }
-    };
-    let policy: &mut dyn Policy<S> = match llm.as_mut() {
-        Some(llm) => llm,
-        None => &mut Scripted,
-    };
-    let ended = runner::run(exp, scenarios, policy, dir, manifest, options, on_step)?;
-    Ok((ended, llm.map(Llm::into_engine)))
+/// Whether the experiment needs the model.
+pub fn needs_model(exp: &Experiment) -> bool {
+    exp.policies.uses(PolicyKind::Llm)
 }
 
 /// Writes the report of the run in `dir`; returns its key numbers as text.
-pub fn report(dir: &Path) -> Result<String, String> {
+pub fn report(dir: &Path) -> Result<String, ReportError> {
     let manifest: Manifest =
-        crate::record::read_json(&dir.join(crate::record::MANIFEST)).map_err(|e| e.to_string())?;
-    match manifest.scenario.as_str() {
-        "energy_market" => crate::analysis::energy_report::report(dir)
-            .map(|r| crate::analysis::energy_report::text(&r)),
-        other => Err(format!("no report for scenario `{other}`")),
+        record::read_json(&dir.join(record::MANIFEST)).map_err(|e| e.to_string())?;
+    match find(&manifest.scenario) {
+        Some(entry) => (entry.report)(dir),
+        None => Err(format!(
+            "no report for scenario `{}` (known: {})",
+            manifest.scenario,
+            names()
+        )),
     }
 }

@@ -6,14 +6,39 @@ use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-/// A config problem at a place in a file.
+/// A config problem: at a place in a file, or in a command-line flag.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{}:{line}:{column}: {message}", file.display())]
-pub struct ConfigError {
-    pub file: PathBuf,
-    pub line: usize,
-    pub column: usize,
-    pub message: String,
+pub enum ConfigError {
+    #[error("{}:{line}:{column}: {message}", file.display())]
+    At {
+        file: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{}: cannot read the config: {message}", file.display())]
+    Read { file: PathBuf, message: String },
+    /// A command-line override that the config's rules refuse.
+    #[error("{flag}: {message}")]
+    Flag { flag: String, message: String },
+}
+
+impl ConfigError {
+    /// The line (1-based) a problem in a file is at.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            ConfigError::At { line, .. } => Some(*line),
+            _ => None,
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            ConfigError::At { message, .. }
+            | ConfigError::Read { message, .. }
+            | ConfigError::Flag { message, .. } => message,
+        }
+    }
 }
 
 /// A TOML source and the means to point into it.
@@ -25,11 +50,9 @@ pub struct Source {
 
 impl Source {
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             file: path.to_path_buf(),
-            line: 0,
-            column: 0,
-            message: format!("cannot read the config: {e}"),
+            message: e.to_string(),
         })?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -43,7 +66,7 @@ impl Source {
         let before = &self.text[..at];
         let line = before.matches('\n').count() + 1;
         let column = at - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-        ConfigError {
+        ConfigError::At {
             file: self.path.clone(),
             line,
             column,
@@ -84,13 +107,34 @@ impl Source {
 }
 
 /// How agents decide.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyKind {
     /// Ask the language model (all agents of a step in one batch).
     Llm,
     /// The scenario's deterministic rules: a classic agent-based baseline.
     Scripted,
+}
+
+impl PolicyKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Llm => "llm",
+            PolicyKind::Scripted => "scripted",
+        }
+    }
 }
 
 /// Sampling and model settings of the `llm` policy.
@@ -104,6 +148,9 @@ pub struct LlmConfig {
     pub temperature: f32,
     pub top_p: f32,
     pub top_k: Option<usize>,
+    /// Requests in flight at most: prompts are rendered and tokenized a wave at a time, so a
+    /// million agents never sit in memory as a million prompts.
+    pub wave: usize,
 }
 
 impl Default for LlmConfig {
@@ -115,18 +162,128 @@ impl Default for LlmConfig {
             temperature: 0.8,
             top_p: 0.9,
             top_k: Some(40),
+            wave: 4096,
+        }
+    }
+}
+
+/// An arm's changes to the `[llm]` sampling settings (e.g. a temperature sweep).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmOverrides {
+    pub max_tokens: Option<usize>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<usize>,
+}
+
+impl LlmOverrides {
+    pub fn apply(&self, base: &LlmConfig) -> LlmConfig {
+        LlmConfig {
+            max_tokens: self.max_tokens.unwrap_or(base.max_tokens),
+            temperature: self.temperature.unwrap_or(base.temperature),
+            top_p: self.top_p.unwrap_or(base.top_p),
+            top_k: self.top_k.or(base.top_k),
+            ..base.clone()
         }
     }
 }
 
 /// A named variant of the scenario: its `scenario` table overrides the base one (e.g.
-/// personas off for a control arm).
+/// personas off for a control arm), its `llm` table the sampling.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArmConfig {
     pub name: String,
     #[serde(default)]
     pub scenario: toml::Table,
+    #[serde(default)]
+    pub llm: LlmOverrides,
+}
+
+/// `[sweep]`: every combination of the listed values becomes an arm (crossed with the
+/// `[[arms]]`, if any).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepConfig {
+    /// Scenario knob -> values.
+    #[serde(default)]
+    pub scenario: indexmap::IndexMap<String, Vec<toml::Value>>,
+    /// Sampling setting (`temperature`, `top_p`, `top_k`, `max_tokens`) -> values.
+    #[serde(default)]
+    pub llm: indexmap::IndexMap<String, Vec<toml::Value>>,
+}
+
+/// `[[policy_groups]]`: agents that use another policy than the experiment's `policy`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyGroupConfig {
+    pub policy: PolicyKind,
+    /// A seeded sample of this share of the matching agents (1 = all of them).
+    #[serde(default = "all")]
+    pub share: f64,
+    /// Population attributes the agents must have: `{ education = "doctorate" }`, a list of
+    /// categories, or `[low, high]` for a numeric attribute.
+    #[serde(default, rename = "where")]
+    pub filter: toml::Table,
+}
+
+fn all() -> f64 {
+    1.0
+}
+
+/// What the decisions log keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionLogMode {
+    /// Every decision.
+    #[default]
+    All,
+    /// None (aggregates and the state table are still kept).
+    None,
+    /// Every decision of a seeded sample of this many agents per cell.
+    Sample(usize),
+}
+
+/// Whether the state table is also written as CSV.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CsvMode {
+    /// While a step's state has at most `csv_max_rows` rows.
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+/// `[records]`: what a run writes beside its state Parquet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecordsConfig {
+    pub decisions: DecisionLogMode,
+    pub csv: CsvMode,
+    pub csv_max_rows: usize,
+}
+
+impl Default for RecordsConfig {
+    fn default() -> Self {
+        Self {
+            decisions: DecisionLogMode::All,
+            csv: CsvMode::Auto,
+            csv_max_rows: 200_000,
+        }
+    }
+}
+
+impl RecordsConfig {
+    /// Whether a run whose largest step has `rows` state rows writes them as CSV too.
+    pub fn state_csv(&self, rows: usize) -> bool {
+        match self.csv {
+            CsvMode::Always => true,
+            CsvMode::Never => false,
+            CsvMode::Auto => rows <= self.csv_max_rows,
+        }
+    }
 }
 
 /// An experiment, as written in its TOML file.
@@ -142,6 +299,7 @@ pub struct ExperimentConfig {
     #[serde(default = "one")]
     pub replicates: Count,
     pub steps: Count,
+    /// The policy of every agent outside `policy_groups`.
     #[serde(default = "default_policy")]
     pub policy: PolicyKind,
     /// Past turns (prompt and reply) each agent keeps in its prompt; 0 for memoryless agents.
@@ -157,6 +315,12 @@ pub struct ExperimentConfig {
     pub scenario: toml::Spanned<toml::Table>,
     #[serde(default)]
     pub arms: Vec<toml::Spanned<ArmConfig>>,
+    pub sweep: Option<toml::Spanned<SweepConfig>>,
+    pub population: Option<toml::Spanned<super::population::PopulationConfig>>,
+    #[serde(default)]
+    pub policy_groups: Vec<toml::Spanned<PolicyGroupConfig>>,
+    #[serde(default)]
+    pub records: RecordsConfig,
 }
 
 fn one() -> Count {
@@ -171,21 +335,36 @@ fn default_policy() -> PolicyKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Count(pub usize);
 
-impl<'de> Deserialize<'de> for Count {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let n = i64::deserialize(d)?;
+impl Count {
+    pub fn new(n: i64) -> Result<Self, String> {
         if n < 1 {
-            return Err(serde::de::Error::custom(format!(
-                "must be at least 1, got {n}"
-            )));
+            return Err(format!("must be at least 1, got {n}"));
         }
         Ok(Count(n as usize))
+    }
+}
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Count::new(i64::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 
 /// One population size or several: `agents = 20` or `agents = [20, 50, 100]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Sizes(pub Vec<usize>);
+
+impl Sizes {
+    pub fn new(sizes: Vec<i64>) -> Result<Self, String> {
+        if sizes.is_empty() {
+            return Err("give at least one population size".into());
+        }
+        if let Some(bad) = sizes.iter().find(|&&n| n < 2) {
+            return Err(format!("a population needs at least 2 agents, got {bad}"));
+        }
+        Ok(Sizes(sizes.into_iter().map(|n| n as usize).collect()))
+    }
+}
 
 impl<'de> Deserialize<'de> for Sizes {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -201,17 +380,7 @@ impl<'de> Deserialize<'de> for Sizes {
             Raw::One(n) => vec![n],
             Raw::Many(v) => v,
         };
-        if sizes.is_empty() {
-            return Err(serde::de::Error::custom(
-                "give at least one population size",
-            ));
-        }
-        if let Some(bad) = sizes.iter().find(|&&n| n < 2) {
-            return Err(serde::de::Error::custom(format!(
-                "a population needs at least 2 agents, got {bad}"
-            )));
-        }
-        Ok(Sizes(sizes.into_iter().map(|n| n as usize).collect()))
+        Sizes::new(sizes).map_err(serde::de::Error::custom)
     }
 }
 
@@ -245,103 +414,15 @@ impl ScenarioProblem {
     }
 }
 
-/// An experiment with its arms resolved: what the runner runs.
-#[derive(Debug, Clone)]
-pub struct Experiment {
-    pub source: Source,
-    pub config: ExperimentConfig,
-    /// The scenario's name (`energy_market`).
-    pub scenario: String,
-    /// `(arm name, scenario table)` per arm; one arm, `base`, when the file defines none.
-    pub arms: Vec<(String, toml::Table)>,
-}
-
-impl Experiment {
-    /// Reads and checks `path`. `check` validates a scenario table (the base one and each
-    /// arm's merged one) for the scenario it names, so that its mistakes are reported at
-    /// their line too.
-    pub fn load(
-        path: &Path,
-        check: impl Fn(&str, &toml::Table) -> Result<(), ScenarioProblem>,
-    ) -> Result<Self, ConfigError> {
-        let source = Source::read(path)?;
-        let config: ExperimentConfig = source.parse()?;
-        let section = config.scenario.span();
-        let mut base = config.scenario.get_ref().clone();
-        let scenario = match base.remove("name") {
-            Some(toml::Value::String(name)) => name,
-            Some(_) => {
-                return Err(source.error(Some(section), "field `scenario.name` must be a string"));
-            }
-            None => {
-                return Err(source.error(
-                    Some(section),
-                    "[scenario] needs a `name` (e.g. name = \"energy_market\")",
-                ));
-            }
-        };
-        let located = |problem: ScenarioProblem, within: Range<usize>, prefix: &str| {
-            let table = if prefix.is_empty() {
-                "scenario"
-            } else {
-                "arms."
-            };
-            let span =
-                find_field(&source.text, within.clone(), &problem.field, table).unwrap_or(within);
-            let field = if problem.field.is_empty() {
-                String::new()
-            } else {
-                format!("field `{}`: ", problem.field)
-            };
-            source.error(Some(span), format!("{prefix}{field}{}", problem.message))
-        };
-        check(&scenario, &base).map_err(|p| located(p, section.clone(), ""))?;
-        let mut arms = Vec::new();
-        for arm in &config.arms {
-            let mut merged = base.clone();
-            for (key, value) in &arm.get_ref().scenario {
-                merged.insert(key.clone(), value.clone());
-            }
-            let prefix = format!("arm `{}`: ", arm.get_ref().name);
-            check(&scenario, &merged).map_err(|p| located(p, arm.span(), &prefix))?;
-            arms.push((arm.get_ref().name.clone(), merged));
-        }
-        if arms.is_empty() {
-            arms.push(("base".to_string(), base));
-        }
-        let mut names: Vec<&String> = arms.iter().map(|(n, _)| n).collect();
-        names.sort();
-        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(source.error(None, format!("two arms are named `{}`", w[0])));
-        }
-        Ok(Self {
-            source,
-            config,
-            scenario,
-            arms,
-        })
-    }
-
-    /// The templates folder: the config's `templates`, relative to the config's folder, or
-    /// `default`.
-    pub fn templates_dir(&self, default: &Path) -> PathBuf {
-        match &self.config.templates {
-            Some(t) => self.source.dir().join(t.get_ref()),
-            None => default.to_path_buf(),
-        }
-    }
-
-    /// An error pointing at the `templates` field (or the top of the file).
-    pub fn templates_error(&self, message: impl Into<String>) -> ConfigError {
-        self.source
-            .error(self.config.templates.as_ref().map(|t| t.span()), message)
-    }
-}
-
 /// The span of the line that sets the last segment of dotted `field`, searching from the
 /// start of `within` to the end of that table: the next header that does not begin with
 /// `[<prefix>` (its own sub-tables), or the next `[[` entry.
-fn find_field(text: &str, within: Range<usize>, field: &str, prefix: &str) -> Option<Range<usize>> {
+pub(crate) fn find_field(
+    text: &str,
+    within: Range<usize>,
+    field: &str,
+    prefix: &str,
+) -> Option<Range<usize>> {
     let key = field
         .rsplit('.')
         .find(|s| !s.is_empty() && s.parse::<usize>().is_err())?;
@@ -373,69 +454,4 @@ fn find_field(text: &str, within: Range<usize>, field: &str, prefix: &str) -> Op
         offset += line.len();
     }
     None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn load(text: &str) -> Result<Experiment, ConfigError> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("exp.toml");
-        std::fs::write(&path, text).unwrap();
-        Experiment::load(&path, |_, t| match t.get("bad") {
-            Some(_) => Err(ScenarioProblem::new("bad", "is not allowed")),
-            None => Ok(()),
-        })
-    }
-
-    const BASE: &str = "name = \"x\"\nsteps = 3\nagents = [20, 50]\n";
-    const SCENARIO: &str = "\n[scenario]\nname = \"energy_market\"\nx = 1\n";
-
-    #[test]
-    fn reads_a_minimal_config_with_defaults() {
-        let e = load(&format!("{BASE}{SCENARIO}")).unwrap();
-        assert_eq!(e.config.replicates, Count(1));
-        assert_eq!(e.config.agents, Sizes(vec![20, 50]));
-        assert_eq!(e.config.policy, PolicyKind::Llm);
-        assert_eq!(e.scenario, "energy_market");
-        assert_eq!(e.arms.len(), 1);
-        assert!(!e.arms[0].1.contains_key("name"));
-    }
-
-    #[test]
-    fn errors_name_line_and_field() {
-        let err = load(&format!("{BASE}replicates = -2\n{SCENARIO}")).unwrap_err();
-        assert_eq!(err.line, 4, "{err}");
-        assert!(err.message.contains("at least 1"), "{err}");
-        let err = load(&format!(
-            "{}{SCENARIO}",
-            BASE.replace("steps = 3", "steps = \"many\"")
-        ))
-        .unwrap_err();
-        assert_eq!(err.line, 2, "{err}");
-        let err = load(&format!("{BASE}polcy = \"llm\"\n{SCENARIO}")).unwrap_err();
-        assert!(err.message.contains("polcy"), "{err}");
-        let err = load(&format!("{BASE}{SCENARIO}bad = 2\n")).unwrap_err();
-        assert_eq!(
-            (err.line, err.message.as_str()),
-            (8, "field `bad`: is not allowed"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn arms_override_the_scenario_table_and_are_checked() {
-        let text = format!(
-            "{BASE}{SCENARIO}\n[[arms]]\nname = \"control\"\nscenario = {{ x = 2 }}\n\n[[arms]]\nname = \"b\"\n[arms.scenario]\nbad = 1\n"
-        );
-        let err = load(&text).unwrap_err();
-        assert!(err.message.starts_with("arm `b`: field `bad`"), "{err}");
-        assert_eq!(err.line, 16, "{err}");
-        let ok = load(&format!(
-            "{BASE}{SCENARIO}\n[[arms]]\nname = \"control\"\nscenario = {{ x = 2 }}\n"
-        ))
-        .unwrap();
-        assert_eq!(ok.arms[0].1["x"].as_integer(), Some(2));
-    }
 }

@@ -1,8 +1,11 @@
-//! The simulation framework: experiment configs, the scenario abstraction, policies, prompt
-//! templates and the runner. It knows nothing of any particular scenario.
+//! The simulation framework: experiment configs, populations, the scenario abstraction,
+//! policies, prompt templates and the runner. It knows nothing of any particular scenario.
 
 pub mod config;
+pub mod experiment;
+pub mod persona;
 pub mod policy;
+pub mod population;
 pub mod prompt;
 pub mod runner;
 pub mod scenario;

@@ -4,7 +4,6 @@
 
 use crate::engine::chat::{describe, jinja_environment};
 use minijinja::{Environment, UndefinedBehavior};
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -25,24 +24,35 @@ pub enum PromptError {
 #[derive(Debug)]
 pub struct PromptBook {
     env: Environment<'static>,
+    /// Each template's text, by name.
+    sources: std::collections::HashMap<String, String>,
     dir: PathBuf,
 }
 
 impl PromptBook {
-    /// Loads `system.jinja` and `<role>.jinja` for every role from `dir`. Undefined variables
+    /// Loads `system.jinja` and `<role>.jinja` for every role from `dir`, and the `extra`
+    /// templates (a persona meta-prompt) when given. Undefined variables
     /// are errors, so that a typo in a template stops the run at its first prompt rather
     /// than silently printing nothing.
-    pub fn load(dir: &Path, scenario: &str, roles: &[&str]) -> Result<Self, PromptError> {
+    pub fn load(
+        dir: &Path,
+        scenario: &str,
+        roles: &[&str],
+        extra: &[&str],
+    ) -> Result<Self, PromptError> {
         let mut env = jinja_environment();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         let names: Vec<String> = std::iter::once("system".to_string())
             .chain(roles.iter().map(|r| r.to_string()))
+            .chain(extra.iter().map(|r| r.to_string()))
             .collect();
         let needed = roles
             .iter()
+            .chain(extra)
             .map(|r| format!("{r}.jinja"))
             .collect::<Vec<_>>()
             .join(", ");
+        let mut sources = std::collections::HashMap::new();
         for name in names {
             let path = dir.join(format!("{name}.jinja"));
             let text = std::fs::read_to_string(&path).map_err(|_| PromptError::Missing {
@@ -50,6 +60,7 @@ impl PromptBook {
                 scenario: scenario.to_string(),
                 needed: needed.clone(),
             })?;
+            sources.insert(name.clone(), text.clone());
             env.add_template_owned(name, text)
                 .map_err(|e| PromptError::Template {
                     path: path.clone(),
@@ -58,12 +69,18 @@ impl PromptBook {
         }
         Ok(Self {
             env,
+            sources,
             dir: dir.to_path_buf(),
         })
     }
 
+    /// The text of template `name`.
+    pub fn source(&self, name: &str) -> Option<&str> {
+        self.sources.get(name).map(String::as_str)
+    }
+
     /// Renders template `name` (`system` or a role) with `context`.
-    pub fn render(&self, name: &str, context: &Value) -> Result<String, PromptError> {
+    pub fn render(&self, name: &str, context: &minijinja::Value) -> Result<String, PromptError> {
         let path = self.dir.join(format!("{name}.jinja"));
         let template = self
             .env
@@ -73,7 +90,7 @@ impl PromptBook {
                 message: describe(&e),
             })?;
         template
-            .render(minijinja::Value::from(minijinja::value::Serde(context)))
+            .render(context)
             .map(|s| s.trim().to_string())
             .map_err(|e| PromptError::Template {
                 path,

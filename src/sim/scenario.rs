@@ -1,6 +1,10 @@
 //! What a simulation is, to the runner: a world per cell, agents that take turns, decisions
-//! that change the world all at once. The runner knows nothing of any particular scenario.
+//! that change the world all at once, and the state tables that record it. The runner knows
+//! nothing of any particular scenario.
 
+use super::config::ScenarioProblem;
+use super::population::{Population, PopulationSpec};
+use arrow_array::RecordBatch;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -18,7 +22,7 @@ pub struct CellInfo {
 #[derive(Debug, Clone)]
 pub struct Turn {
     /// The variables of its role's prompt template.
-    pub context: serde_json::Value,
+    pub context: minijinja::Value,
     /// The JSON schema of the decision, with the domain's bounds inside it; shared between
     /// turns of the same shape.
     pub schema: std::sync::Arc<serde_json::Value>,
@@ -32,29 +36,36 @@ pub struct Parsed<D> {
     pub clamps: Vec<String>,
 }
 
-pub trait Scenario: Send + Sync {
-    /// Everything that changes during a cell's run, agents included.
-    type World: Serialize + DeserializeOwned + Clone + Send + Sync;
-    /// One agent's move.
+pub trait Scenario: Sized + Send + Sync {
+    /// Everything that changes during a cell's run, kept in checkpoints.
+    type World: Serialize + DeserializeOwned + Send + Sync;
+    /// One agent's move: small, since a step may hold a million of them.
     type Decision: Serialize + Clone + Send + Sync;
-    /// One row of the per-step state table, one per agent.
-    type Row: Serialize + DeserializeOwned;
 
-    /// The name of its templates folder and of its report.
-    fn name(&self) -> &'static str;
+    /// Its name in configs (`[scenario] name = ...`), and its templates folder's.
+    const NAME: &'static str;
+
     /// Roles agents play; each has a prompt template `<role>.jinja`.
-    fn roles(&self) -> &'static [&'static str];
-    /// Variables shared by every prompt of a cell (the `system.jinja` template's).
-    fn rules_context(&self) -> serde_json::Value;
-    /// A cell's world at step 0.
-    fn init(&self, population: usize, rng: &mut ChaCha8Rng) -> Self::World;
+    fn roles() -> &'static [&'static str];
+    /// One arm's settings, from its `[scenario]` table (the base table with the arm's
+    /// overrides), validated: the one place a scenario's config is read.
+    fn from_table(table: &toml::Table) -> Result<Self, ScenarioProblem>;
+    /// Checks the experiment's population against what the scenario can use; a problem names
+    /// its field under `population.`.
+    fn check_population(&self, population: &PopulationSpec) -> Result<(), ScenarioProblem>;
+    /// The variables of `system.jinja`, shared by every agent of the cell at `step`, so that
+    /// the engine's prefix cache computes them once per cell and step.
+    fn shared_context(&self, world: &Self::World, step: usize) -> minijinja::Value;
+    /// A cell's world at step 0, for the drawn `population`.
+    fn init(&self, population: &Population, rng: &mut ChaCha8Rng) -> Self::World;
     fn num_agents(&self, world: &Self::World) -> usize;
     /// Whether `agent` takes a turn in the world as it is (false: it sits the step out).
     fn acts(&self, world: &Self::World, agent: usize) -> bool;
     /// The role `agent` plays: its prompt template is `<role>.jinja`.
     fn role(&self, world: &Self::World, agent: usize) -> &'static str;
-    /// What `agent` sees at `step`, for its prompt.
-    fn turn(&self, world: &Self::World, agent: usize, step: usize) -> Turn;
+    /// What `agent` sees at `step`, for its own part of the prompt.
+    fn turn(&self, world: &Self::World, population: &Population, agent: usize, step: usize)
+    -> Turn;
     /// A decision from a model's JSON value.
     fn parse(
         &self,
@@ -62,10 +73,16 @@ pub trait Scenario: Send + Sync {
         agent: usize,
         value: &serde_json::Value,
     ) -> Result<Parsed<Self::Decision>, String>;
-    /// The decision that changes nothing (used when the model could not decide).
+    /// The decision taken when the model could not decide.
     fn no_change(&self, world: &Self::World, agent: usize) -> Self::Decision;
     /// The rule-based decision of the `scripted` policy.
-    fn scripted(&self, world: &Self::World, agent: usize, rng: &mut ChaCha8Rng) -> Self::Decision;
+    fn scripted(
+        &self,
+        world: &Self::World,
+        population: &Population,
+        agent: usize,
+        rng: &mut ChaCha8Rng,
+    ) -> Self::Decision;
     /// Applies every agent's decision at once (`None`: sat out) and advances the world.
     fn resolve(
         &self,
@@ -73,8 +90,23 @@ pub trait Scenario: Send + Sync {
         decisions: &[Option<Self::Decision>],
         rng: &mut ChaCha8Rng,
     );
-    /// The state table rows of the world after `step`.
-    fn rows(&self, world: &Self::World, cell: &CellInfo, step: usize) -> Vec<Self::Row>;
+    /// The state table's rows for the world after `step`: one per agent (none is fine).
+    fn state(
+        &self,
+        world: &Self::World,
+        population: &Population,
+        cell: &CellInfo,
+        step: usize,
+    ) -> RecordBatch;
+    /// One row of per-cell aggregates after `step`, kept whatever the decision log keeps.
+    fn aggregates(
+        &self,
+        _world: &Self::World,
+        _cell: &CellInfo,
+        _step: usize,
+    ) -> Option<RecordBatch> {
+        None
+    }
     /// What does not change during a run (e.g. the network), written once per cell.
     fn describe(&self, world: &Self::World) -> serde_json::Value;
 }

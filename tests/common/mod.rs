@@ -58,3 +58,50 @@ pub fn engine(spec: &str, cfg: EngineConfig) -> Engine {
     )
     .unwrap()
 }
+
+/// Runs (or resumes) the experiment at `config` into `out` as `throng run` does, with the
+/// scripted policy unless an engine is given. Returns how it ended and the manifest.
+pub fn run_experiment(
+    config: &std::path::Path,
+    overrides: &throng::sim::experiment::Overrides,
+    out: &std::path::Path,
+    options: throng::sim::runner::RunOptions,
+    engine: Option<Engine>,
+) -> (throng::sim::runner::Ended, throng::record::Manifest) {
+    use throng::record::{self, Manifest};
+    let mut loaded = throng::scenarios::load(config, overrides).unwrap();
+    let mut manifest = if options.resume {
+        loaded.resume_from(out).unwrap();
+        record::read_json(&out.join(record::MANIFEST)).unwrap()
+    } else {
+        std::fs::create_dir_all(out).unwrap();
+        let exp = loaded.experiment();
+        Manifest {
+            name: exp.config.name.clone(),
+            scenario: exp.scenario.clone(),
+            policy: exp.policies.label(),
+            arms: exp.arms.iter().map(|a| a.name.clone()).collect(),
+            populations: exp.config.agents.0.clone(),
+            replicates: exp.config.replicates.0,
+            steps: exp.config.steps.0,
+            ..Manifest::default()
+        }
+    };
+    let exp = loaded.experiment();
+    let mut llm = engine.map(|e| {
+        throng::sim::policy::Llm::new(
+            e,
+            throng::scenarios::prompts(exp).unwrap(),
+            exp.config.history,
+            exp.config.llm.wave,
+        )
+    });
+    let ended = loaded
+        .run(llm.as_mut(), out, &mut manifest, &options, &mut |_| {})
+        .unwrap();
+    if ended == throng::sim::runner::Ended::Finished {
+        manifest.status = record::Status::Finished;
+    }
+    record::write_json_atomic(&out.join(record::MANIFEST), &manifest).unwrap();
+    (ended, manifest)
+}

@@ -3,11 +3,16 @@
 
 pub mod config;
 pub mod decision;
+pub mod report;
 pub mod rules;
 pub mod scripted;
 pub mod world;
 
+use crate::sim::config::ScenarioProblem;
+use crate::sim::population::{Column, Population, PopulationSpec};
 use crate::sim::scenario::{CellInfo, Parsed, Scenario, Turn};
+use arrow_array::RecordBatch;
+use arrow_schema::FieldRef;
 use config::{MarketConfig, Role};
 use decision::Decision;
 use rand_chacha::ChaCha8Rng;
@@ -27,6 +32,8 @@ pub struct EnergyMarket {
     producer_schema: Arc<Value>,
     /// The fixed rules' utility schema (the reference cap moves with demand).
     utility_schema: Arc<Value>,
+    /// The state table's columns, traced once from [`Row`].
+    fields: Vec<FieldRef>,
 }
 
 /// One company after one step: a row of `state.csv` / `state.parquet`.
@@ -63,18 +70,20 @@ pub struct Row {
 
 impl EnergyMarket {
     pub fn new(cfg: MarketConfig) -> Self {
+        use serde_arrow::schema::{SchemaLike, TracingOptions};
         Self {
             type_names: cfg.company_types.keys().cloned().collect(),
             persona_names: cfg.personas.keys().cloned().collect(),
             producer_schema: Arc::new(decision::producer_schema(&cfg)),
             utility_schema: Arc::new(decision::utility_schema(&cfg, cfg.starting_demand)),
+            fields: Vec::<FieldRef>::from_type::<Row>(
+                TracingOptions::default()
+                    .allow_null_fields(true)
+                    .enums_without_data_as_strings(true),
+            )
+            .expect("invariant: the row type traces"),
             cfg,
         }
-    }
-
-    /// Checks a `[scenario]` table, for the experiment loader.
-    pub fn check(table: &toml::Table) -> Result<(), crate::sim::config::ScenarioProblem> {
-        MarketConfig::from_table(table).map(|_| ())
     }
 
     pub fn type_name(&self, kind: u16) -> &str {
@@ -83,6 +92,47 @@ impl EnergyMarket {
 
     pub fn persona_name(&self, persona: u16) -> &str {
         &self.persona_names[persona as usize]
+    }
+
+    /// The state table rows of `world` after `step`: one per company.
+    pub fn rows(&self, world: &Market, cell: &CellInfo, step: usize) -> Vec<Row> {
+        world
+            .companies
+            .iter()
+            .enumerate()
+            .map(|(agent, c)| Row {
+                arm: cell.arm.clone(),
+                population: cell.population,
+                replicate: cell.replicate,
+                step,
+                agent,
+                company_type: self.type_name(c.kind).to_string(),
+                role: c.role,
+                persona: self.persona_name(c.persona).to_string(),
+                renewable: c.renewable,
+                bankrupt: c.bankrupt,
+                demand: world.demand,
+                resources: c.resources,
+                production: c.production,
+                max_capacity: c.max_capacity,
+                energy_price: c.energy_price,
+                cost_to_consumer: c.cost_to_consumer,
+                production_cost: c.production_cost,
+                revenue: c.revenue,
+                costs: c.costs,
+                profit: c.profit,
+                sold: c.sold,
+                bought: c.bought,
+                unmet_demand: c.unmet_demand,
+                renewable_mix: c.renewable_mix,
+                renewable_fraction: if c.bought > 0.0 {
+                    c.bought_renewable / c.bought
+                } else {
+                    0.0
+                },
+                upgraded: c.upgraded,
+            })
+            .collect()
     }
 
     fn neighbour(&self, market: &Market, id: u32) -> Value {
@@ -111,22 +161,68 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
+/// The population attribute that sets companies' personas.
+const PERSONA: &str = "persona";
+
 impl Scenario for EnergyMarket {
     type World = Market;
     type Decision = Decision;
-    type Row = Row;
 
-    fn name(&self) -> &'static str {
-        "energy_market"
-    }
+    const NAME: &'static str = "energy_market";
 
-    fn roles(&self) -> &'static [&'static str] {
+    fn roles() -> &'static [&'static str] {
         &["producer", "utility"]
     }
 
-    fn rules_context(&self) -> Value {
+    fn from_table(table: &toml::Table) -> Result<Self, ScenarioProblem> {
+        MarketConfig::from_table(table).map(Self::new)
+    }
+
+    /// A population may set personas (attribute `persona`, with the config's persona names
+    /// as categories) in place of the uniform `persona_mix` draw.
+    fn check_population(&self, population: &PopulationSpec) -> Result<(), ScenarioProblem> {
+        for attribute in &population.attributes {
+            let field = format!("population.attributes.{}", attribute.name());
+            match attribute {
+                crate::sim::population::Attribute::Categorical {
+                    name, categories, ..
+                } if name == PERSONA => {
+                    if let Some(bad) = categories
+                        .iter()
+                        .find(|c| !self.cfg.personas.contains_key(*c))
+                    {
+                        return Err(ScenarioProblem::new(
+                            field,
+                            format!(
+                                "unknown persona `{bad}` (known: {}; define new ones under [scenario.personas])",
+                                self.persona_names.join(", ")
+                            ),
+                        ));
+                    }
+                }
+                other => {
+                    return Err(ScenarioProblem::new(
+                        field,
+                        format!(
+                            "the energy market uses only a categorical `{PERSONA}` attribute, not `{}`",
+                            other.name()
+                        ),
+                    ));
+                }
+            }
+        }
+        if population.personas.is_some() {
+            return Err(ScenarioProblem::new(
+                "population.personas",
+                "the energy market's personas are named, not written by the model: remove [population.personas]",
+            ));
+        }
+        Ok(())
+    }
+
+    fn shared_context(&self, _world: &Market, _step: usize) -> minijinja::Value {
         let c = &self.cfg;
-        json!({
+        minijinja::Value::from(minijinja::value::Serde(json!({
             "rules": c.rules,
             "regulated": c.regulated,
             "consumer_price_cap": c.consumer_price_cap,
@@ -136,11 +232,23 @@ impl Scenario for EnergyMarket {
             "production_cost_penalty": c.production_cost_penalty,
             "max_renewable_mix": c.max_renewable_mix,
             "use_personas": c.use_personas,
-        })
+        })))
     }
 
-    fn init(&self, population: usize, rng: &mut ChaCha8Rng) -> Market {
-        Market::new(&self.cfg, population, rng)
+    fn init(&self, population: &Population, rng: &mut ChaCha8Rng) -> Market {
+        let mut market = Market::new(&self.cfg, population.size, rng);
+        if let Some(Column::Categorical { categories, codes }) = population.column(PERSONA) {
+            for (company, &code) in market.companies.iter_mut().zip(codes) {
+                let name = &categories[code as usize];
+                company.persona = self
+                    .persona_names
+                    .iter()
+                    .position(|p| p == name)
+                    .expect("invariant: checked by check_population")
+                    as u16;
+            }
+        }
+        market
     }
 
     fn num_agents(&self, world: &Market) -> usize {
@@ -158,7 +266,7 @@ impl Scenario for EnergyMarket {
         }
     }
 
-    fn turn(&self, world: &Market, agent: usize, step: usize) -> Turn {
+    fn turn(&self, world: &Market, _population: &Population, agent: usize, step: usize) -> Turn {
         let c = &world.companies[agent];
         let persona = self.persona_name(c.persona);
         let mut me = json!({
@@ -227,7 +335,10 @@ impl Scenario for EnergyMarket {
             }
             Role::Utility => self.utility_schema.clone(),
         };
-        Turn { context, schema }
+        Turn {
+            context: minijinja::Value::from(minijinja::value::Serde(&context)),
+            schema,
+        }
     }
 
     fn parse(
@@ -256,7 +367,13 @@ impl Scenario for EnergyMarket {
         }
     }
 
-    fn scripted(&self, world: &Market, agent: usize, rng: &mut ChaCha8Rng) -> Decision {
+    fn scripted(
+        &self,
+        world: &Market,
+        _population: &Population,
+        agent: usize,
+        rng: &mut ChaCha8Rng,
+    ) -> Decision {
         scripted::decide(&self.cfg, world, agent, rng)
     }
 
@@ -264,44 +381,15 @@ impl Scenario for EnergyMarket {
         rules::resolve(&self.cfg, world, decisions, rng);
     }
 
-    fn rows(&self, world: &Market, cell: &CellInfo, step: usize) -> Vec<Row> {
-        world
-            .companies
-            .iter()
-            .enumerate()
-            .map(|(agent, c)| Row {
-                arm: cell.arm.clone(),
-                population: cell.population,
-                replicate: cell.replicate,
-                step,
-                agent,
-                company_type: self.type_name(c.kind).to_string(),
-                role: c.role,
-                persona: self.persona_name(c.persona).to_string(),
-                renewable: c.renewable,
-                bankrupt: c.bankrupt,
-                demand: world.demand,
-                resources: c.resources,
-                production: c.production,
-                max_capacity: c.max_capacity,
-                energy_price: c.energy_price,
-                cost_to_consumer: c.cost_to_consumer,
-                production_cost: c.production_cost,
-                revenue: c.revenue,
-                costs: c.costs,
-                profit: c.profit,
-                sold: c.sold,
-                bought: c.bought,
-                unmet_demand: c.unmet_demand,
-                renewable_mix: c.renewable_mix,
-                renewable_fraction: if c.bought > 0.0 {
-                    c.bought_renewable / c.bought
-                } else {
-                    0.0
-                },
-                upgraded: c.upgraded,
-            })
-            .collect()
+    fn state(
+        &self,
+        world: &Market,
+        _population: &Population,
+        cell: &CellInfo,
+        step: usize,
+    ) -> RecordBatch {
+        serde_arrow::to_record_batch(&self.fields, &self.rows(world, cell, step))
+            .expect("invariant: rows fit the traced schema")
     }
 
     fn describe(&self, world: &Market) -> Value {

@@ -1,15 +1,16 @@
 //! The energy market's report: the figures of the reference study (2 to 9), the numbers
 //! behind them with 95% confidence intervals, and Welch's t-tests between personas.
 
-use super::plot::{self, Band, Lines, Network, Panels};
-use super::stats::{Summary, Welch, welch};
+use super::Row;
+use super::config::Role;
+use crate::analysis::html::{esc, figures, fmt, fmt_seconds, page, table};
+use crate::analysis::plot::{self, Band, Lines, Network, Panels};
+use crate::analysis::stats::{Summary, Welch, welch};
 use crate::record::{self, Manifest, StepRecord};
-use crate::scenarios::energy_market::Row;
-use crate::scenarios::energy_market::config::Role;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PersonaStats {
@@ -103,7 +104,9 @@ fn over_time(rows: &[&Row], key: impl Fn(&Row) -> String, f: impl Fn(&Row) -> f6
 pub fn report(dir: &Path) -> Result<Report, String> {
     let manifest: Manifest =
         record::read_json(&dir.join(record::MANIFEST)).map_err(|e| e.to_string())?;
-    let rows: Vec<Row> = record::read_state(dir).map_err(|e| e.to_string())?;
+    let batches = record::read_state(dir).map_err(|e| e.to_string())?;
+    let rows: Vec<Row> = record::rows_of(&batches, dir).map_err(|e| e.to_string())?;
+    drop(batches);
     let steps: Vec<StepRecord> = record::read_steps(dir).map_err(|e| e.to_string())?;
     let cells: BTreeMap<String, serde_json::Value> =
         record::read_json(&dir.join(record::CELLS)).map_err(|e| e.to_string())?;
@@ -428,33 +431,6 @@ pub fn report(dir: &Path) -> Result<Report, String> {
     Ok(report)
 }
 
-/// Seconds in a readable unit: `1.39 ms`, `12.3 s`.
-fn fmt_seconds(s: &Option<Summary>) -> String {
-    let Some(s) = s else { return "-".into() };
-    let (scale, unit) = if s.mean.abs() < 1.0 {
-        (1e3, "ms")
-    } else {
-        (1.0, "s")
-    };
-    format!(
-        "{:.3} [{:.3}, {:.3}] {unit} (n={})",
-        s.mean * scale,
-        s.ci_low * scale,
-        s.ci_high * scale,
-        s.n
-    )
-}
-
-fn fmt(s: &Option<Summary>) -> String {
-    match s {
-        Some(s) => format!(
-            "{:.2} [{:.2}, {:.2}] (n={})",
-            s.mean, s.ci_low, s.ci_high, s.n
-        ),
-        None => "-".into(),
-    }
-}
-
 /// The key numbers as text lines, for the terminal.
 pub fn text(report: &Report) -> String {
     let mut out = String::new();
@@ -465,10 +441,10 @@ pub fn text(report: &Report) -> String {
         m.name,
         m.policy,
         m.model.as_deref().unwrap_or("-"),
-        m.decisions,
-        m.fallbacks,
-        100.0 * m.fallbacks as f64 / m.decisions.max(1) as f64,
-        m.clamped
+        m.counters.decisions,
+        m.counters.fallbacks,
+        100.0 * m.counters.fallbacks as f64 / m.counters.decisions.max(1) as f64,
+        m.counters.clamped
     );
     for a in &report.arms {
         let _ = writeln!(out, "arm {} ({} companies):", a.arm, a.population);
@@ -526,30 +502,6 @@ pub fn text(report: &Report) -> String {
     out
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-/// An HTML table; cells are already escaped.
-fn table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
-    let mut out = String::from("<table><tr>");
-    for h in headers {
-        let _ = write!(out, "<th>{}</th>", esc(h));
-    }
-    out.push_str("</tr>");
-    for row in rows {
-        out.push_str("<tr>");
-        for cell in row {
-            let _ = write!(out, "<td>{cell}</td>");
-        }
-        out.push_str("</tr>");
-    }
-    out.push_str("</table>");
-    out
-}
-
 fn html(report: &Report) -> String {
     let mut body = String::new();
     let m = &report.manifest;
@@ -564,10 +516,10 @@ fn html(report: &Report) -> String {
         m.seed,
         m.replicates,
         m.steps,
-        m.decisions,
-        m.seconds,
-        m.fallbacks,
-        m.clamped
+        m.counters.decisions,
+        m.counters.seconds,
+        m.counters.fallbacks,
+        m.counters.clamped
     );
     body.push_str("<h2>Key numbers (mean [95% CI])</h2>");
     body.push_str(&table(
@@ -645,22 +597,12 @@ fn html(report: &Report) -> String {
         }),
     ));
     body.push_str("<h2>Figures</h2>");
-    for f in &report.figures {
-        let _ = write!(
-            body,
-            "<figure><img src=\"{f}.svg\" alt=\"{f}\"><figcaption>{f}</figcaption></figure>"
-        );
-    }
-    format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{}</title><style>\
-         body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}\
-         table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}\
-         img{{max-width:100%}}figure{{margin:2em 0}}</style></head><body>{body}</body></html>",
-        esc(&report.manifest.name)
-    )
+    body.push_str(&figures(&report.figures));
+    page(&report.manifest.name, &body)
 }
 
-/// Paths of the files a report writes, for callers that list them.
-pub fn outputs(dir: &Path) -> Vec<PathBuf> {
-    vec![dir.join("report.html"), dir.join("summary.json")]
+/// Writes the report of the run in `dir` and returns its key numbers as text (the
+/// registry's entry).
+pub fn write(dir: &Path) -> Result<String, String> {
+    report(dir).map(|r| text(&r))
 }

@@ -1,0 +1,105 @@
+//! What ran, with what, and how far it got.
+
+use serde::{Deserialize, Serialize};
+
+/// Totals of a run so far: saved in every checkpoint and shown in the manifest, so that a
+/// resumed run counts on from where it stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    pub decisions: u64,
+    pub fallbacks: u64,
+    pub clamped: u64,
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub cached_tokens: u64,
+    pub generated_tokens: u64,
+    /// Seconds spent stepping (deciding and resolving), records excluded.
+    pub seconds: f64,
+}
+
+impl Counters {
+    pub fn add(&mut self, other: &Counters) {
+        self.decisions += other.decisions;
+        self.fallbacks += other.fallbacks;
+        self.clamped += other.clamped;
+        self.prompt_tokens += other.prompt_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.generated_tokens += other.generated_tokens;
+        self.seconds += other.seconds;
+    }
+}
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Being written, or stopped without a word (killed): `--resume` continues it.
+    #[default]
+    Running,
+    /// Stopped on request (`--stop-after`, a signal) after a finished step.
+    Paused,
+    /// Every step of every cell is done.
+    Finished,
+    /// Stopped by an error; `--resume` continues from the last finished step.
+    Failed,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Status::Running => "running",
+            Status::Paused => "paused",
+            Status::Finished => "finished",
+            Status::Failed => "failed",
+        })
+    }
+}
+
+/// `manifest.json`: what ran, with what, and how long it took.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub name: String,
+    pub scenario: String,
+    pub config_file: String,
+    pub seed: u64,
+    /// The policy, or `mixed` when groups of agents use different ones.
+    pub policy: String,
+    pub model: Option<String>,
+    pub weights: Option<String>,
+    pub device: Option<String>,
+    pub throng_version: String,
+    pub arms: Vec<String>,
+    pub populations: Vec<usize>,
+    pub replicates: usize,
+    pub steps: usize,
+    pub status: Status,
+    /// Steps finished, over all population sizes, out of `populations.len() * steps`.
+    #[serde(default)]
+    pub steps_done: usize,
+    pub started_unix: u64,
+    pub finished_unix: Option<u64>,
+    #[serde(flatten)]
+    pub counters: Counters,
+    pub prefix_hit_rate: Option<f64>,
+    pub preemptions: Option<u64>,
+    /// The process's peak resident memory, where the platform reports it.
+    #[serde(default)]
+    pub peak_rss_bytes: Option<u64>,
+    /// Why the run stopped, when it failed.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl Manifest {
+    pub fn planned_steps(&self) -> usize {
+        self.populations.len() * self.steps
+    }
+}
+
+/// The peak resident set size of this process (Linux: `VmHWM`).
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

@@ -1,0 +1,676 @@
+//! The guessing game's report, as the study reported it: a per-round table (winning number,
+//! winners, mean, median, std, min, max, round wall time), the distribution of guesses in
+//! every round, the mean and the target over rounds, and the mean guess by group
+//! (education, occupation, age band, or any attribute of the population).
+//!
+//! Games are the unit of independence: intervals of round statistics are computed over
+//! replicates (one game each). Within round 1 agents decide independently of each other
+//! (nobody has seen a result yet), so group means there get intervals across agents.
+
+use crate::analysis::html::{esc, figures, page, table};
+use crate::analysis::plot::{self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines};
+use crate::analysis::stats::Summary;
+use crate::record::{self, Manifest, StepRecord};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float32Type, Float64Type, UInt64Type};
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::{DataType, FieldRef};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// One cell's round in `aggregates.csv`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundRow {
+    pub arm: String,
+    pub population: usize,
+    pub replicate: usize,
+    /// The round (1-based).
+    pub step: usize,
+    pub players: usize,
+    /// Players who guessed (the others' replies fell back).
+    pub guesses: usize,
+    pub mean: Option<f64>,
+    pub median: Option<f64>,
+    pub std: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub target: Option<f64>,
+    pub winning_number: Option<f64>,
+    pub winners: usize,
+    /// Where best responses converge (`None` when ratio is 1).
+    pub equilibrium: Option<f64>,
+}
+
+pub fn round_batch(rows: &[RoundRow]) -> RecordBatch {
+    use serde_arrow::schema::{SchemaLike, TracingOptions};
+    static FIELDS: OnceLock<Vec<FieldRef>> = OnceLock::new();
+    let fields = FIELDS.get_or_init(|| {
+        Vec::<FieldRef>::from_type::<RoundRow>(TracingOptions::default().allow_null_fields(true))
+            .expect("invariant: the row type traces")
+    });
+    serde_arrow::to_record_batch(fields, &rows).expect("invariant: rows fit their schema")
+}
+
+/// A round's statistics over the replicates of one arm and population.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundSummary {
+    pub arm: String,
+    pub population: usize,
+    pub round: usize,
+    pub replicates: usize,
+    /// Mean guess: mean over games, with a 95% CI over games when there are at least 2.
+    pub mean: Option<Summary>,
+    pub target: Option<f64>,
+    pub winning_number: Option<f64>,
+    pub winners: f64,
+    pub median: Option<f64>,
+    pub std: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub guesses: f64,
+    pub players: usize,
+    /// Wall time of the step that played the round (all cells of the population at once).
+    pub seconds: Option<f64>,
+    pub equilibrium: Option<f64>,
+}
+
+/// Round 1's mean guess of one group.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupMean {
+    pub arm: String,
+    pub attribute: String,
+    pub group: String,
+    pub mean: Option<Summary>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub manifest: Manifest,
+    pub rounds: Vec<RoundSummary>,
+    pub groups: Vec<GroupMean>,
+    pub figures: Vec<String>,
+}
+
+/// Welford's running mean and variance.
+#[derive(Debug, Clone, Copy, Default)]
+struct Running {
+    n: usize,
+    mean: f64,
+    m2: f64,
+}
+
+impl Running {
+    fn push(&mut self, x: f64) {
+        self.n += 1;
+        let d = x - self.mean;
+        self.mean += d / self.n as f64;
+        self.m2 += d * (x - self.mean);
+    }
+
+    fn summary(&self) -> Option<Summary> {
+        Summary::from_moments(self.n, self.mean, self.m2)
+    }
+}
+
+const BINS: usize = 50;
+
+/// What is gathered from the state table in one pass.
+#[derive(Default)]
+struct Gathered {
+    /// (arm, population, round) -> counts per bin of width 2.
+    histograms: BTreeMap<(String, usize, usize), [u64; BINS]>,
+    /// (arm, attribute, group) -> round 1 guesses.
+    groups: BTreeMap<(String, String, String), Running>,
+    /// Attribute columns in table order, with their band edges when numeric.
+    attributes: Vec<String>,
+}
+
+fn column_text(column: &dyn Array) -> Result<Vec<Option<String>>, String> {
+    let values = arrow_cast::cast(column, &DataType::Utf8).map_err(|e| e.to_string())?;
+    let strings = values.as_string::<i32>();
+    Ok((0..strings.len())
+        .map(|i| strings.is_valid(i).then(|| strings.value(i).to_string()))
+        .collect())
+}
+
+/// Band labels for numeric attributes: the population's bands where the run recorded them,
+/// else deciles of the range seen.
+fn band(x: f64, edges: &[f64]) -> String {
+    crate::sim::population::band_label(x, edges)
+}
+
+fn gather(batches: &[RecordBatch], bands: &BTreeMap<String, Vec<f64>>) -> Result<Gathered, String> {
+    const FIXED: [&str; 7] = [
+        "arm",
+        "population",
+        "replicate",
+        "step",
+        "agent",
+        "guess",
+        "won",
+    ];
+    let mut g = Gathered::default();
+    for batch in batches {
+        let schema = batch.schema();
+        if g.attributes.is_empty() {
+            g.attributes = schema
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .filter(|n| !FIXED.contains(&n.as_str()) && n != "policy")
+                .collect();
+        }
+        let col = |name: &str| {
+            batch
+                .column_by_name(name)
+                .ok_or_else(|| format!("the state table has no `{name}` column"))
+        };
+        let arms = column_text(col("arm")?.as_ref())?;
+        let population = col("population")?.as_primitive::<UInt64Type>().clone();
+        let step = col("step")?.as_primitive::<UInt64Type>().clone();
+        let guess = col("guess")?.as_primitive::<Float64Type>().clone();
+        let mut attribute_values: Vec<(String, Vec<Option<String>>)> = Vec::new();
+        for name in &g.attributes {
+            let Some(column) = batch.column_by_name(name) else {
+                continue;
+            };
+            let values = match column.data_type() {
+                DataType::Float32 => {
+                    let v = column.as_primitive::<Float32Type>();
+                    let edges = bands.get(name);
+                    (0..v.len())
+                        .map(|i| {
+                            let x = v.value(i) as f64;
+                            Some(match edges {
+                                Some(e) => band(x, e),
+                                None => format!("{}", x.round() as i64),
+                            })
+                        })
+                        .collect()
+                }
+                _ => column_text(column.as_ref())?,
+            };
+            attribute_values.push((name.clone(), values));
+        }
+        for i in 0..batch.num_rows() {
+            if guess.is_null(i) {
+                continue;
+            }
+            let x = guess.value(i);
+            let arm = arms[i].clone().unwrap_or_default();
+            let round = step.value(i) as usize;
+            let bin = ((x / 2.0).floor() as usize).min(BINS - 1);
+            g.histograms
+                .entry((arm.clone(), population.value(i) as usize, round))
+                .or_insert([0; BINS])[bin] += 1;
+            if round == 1 {
+                for (name, values) in &attribute_values {
+                    if let Some(v) = &values[i] {
+                        g.groups
+                            .entry((arm.clone(), name.clone(), v.clone()))
+                            .or_default()
+                            .push(x);
+                    }
+                }
+            }
+        }
+    }
+    Ok(g)
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (n, sum) = values.fold((0usize, 0.0), |(n, s), v| (n + 1, s + v));
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// Band edges of numeric attributes, from the run's resolved config.
+fn attribute_bands(dir: &Path) -> BTreeMap<String, Vec<f64>> {
+    let Ok(text) = std::fs::read_to_string(dir.join(record::CONFIG)) else {
+        return BTreeMap::new();
+    };
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return BTreeMap::new();
+    };
+    table
+        .get("population")
+        .and_then(|p| p.get("attributes"))
+        .and_then(|a| a.as_table())
+        .map(|attrs| {
+            attrs
+                .iter()
+                .filter_map(|(name, a)| {
+                    let edges: Vec<f64> = a
+                        .get("bands")?
+                        .as_array()?
+                        .iter()
+                        .filter_map(|v| v.as_float().or(v.as_integer().map(|i| i as f64)))
+                        .collect();
+                    (edges.len() >= 2).then(|| (name.clone(), edges))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Writes the figures, `summary.json` and `report.html` into `dir` and returns the numbers.
+pub fn report(dir: &Path) -> Result<Report, String> {
+    let manifest: Manifest =
+        record::read_json(&dir.join(record::MANIFEST)).map_err(|e| e.to_string())?;
+    let steps: Vec<StepRecord> = record::read_steps(dir).map_err(|e| e.to_string())?;
+    let rows: Vec<RoundRow> =
+        record::read_csv(&dir.join(record::AGGREGATES)).map_err(|e| e.to_string())?;
+    if rows.is_empty() {
+        return Err(format!(
+            "{} has no finished round yet: run at least one step",
+            dir.display()
+        ));
+    }
+    let batches = record::read_state(dir).map_err(|e| e.to_string())?;
+    let gathered = gather(&batches, &attribute_bands(dir))?;
+    drop(batches);
+
+    let mut by_round: BTreeMap<(usize, usize, usize), Vec<&RoundRow>> = BTreeMap::new();
+    let arm_order: Vec<String> = if manifest.arms.is_empty() {
+        let mut a: Vec<String> = rows.iter().map(|r| r.arm.clone()).collect();
+        a.dedup();
+        a
+    } else {
+        manifest.arms.clone()
+    };
+    let arm_index = |arm: &str| {
+        arm_order
+            .iter()
+            .position(|a| a == arm)
+            .unwrap_or(usize::MAX)
+    };
+    for r in &rows {
+        by_round
+            .entry((r.population, arm_index(&r.arm), r.step))
+            .or_default()
+            .push(r);
+    }
+    let seconds: BTreeMap<(usize, usize), f64> = steps
+        .iter()
+        .map(|s| ((s.population, s.step), s.seconds))
+        .collect();
+    let rounds: Vec<RoundSummary> = by_round
+        .iter()
+        .map(|(&(population, _, round), reps)| {
+            let pick = |f: fn(&RoundRow) -> Option<f64>| mean(reps.iter().filter_map(|r| f(r)));
+            RoundSummary {
+                arm: reps[0].arm.clone(),
+                population,
+                round,
+                replicates: reps.len(),
+                mean: Summary::of(&reps.iter().filter_map(|r| r.mean).collect::<Vec<_>>()),
+                target: pick(|r| r.target),
+                winning_number: pick(|r| r.winning_number),
+                winners: mean(reps.iter().map(|r| r.winners as f64)).unwrap_or(0.0),
+                median: pick(|r| r.median),
+                std: pick(|r| r.std),
+                min: pick(|r| r.min),
+                max: pick(|r| r.max),
+                guesses: mean(reps.iter().map(|r| r.guesses as f64)).unwrap_or(0.0),
+                players: reps[0].players,
+                seconds: seconds.get(&(population, round)).copied(),
+                equilibrium: reps[0].equilibrium,
+            }
+        })
+        .collect();
+
+    let mut figures = Vec::new();
+    let mut save = |name: &str, fig: &dyn Fn(&Path) -> Result<(), String>| -> Result<(), String> {
+        fig(&dir.join(name))?;
+        figures.push(name.to_string());
+        Ok(())
+    };
+    let populations: Vec<usize> = {
+        let mut p: Vec<usize> = rounds.iter().map(|r| r.population).collect();
+        p.dedup();
+        p
+    };
+    for &population in &populations {
+        let suffix = if populations.len() > 1 {
+            format!("_{population}")
+        } else {
+            String::new()
+        };
+        // Convergence: the mean guess and the target over rounds, per arm.
+        let mut series = Vec::new();
+        let mut equilibria = Vec::new();
+        for arm in &arm_order {
+            let of_arm: Vec<&RoundSummary> = rounds
+                .iter()
+                .filter(|r| &r.arm == arm && r.population == population)
+                .collect();
+            series.push(Band {
+                name: format!("{arm}: mean"),
+                points: of_arm
+                    .iter()
+                    .filter_map(|r| {
+                        r.mean.map(|s| {
+                            let (lo, hi) = s.interval().unwrap_or((s.mean, s.mean));
+                            (r.round as f64, s.mean, lo, hi)
+                        })
+                    })
+                    .collect(),
+            });
+            series.push(Band::line(
+                format!("{arm}: target"),
+                of_arm
+                    .iter()
+                    .filter_map(|r| r.target.map(|t| (r.round as f64, t))),
+            ));
+            if let Some(e) = of_arm.first().and_then(|r| r.equilibrium)
+                && !equilibria.contains(&e)
+            {
+                equilibria.push(e);
+            }
+        }
+        let last = rounds.iter().map(|r| r.round).max().unwrap_or(1) as f64;
+        for e in &equilibria {
+            series.push(Band::line(
+                format!("equilibrium {e}"),
+                [(1.0, *e), (last, *e)],
+            ));
+        }
+        let fig = Lines {
+            title: format!(
+                "Mean guess and target over rounds ({population} players; 95% CI over games)"
+            ),
+            x_label: "round".into(),
+            y_label: "number".into(),
+            series,
+            markers: true,
+        };
+        save(&format!("fig_convergence{suffix}"), &|p| {
+            plot::save(&fig, p)
+        })?;
+
+        // The distribution of guesses, a panel per round, per arm.
+        for (a, arm) in arm_order.iter().enumerate() {
+            let panels: Vec<HistogramPanel> = gathered
+                .histograms
+                .iter()
+                .filter(|((ar, p, _), _)| ar == arm && *p == population)
+                .map(|((_, _, round), counts)| {
+                    let total: u64 = counts.iter().sum();
+                    let bins = counts
+                        .iter()
+                        .enumerate()
+                        .map(|(b, &c)| {
+                            (
+                                b as f64 * 2.0,
+                                b as f64 * 2.0 + 2.0,
+                                c as f64 / total.max(1) as f64,
+                            )
+                        })
+                        .collect();
+                    let target = rounds
+                        .iter()
+                        .find(|r| &r.arm == arm && r.population == population && r.round == *round)
+                        .and_then(|r| r.target);
+                    HistogramPanel {
+                        title: format!("round {round} (line: target)"),
+                        bins,
+                        mark: target,
+                    }
+                })
+                .collect();
+            if panels.is_empty() {
+                continue;
+            }
+            let fig = Histograms {
+                title: format!("Guesses per round: {arm}, {population} players"),
+                x_label: "guess".into(),
+                panels,
+            };
+            save(&format!("fig_guesses_arm{a}{suffix}"), &|p| {
+                plot::save(&fig, p)
+            })?;
+        }
+    }
+
+    // Round 1's mean guess by group, one figure per attribute.
+    let groups: Vec<GroupMean> = gathered
+        .groups
+        .iter()
+        .map(|((arm, attribute, group), running)| GroupMean {
+            arm: arm.clone(),
+            attribute: attribute.clone(),
+            group: group.clone(),
+            mean: running.summary(),
+        })
+        .collect();
+    for attribute in &gathered.attributes {
+        let mut categories: Vec<String> = groups
+            .iter()
+            .filter(|g| &g.attribute == attribute)
+            .map(|g| g.group.clone())
+            .collect();
+        categories.sort_by_key(|c| natural_key(c));
+        categories.dedup();
+        if categories.is_empty() || categories.len() > 40 {
+            continue;
+        }
+        let series = arm_order
+            .iter()
+            .map(|arm| {
+                let values = categories
+                    .iter()
+                    .map(|c| {
+                        groups
+                            .iter()
+                            .find(|g| &g.arm == arm && &g.attribute == attribute && &g.group == c)
+                            .and_then(|g| g.mean)
+                            .map(|s| {
+                                let (lo, hi) = s.interval().unwrap_or((s.mean, s.mean));
+                                (s.mean, lo, hi)
+                            })
+                    })
+                    .collect();
+                BarSeries {
+                    name: arm.clone(),
+                    values,
+                }
+            })
+            .collect();
+        let fig = Bars {
+            title: format!("Round 1: mean guess by {attribute} (95% CI across agents)"),
+            y_label: "mean guess".into(),
+            categories,
+            series,
+        };
+        save(&format!("fig_by_{}", slug(attribute)), &|p| {
+            plot::save(&fig, p)
+        })?;
+    }
+
+    let report = Report {
+        manifest,
+        rounds,
+        groups,
+        figures,
+    };
+    record::write_json_atomic(&dir.join("summary.json"), &report).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("report.html"), html(&report))
+        .map_err(|e| format!("{}: {e}", dir.join("report.html").display()))?;
+    Ok(report)
+}
+
+/// Orders `9-17` before `18-29` and `<18` first: by the first number in the label.
+fn natural_key(label: &str) -> (i64, String) {
+    let digits: String = label
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    let n = digits.parse::<i64>().unwrap_or(i64::MAX);
+    let n = if label.starts_with('<') { i64::MIN } else { n };
+    (n, label.to_string())
+}
+
+fn slug(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn num(x: Option<f64>) -> String {
+    x.map_or("-".into(), |x| format!("{x:.2}"))
+}
+
+fn mean_text(s: &Option<Summary>) -> String {
+    match s {
+        None => "-".into(),
+        Some(s) => match s.interval() {
+            Some((lo, hi)) => format!("{:.2} [{lo:.2}, {hi:.2}]", s.mean),
+            None => format!("{:.2} (n={}: no CI)", s.mean, s.n),
+        },
+    }
+}
+
+fn seconds_text(s: Option<f64>) -> String {
+    match s {
+        None => "-".into(),
+        Some(s) if s < 1.0 => format!("{:.1} ms", s * 1e3),
+        Some(s) => format!("{s:.2} s"),
+    }
+}
+
+/// The key numbers as text lines, for the terminal.
+pub fn text(report: &Report) -> String {
+    let mut out = String::new();
+    let m = &report.manifest;
+    let _ = writeln!(
+        out,
+        "{} ({} policy, model {}): {} decisions, {} fallbacks ({:.1}%)",
+        m.name,
+        m.policy,
+        m.model.as_deref().unwrap_or("-"),
+        m.counters.decisions,
+        m.counters.fallbacks,
+        100.0 * m.counters.fallbacks as f64 / m.counters.decisions.max(1) as f64,
+    );
+    let _ = writeln!(
+        out,
+        "{:<36} {:>5} {:>22} {:>8} {:>8} {:>8} {:>7} {:>10}",
+        "arm (players)",
+        "round",
+        "mean [95% CI]",
+        "target",
+        "winning",
+        "winners",
+        "std",
+        "round time"
+    );
+    for r in &report.rounds {
+        let _ = writeln!(
+            out,
+            "{:<36} {:>5} {:>22} {:>8} {:>8} {:>8.1} {:>7} {:>10}",
+            format!("{} ({})", r.arm, r.population),
+            r.round,
+            mean_text(&r.mean),
+            num(r.target),
+            num(r.winning_number),
+            r.winners,
+            num(r.std),
+            seconds_text(r.seconds),
+        );
+    }
+    out
+}
+
+fn html(report: &Report) -> String {
+    let m = &report.manifest;
+    let mut body = String::new();
+    let _ = write!(
+        body,
+        "<h1>{}</h1><p>Scenario <b>guess</b>, policy <b>{}</b>, model <b>{}</b>, seed {}, {} replicates, {} rounds; \
+         {} decisions in {:.1} s, {} fell back (no guess).</p>",
+        esc(&m.name),
+        esc(&m.policy),
+        esc(m.model.as_deref().unwrap_or("-")),
+        m.seed,
+        m.replicates,
+        m.steps,
+        m.counters.decisions,
+        m.counters.seconds,
+        m.counters.fallbacks,
+    );
+    body.push_str(
+        "<h2>Rounds</h2><p>Each statistic is the mean over replicates (one game each); the interval of \
+         the mean guess is a 95% CI over games, shown when there are at least two. Round time is the \
+         wall time of the step that played the round, for all cells of that population at once.</p>",
+    );
+    body.push_str(&table(
+        &[
+            "arm",
+            "players",
+            "round",
+            "winning number",
+            "winners",
+            "mean [95% CI]",
+            "median",
+            "std",
+            "min",
+            "max",
+            "target",
+            "guesses",
+            "round time",
+        ],
+        report.rounds.iter().map(|r| {
+            vec![
+                esc(&r.arm),
+                r.population.to_string(),
+                r.round.to_string(),
+                num(r.winning_number),
+                format!("{:.1}", r.winners),
+                mean_text(&r.mean),
+                num(r.median),
+                num(r.std),
+                num(r.min),
+                num(r.max),
+                num(r.target),
+                format!("{:.0} of {}", r.guesses, r.players),
+                seconds_text(r.seconds),
+            ]
+        }),
+    ));
+    if !report.groups.is_empty() {
+        body.push_str(
+            "<h2>Round 1 by group</h2><p>Mean guess with a 95% CI across agents: in round 1 nobody has \
+             seen a result, so agents decide independently.</p>",
+        );
+        body.push_str(&table(
+            &["arm", "attribute", "group", "mean [95% CI]", "agents"],
+            report.groups.iter().map(|g| {
+                vec![
+                    esc(&g.arm),
+                    esc(&g.attribute),
+                    esc(&g.group),
+                    mean_text(&g.mean),
+                    g.mean.map_or("0".into(), |s| s.n.to_string()),
+                ]
+            }),
+        ));
+    }
+    body.push_str("<h2>Figures</h2>");
+    body.push_str(&figures(&report.figures));
+    page(&m.name, &body)
+}
+
+/// Writes the report of the run in `dir` and returns its key numbers as text (the
+/// registry's entry).
+pub fn write(dir: &Path) -> Result<String, String> {
+    report(dir).map(|r| text(&r))
+}

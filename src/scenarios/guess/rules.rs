@@ -1,0 +1,349 @@
+//! The game's arithmetic, exactly: guesses are whole hundredths, the target rule's ratio and
+//! offset are fractions, so the target and every distance to it are exact rationals and the
+//! winner and its ties never depend on rounding.
+
+use serde::{Deserialize, Serialize};
+
+/// Guesses are stored in hundredths: 0 ..= 10000 is 0 ..= 100.
+pub const SCALE: i64 = 100;
+pub const MAX_GUESS: u16 = 100 * SCALE as u16;
+
+/// An exact fraction `num / den` (den > 0), read from `"2/3"`, `0.51` or `5`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(into = "String")]
+pub struct Fraction {
+    pub num: i64,
+    pub den: i64,
+}
+
+impl Fraction {
+    pub fn new(num: i64, den: i64) -> Result<Self, String> {
+        if den == 0 {
+            return Err(format!("{num}/0 divides by zero"));
+        }
+        let (num, den) = if den < 0 { (-num, -den) } else { (num, den) };
+        let g = gcd(num.unsigned_abs(), den.unsigned_abs()).max(1) as i64;
+        Ok(Self {
+            num: num / g,
+            den: den / g,
+        })
+    }
+
+    pub fn value(self) -> f64 {
+        self.num as f64 / self.den as f64
+    }
+
+    /// From a decimal's shortest spelling (`0.51` -> 51/100), so that what the user wrote is
+    /// what is computed.
+    pub fn from_f64(x: f64) -> Result<Self, String> {
+        if !x.is_finite() {
+            return Err(format!("{x} is not a number"));
+        }
+        let mut buffer = ryu::Buffer::new();
+        Self::parse(buffer.format(x))
+    }
+
+    /// `"2/3"`, `"-1/2"`, `"0.51"`, `"5"`, `"1e-2"`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if let Some((n, d)) = text.split_once('/') {
+            let n: i64 = n
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{text}`: the numerator must be a whole number"))?;
+            let d: i64 = d
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{text}`: the denominator must be a whole number"))?;
+            return Self::new(n, d);
+        }
+        let (mantissa, exponent) = match text.split_once(['e', 'E']) {
+            Some((m, e)) => (
+                m,
+                e.parse::<i32>()
+                    .map_err(|_| format!("`{text}` is not a number"))?,
+            ),
+            None => (text, 0),
+        };
+        let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let digits = format!("{int}{frac}");
+        let num: i64 = digits
+            .parse()
+            .map_err(|_| format!("`{text}` is not a number or a fraction like 2/3"))?;
+        let scale = exponent - frac.len() as i32;
+        if scale.abs() > 12 {
+            return Err(format!(
+                "`{text}` has too many digits for an exact fraction"
+            ));
+        }
+        if scale >= 0 {
+            Self::new(num * 10i64.pow(scale as u32), 1)
+        } else {
+            Self::new(num, 10i64.pow((-scale) as u32))
+        }
+    }
+}
+
+impl From<Fraction> for String {
+    fn from(f: Fraction) -> String {
+        f.to_string()
+    }
+}
+
+impl std::fmt::Display for Fraction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.den == 1 {
+            write!(f, "{}", self.num)
+        } else {
+            write!(f, "{}/{}", self.num, self.den)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Fraction {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(i64),
+            Float(f64),
+            Text(String),
+        }
+        let parsed = match Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("expected a number or a fraction such as \"2/3\"")
+        })? {
+            Raw::Int(i) => Fraction::new(i, 1),
+            Raw::Float(x) => Fraction::from_f64(x),
+            Raw::Text(t) => Fraction::parse(&t),
+        };
+        parsed.map_err(serde::de::Error::custom)
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// `target = ratio * mean + offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetRule {
+    pub ratio: Fraction,
+    pub offset: Fraction,
+}
+
+/// The outcome of one round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundResult {
+    /// Agents who submitted a guess (the others could not decide).
+    pub guesses: u64,
+    pub mean: f64,
+    pub median: f64,
+    pub std: f64,
+    pub min: f64,
+    pub max: f64,
+    pub target: f64,
+    /// The guess closest to the target (the lower one when two different guesses are
+    /// equally close).
+    pub winning_number: f64,
+    /// Agents whose guess is closest to the target.
+    pub winners: u64,
+}
+
+impl TargetRule {
+    /// The equilibrium a population converges to when everyone best-responds:
+    /// `x = ratio x + offset`, clipped to the range; `None` when ratio is 1.
+    pub fn equilibrium(&self) -> Option<f64> {
+        let r = self.ratio.value();
+        ((r - 1.0).abs() > 1e-12).then(|| (self.offset.value() / (1.0 - r)).clamp(0.0, 100.0))
+    }
+
+    /// The exact target for guesses summing to `sum` hundredths over `n` agents, as
+    /// `(numerator, denominator)` in hundredths.
+    fn target_exact(&self, sum: i128, n: i128) -> (i128, i128) {
+        let (p, q) = (self.ratio.num as i128, self.ratio.den as i128);
+        let (a, b) = (self.offset.num as i128, self.offset.den as i128);
+        // p/q * sum/n + a/b * SCALE  =  (p*sum*b + a*SCALE*q*n) / (q*n*b)
+        (p * sum * b + a * SCALE as i128 * q * n, q * n * b)
+    }
+
+    /// Scores one round of guesses (hundredths; `None` for agents without a guess).
+    /// Returns `None` when nobody guessed. Linear in the number of agents: guesses are
+    /// counted per value (there are at most 10,001 of them) rather than sorted.
+    pub fn score(&self, guesses: &[Option<u16>]) -> Option<RoundResult> {
+        let mut counts = vec![0u64; MAX_GUESS as usize + 1];
+        for g in guesses.iter().flatten() {
+            counts[*g as usize] += 1;
+        }
+        let len: u64 = counts.iter().sum();
+        if len == 0 {
+            return None;
+        }
+        let values = || {
+            counts
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .map(|(v, &c)| (v as i128, c))
+        };
+        let n = len as i128;
+        let sum: i128 = values().map(|(v, c)| v * c as i128).sum();
+        let (tn, td) = self.target_exact(sum, n);
+        // |g - tn/td| * td, compared as integers.
+        let distance = |g: i128| (g * td - tn).abs();
+        let best = values().map(|(v, _)| distance(v)).min().expect("non-empty");
+        let (winning, winners) = values()
+            .filter(|&(v, _)| distance(v) == best)
+            .fold((None, 0), |(first, total), (v, c)| {
+                (first.or(Some(v)), total + c)
+            });
+        // The k-th smallest guess (0-based), walking the counts.
+        let nth = |k: u64| {
+            let mut seen = 0;
+            for (v, c) in values() {
+                seen += c;
+                if seen > k {
+                    return v as f64;
+                }
+            }
+            unreachable!("k < len")
+        };
+        let median = if len % 2 == 1 {
+            nth(len / 2)
+        } else {
+            (nth(len / 2 - 1) + nth(len / 2)) / 2.0
+        };
+        let mean = sum as f64 / n as f64;
+        let var = if len > 1 {
+            values()
+                .map(|(v, c)| c as f64 * (v as f64 - mean).powi(2))
+                .sum::<f64>()
+                / (len - 1) as f64
+        } else {
+            0.0
+        };
+        let s = SCALE as f64;
+        Some(RoundResult {
+            guesses: len,
+            mean: mean / s,
+            median: median / s,
+            std: var.sqrt() / s,
+            min: values().next().expect("non-empty").0 as f64 / s,
+            max: values().next_back().expect("non-empty").0 as f64 / s,
+            target: tn as f64 / td as f64 / s,
+            winning_number: winning.expect("a winner exists") as f64 / s,
+            winners,
+        })
+    }
+}
+
+/// A guess in hundredths from a number of the range, rounded to `decimals` places.
+pub fn to_hundredths(x: f64, decimals: u32) -> u16 {
+    let step = 10f64.powi(2 - decimals.min(2) as i32);
+    let h = (x.clamp(0.0, 100.0) * SCALE as f64 / step).round() * step;
+    h.clamp(0.0, MAX_GUESS as f64) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(ratio: &str, offset: &str) -> TargetRule {
+        TargetRule {
+            ratio: Fraction::parse(ratio).unwrap(),
+            offset: Fraction::parse(offset).unwrap(),
+        }
+    }
+
+    fn h(xs: &[f64]) -> Vec<Option<u16>> {
+        xs.iter().map(|&x| Some(to_hundredths(x, 2))).collect()
+    }
+
+    #[test]
+    fn fractions_are_read_exactly() {
+        assert_eq!(Fraction::parse("2/3").unwrap(), Fraction { num: 2, den: 3 });
+        assert_eq!(Fraction::parse("4/6").unwrap(), Fraction { num: 2, den: 3 });
+        assert_eq!(
+            Fraction::from_f64(0.51).unwrap(),
+            Fraction { num: 51, den: 100 }
+        );
+        assert_eq!(Fraction::parse("5").unwrap(), Fraction { num: 5, den: 1 });
+        assert_eq!(
+            Fraction::parse("1e-2").unwrap(),
+            Fraction { num: 1, den: 100 }
+        );
+        assert_eq!(
+            Fraction::parse("-1/2").unwrap(),
+            Fraction { num: -1, den: 2 }
+        );
+        assert!(Fraction::parse("1/0").is_err());
+        assert!(Fraction::parse("two thirds").is_err());
+    }
+
+    // Hand-computed: guesses 20, 40, 60 have mean 40.
+    #[test]
+    fn two_thirds_of_the_average() {
+        let r = rule("2/3", "0").score(&h(&[20.0, 40.0, 60.0])).unwrap();
+        // 2/3 * 40 = 26.666..., closest: 20 (6.67 away) vs 40 (13.3).
+        assert!((r.target - 80.0 / 3.0).abs() < 1e-12);
+        assert_eq!((r.winning_number, r.winners), (20.0, 1));
+        assert_eq!((r.mean, r.median, r.min, r.max), (40.0, 40.0, 20.0, 60.0));
+        assert!((r.std - 20.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn every_variant_of_the_study() {
+        let g = h(&[10.0, 30.0, 50.0, 90.0]); // mean 45
+        for (ratio, offset, target) in [
+            ("1/2", "0", 22.5),
+            ("3/5", "0", 27.0),
+            ("51/100", "0", 22.95),
+            ("67/100", "0", 30.15),
+            ("2/3", "0", 30.0),
+            ("1/2", "5", 27.5),
+        ] {
+            let r = rule(ratio, offset).score(&g).unwrap();
+            assert!((r.target - target).abs() < 1e-9, "{ratio} {offset}: {r:?}");
+        }
+        // 5 + mean/2 has its equilibrium at 10; 2/3 at 0.
+        assert_eq!(rule("1/2", "5").equilibrium(), Some(10.0));
+        assert_eq!(rule("2/3", "0").equilibrium(), Some(0.0));
+    }
+
+    #[test]
+    fn ties_are_counted_exactly() {
+        // Mean 45, target 2/3 * 45 = 30: two agents at 30 tie exactly.
+        let r = rule("2/3", "0").score(&h(&[30.0, 30.0, 75.0])).unwrap();
+        assert_eq!((r.winning_number, r.winners), (30.0, 2));
+        // Mean 30.5 over (29.5, 31.5): target 1 * mean = 30.5 is 1 from both; in floats
+        // 30.5 - 29.5 and 31.5 - 30.5 are equal too, but 2/3-style targets are not, so the
+        // rule compares exact rationals. 1/3 * (10 + 20.01)/2 = 5.00166..: 5 wins alone.
+        let r = rule("1", "0").score(&h(&[29.5, 31.5])).unwrap();
+        assert_eq!((r.winning_number, r.winners), (29.5, 2));
+        let r = rule("1/3", "0")
+            .score(&h(&[10.0, 20.01, 5.0, 5.0]))
+            .unwrap();
+        // mean (10 + 20.01 + 5 + 5)/4 = 10.0025, target 3.334166..: the two 5s win.
+        assert_eq!((r.winning_number, r.winners), (5.0, 2));
+    }
+
+    #[test]
+    fn agents_without_a_guess_are_left_out() {
+        let mut g = h(&[20.0, 40.0]);
+        g.push(None);
+        let r = rule("2/3", "0").score(&g).unwrap();
+        assert_eq!((r.guesses, r.mean), (2, 30.0));
+        assert!(rule("2/3", "0").score(&[None, None]).is_none());
+    }
+
+    #[test]
+    fn guesses_round_to_their_decimals() {
+        assert_eq!(to_hundredths(33.333, 2), 3333);
+        assert_eq!(to_hundredths(33.35, 1), 3340);
+        assert_eq!(to_hundredths(33.6, 0), 3400);
+        assert_eq!(to_hundredths(120.0, 2), 10000);
+        assert_eq!(to_hundredths(-3.0, 2), 0);
+    }
+}

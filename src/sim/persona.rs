@@ -1,0 +1,149 @@
+//! LLM-written personas: the model turns each agent's sampled profile (its population
+//! attributes) into a short persona, from a meta-prompt template. Personas are generated in
+//! batches through the engine and kept in a cache under `$THRONG_CACHE/personas/`, keyed by
+//! a hash of (profile, template, model, sampling, the agent's seed), so that later runs of the
+//! same population reuse them instead of asking again.
+
+use super::policy::PolicyError;
+use super::population::{PersonaConfig, Population};
+use super::prompt::PromptBook;
+use crate::engine::{Engine, Message, Request, SamplingParams};
+use minijinja::context;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    key: String,
+    persona: String,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The cache file of one (template, model) pair.
+fn cache_file(dir: &Path, template: &str, model: &str) -> PathBuf {
+    let mut h = Sha256::new();
+    h.update(template.as_bytes());
+    h.update([0]);
+    h.update(model.as_bytes());
+    dir.join(format!("{}.jsonl", &hex(&h.finalize())[..16]))
+}
+
+/// How personas are written and where they are kept.
+pub struct Writer<'a> {
+    pub cfg: &'a PersonaConfig,
+    /// The meta-prompt's name in the prompt book.
+    pub template: &'a str,
+    /// The model's name, part of the cache key.
+    pub model: &'a str,
+    pub cache_dir: &'a Path,
+}
+
+/// One persona per agent of `population`: from the cache where present, else written by the
+/// model (and added to the cache). `seed` is the population's; agent `i` samples with
+/// `derive(seed, [i])`.
+pub fn write(
+    engine: &mut Engine,
+    prompts: &PromptBook,
+    how: &Writer<'_>,
+    population: &Population,
+    seed: u64,
+) -> Result<Vec<Box<str>>, PolicyError> {
+    let Writer {
+        cfg,
+        template: template_name,
+        model,
+        cache_dir,
+    } = *how;
+    let template = prompts
+        .source(template_name)
+        .unwrap_or_default()
+        .to_string();
+    let path = cache_file(cache_dir, &template, model);
+    let mut known: HashMap<String, String> = HashMap::new();
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        // A line cut short by a crash is skipped; its persona is asked for again.
+        for entry in text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Entry>(l).ok())
+        {
+            known.insert(entry.key, entry.persona);
+        }
+    }
+    let keys: Vec<String> = (0..population.size)
+        .map(|agent| {
+            let mut h = Sha256::new();
+            for (name, value) in population.profile(agent) {
+                h.update(name.as_bytes());
+                h.update([0]);
+                h.update(value.to_string().as_bytes());
+                h.update([0]);
+            }
+            h.update(crate::seed::derive(seed, &[agent as u64]).to_le_bytes());
+            h.update(cfg.max_tokens.to_le_bytes());
+            h.update(cfg.temperature.to_le_bytes());
+            hex(&h.finalize())
+        })
+        .collect();
+    let missing: Vec<usize> = (0..population.size)
+        .filter(|&a| !known.contains_key(&keys[a]))
+        .collect();
+    if !missing.is_empty() {
+        std::fs::create_dir_all(cache_dir)
+            .map_err(|e| PolicyError::Engine(format!("{}: {e}", cache_dir.display())))?;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| PolicyError::Engine(format!("{}: {e}", path.display())))?;
+        for chunk in missing.chunks(1024) {
+            let requests = chunk
+                .iter()
+                .map(|&agent| {
+                    let profile: Vec<serde_json::Value> = population
+                        .profile(agent)
+                        .map(|(n, v)| serde_json::json!({"name": n, "value": v.to_string()}))
+                        .collect();
+                    let text = prompts.render(
+                        template_name,
+                        &context! { profile => minijinja::Value::from(minijinja::value::Serde(&profile)) },
+                    )?;
+                    Ok(Request::chat(vec![Message::user(text)])
+                        .with_max_tokens(cfg.max_tokens)
+                        .with_sampling(SamplingParams {
+                            temperature: cfg.temperature,
+                            top_p: 0.95,
+                            top_k: None,
+                            seed: crate::seed::derive(seed, &[agent as u64]),
+                        }))
+                })
+                .collect::<Result<Vec<_>, PolicyError>>()?;
+            for (&agent, result) in chunk.iter().zip(engine.generate(requests)) {
+                let persona = result
+                    .map_err(|e| PolicyError::Engine(format!("writing a persona: {e}")))?
+                    .text
+                    .trim()
+                    .to_string();
+                let line = serde_json::to_string(&Entry {
+                    key: keys[agent].clone(),
+                    persona: persona.clone(),
+                })
+                .expect("invariant: entries serialise");
+                writeln!(file, "{line}")
+                    .map_err(|e| PolicyError::Engine(format!("{}: {e}", path.display())))?;
+                known.insert(keys[agent].clone(), persona);
+            }
+            file.flush()
+                .map_err(|e| PolicyError::Engine(format!("{}: {e}", path.display())))?;
+        }
+    }
+    Ok(keys
+        .iter()
+        .map(|k| known[k].clone().into_boxed_str())
+        .collect())
+}

@@ -1,0 +1,89 @@
+//! Which agents of a cell use which policy, when a config mixes them: each policy group takes
+//! a seeded sample of the agents that match its conditions and are not taken yet; the rest
+//! use the experiment's policy.
+
+use crate::sim::config::PolicyKind;
+use crate::sim::experiment::{Condition, PolicyPlan};
+use crate::sim::population::{Column, Population};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+/// Each agent's policy, as an index into `plan.kinds()`; `None` when every agent uses the
+/// default.
+pub fn assign(plan: &PolicyPlan, population: &Population, seed: u64) -> Option<Vec<u8>> {
+    if plan.groups.is_empty() {
+        return None;
+    }
+    let kinds = plan.kinds();
+    let index = |k: PolicyKind| {
+        kinds
+            .iter()
+            .position(|&x| x == k)
+            .expect("invariant: listed") as u8
+    };
+    let mut assigned: Vec<Option<u8>> = vec![None; population.size];
+    for (g, group) in plan.groups.iter().enumerate() {
+        let mut matching: Vec<usize> = (0..population.size)
+            .filter(|&a| assigned[a].is_none())
+            .filter(|&a| {
+                group.filter.iter().all(|(attr, condition)| {
+                    match (&population.columns[*attr].1, condition) {
+                        (Column::Categorical { codes, .. }, Condition::OneOf(ok)) => {
+                            ok.contains(&codes[a])
+                        }
+                        (Column::Numeric { values }, Condition::Within(lo, hi)) => {
+                            (*lo..=*hi).contains(&(values[a] as f64))
+                        }
+                        _ => false,
+                    }
+                })
+            })
+            .collect();
+        let take = (group.share * matching.len() as f64).round() as usize;
+        let mut rng = ChaCha8Rng::seed_from_u64(crate::seed::derive(seed, &[g as u64]));
+        matching.shuffle(&mut rng);
+        for &a in &matching[..take] {
+            assigned[a] = Some(index(group.policy));
+        }
+    }
+    let default = index(plan.default);
+    Some(assigned.into_iter().map(|a| a.unwrap_or(default)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::experiment::PolicyGroup;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_group_takes_its_share_of_the_matching_agents() {
+        let population = Population {
+            size: 1000,
+            columns: vec![(
+                "education".into(),
+                Column::Categorical {
+                    categories: Arc::from(vec!["school".to_string(), "university".to_string()]),
+                    codes: (0..1000).map(|i| (i % 2) as u16).collect(),
+                },
+            )],
+            personas: None,
+        };
+        let plan = PolicyPlan {
+            default: PolicyKind::Scripted,
+            groups: vec![PolicyGroup {
+                policy: PolicyKind::Llm,
+                share: 0.1,
+                filter: vec![(0, Condition::OneOf(vec![1]))],
+            }],
+        };
+        let a = assign(&plan, &population, 7).unwrap();
+        // kinds() = [scripted, llm]: 10% of the 500 university agents use the model.
+        let llm: Vec<usize> = (0..1000).filter(|&i| a[i] == 1).collect();
+        assert_eq!(llm.len(), 50);
+        assert!(llm.iter().all(|i| i % 2 == 1));
+        assert_eq!(assign(&plan, &population, 7).unwrap(), a, "seeded");
+        assert_ne!(assign(&plan, &population, 8).unwrap(), a);
+    }
+}

@@ -1,0 +1,322 @@
+//! The language model, through the engine. Each cell's system prompt is rendered and
+//! tokenized once per step; each agent's own prompt is rendered and tokenized in parallel a
+//! wave at a time, as the engine has room, so that memory stays bounded whatever the number
+//! of agents.
+
+use super::{AgentTurn, CellView, Decided, LlmTrace, Policy, PolicyError, PromptTimes};
+use crate::engine::{
+    Engine, FinishReason, Message, Prompt, PromptCost, Request, RequestError, SamplingParams,
+    SharedPrefix,
+};
+use crate::sim::population::{PersonaConfig, Population};
+use crate::sim::prompt::PromptBook;
+use crate::sim::scenario::{CellInfo, Scenario};
+use rayon::prelude::*;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Instant;
+
+/// Past turns of one agent: (prompt, reply).
+type History = VecDeque<(String, String)>;
+
+/// The language model, through the engine.
+pub struct Llm {
+    engine: Engine,
+    prompts: PromptBook,
+    /// Turns of history kept per agent.
+    keep: usize,
+    /// Keyed by `(arm, population, replicate, agent)` so that it survives a restart.
+    histories: HashMap<String, History>,
+    /// Requests in flight at most.
+    wave: usize,
+    times: PromptTimes,
+}
+
+fn history_key(cell: &CellInfo, agent: usize) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        cell.arm, cell.population, cell.replicate, agent
+    )
+}
+
+/// The name a template file is known by in a [`PromptBook`] (`persona.jinja` -> `persona`).
+pub fn template_name(file: &str) -> String {
+    std::path::Path::new(file)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| file.to_string())
+}
+
+/// A turn made ready for the engine.
+struct Prepared {
+    request: Result<Request, RequestError>,
+    user: String,
+    hash: String,
+    cost: PromptCost,
+}
+
+impl Llm {
+    pub fn new(engine: Engine, prompts: PromptBook, keep: usize, wave: usize) -> Self {
+        Self {
+            engine,
+            prompts,
+            keep,
+            histories: HashMap::new(),
+            wave: wave.max(1),
+            times: PromptTimes::default(),
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn into_engine(self) -> Engine {
+        self.engine
+    }
+
+    /// One LLM-written persona per agent of `population` (see [`crate::sim::persona`]).
+    pub fn personas(
+        &mut self,
+        cfg: &PersonaConfig,
+        model: &str,
+        population: &Population,
+        seed: u64,
+    ) -> Result<Vec<Box<str>>, PolicyError> {
+        let cache_dir = crate::assets::cache_dir().join("personas");
+        let writer = crate::sim::persona::Writer {
+            cfg,
+            template: &template_name(&cfg.template),
+            model,
+            cache_dir: &cache_dir,
+        };
+        crate::sim::persona::write(&mut self.engine, &self.prompts, &writer, population, seed)
+    }
+
+    /// Renders and tokenizes one agent's own part of the prompt.
+    fn prepare<S: Scenario>(
+        &self,
+        cells: &[CellView<'_, S>],
+        prefix: &SharedPrefix,
+        t: &AgentTurn,
+    ) -> Result<Prepared, PolicyError> {
+        let cell = &cells[t.cell];
+        let started = Instant::now();
+        let turn = cell
+            .scenario
+            .turn(cell.world, cell.population, t.agent, cell.step);
+        let user = self
+            .prompts
+            .render(cell.scenario.role(cell.world, t.agent), &turn.context)?;
+        let rendered = started.elapsed();
+        let mut own = Vec::new();
+        if let Some(history) = self.histories.get(&history_key(cell.info, t.agent)) {
+            for (prompt, reply) in history {
+                own.push(Message::user(prompt.clone()));
+                own.push(Message::assistant(reply.clone()));
+            }
+        }
+        own.push(Message::user(user.clone()));
+        let hash = prefix.hash(&own);
+        let tokens = prefix.tokens(self.engine.chat_template(), self.engine.tokenizer(), &own);
+        let mut cost = PromptCost {
+            template: rendered,
+            ..PromptCost::default()
+        };
+        let request = tokens.map(|(tokens, c)| {
+            cost += c;
+            Request::new(Prompt::Tokens(tokens))
+                .with_schema((*turn.schema).clone())
+                .with_max_tokens(cell.llm.max_tokens)
+                .with_sampling(SamplingParams {
+                    temperature: cell.llm.temperature,
+                    top_p: cell.llm.top_p,
+                    top_k: cell.llm.top_k,
+                    seed: t.seed,
+                })
+        });
+        Ok(Prepared {
+            request,
+            user,
+            hash,
+            cost,
+        })
+    }
+}
+
+impl<S: Scenario> Policy<S> for Llm {
+    fn decide(
+        &mut self,
+        cells: &[CellView<'_, S>],
+        turns: &[AgentTurn],
+        done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Decided<S::Decision>>, PolicyError> {
+        // Each cell's system prompt, rendered and tokenized once; cells with the same rules
+        // share one.
+        let started = Instant::now();
+        let mut systems: Vec<String> = Vec::new();
+        let mut prefix_of: Vec<usize> = Vec::with_capacity(cells.len());
+        for c in cells {
+            let text = self
+                .prompts
+                .render("system", &c.scenario.shared_context(c.world, c.step))?;
+            let i = match systems.iter().position(|s| *s == text) {
+                Some(i) => i,
+                None => {
+                    systems.push(text);
+                    systems.len() - 1
+                }
+            };
+            prefix_of.push(i);
+        }
+        let prefixes: Vec<SharedPrefix> = systems
+            .iter()
+            .map(|s| SharedPrefix::new(self.engine.chat_template(), self.engine.tokenizer(), s))
+            .collect::<Result<_, _>>()
+            .map_err(|e| PolicyError::Engine(format!("the system prompt: {e}")))?;
+        self.times.template += started.elapsed();
+
+        let mut results: Vec<Option<Decided<S::Decision>>> =
+            (0..turns.len()).map(|_| None).collect();
+        // Engine id -> (turn index, the agent's own prompt, prompt hash).
+        let mut pending: HashMap<u64, (usize, String, String)> = HashMap::new();
+        let mut next = 0;
+        while next < turns.len() || self.engine.has_work() {
+            if next < turns.len() && pending.len() < self.wave {
+                let take = (self.wave - pending.len()).min(turns.len() - next);
+                let batch = &turns[next..next + take];
+                let started = Instant::now();
+                let prepared: Vec<Prepared> = batch
+                    .par_iter()
+                    .map(|t| self.prepare(cells, &prefixes[prefix_of[t.cell]], t))
+                    .collect::<Result<_, _>>()?;
+                let wall = started.elapsed().as_secs_f64();
+                // Wall time, split between templates and the tokenizer as their sums are.
+                let (sum_t, sum_k) = prepared.iter().fold((0.0, 0.0), |(a, b), p| {
+                    (
+                        a + p.cost.template.as_secs_f64(),
+                        b + p.cost.tokenize.as_secs_f64(),
+                    )
+                });
+                let share = if sum_t + sum_k > 0.0 {
+                    sum_t / (sum_t + sum_k)
+                } else {
+                    1.0
+                };
+                self.times.template += std::time::Duration::from_secs_f64(wall * share);
+                self.times.tokenize += std::time::Duration::from_secs_f64(wall * (1.0 - share));
+                for (offset, p) in prepared.into_iter().enumerate() {
+                    let i = next + offset;
+                    let t = &turns[i];
+                    let submitted = p.request.and_then(|r| self.engine.submit(&r));
+                    match submitted {
+                        Ok(id) => {
+                            pending.insert(id, (i, p.user, p.hash));
+                        }
+                        Err(e) => {
+                            let cell = &cells[t.cell];
+                            results[i] = Some(Decided {
+                                decision: cell.scenario.no_change(cell.world, t.agent),
+                                clamps: Vec::new(),
+                                fallback: Some(format!("refused: {e}")),
+                                llm: Some(Box::new(LlmTrace {
+                                    prompt_hash: p.hash,
+                                    ..LlmTrace::default()
+                                })),
+                            });
+                            done(1);
+                        }
+                    }
+                }
+                next += take;
+            }
+            if !self.engine.has_work() {
+                continue;
+            }
+            let finished = self.engine.step().finished;
+            let count = finished.len();
+            for (id, result) in finished {
+                let (i, user, hash) = pending
+                    .remove(&id)
+                    .expect("invariant: every finished id was submitted");
+                let t = &turns[i];
+                let cell = &cells[t.cell];
+                let mut trace = LlmTrace {
+                    prompt_hash: hash,
+                    ..LlmTrace::default()
+                };
+                let parsed = match result {
+                    Err(e) => Err(format!("failed: {e}")),
+                    Ok(r) => {
+                        trace.text = Some(r.text.clone());
+                        trace.value = r.value.clone();
+                        trace.prompt_tokens = r.prompt_tokens;
+                        trace.cached_tokens = r.cached_tokens;
+                        trace.generated_tokens = r.generated_tokens;
+                        trace.latency_ms = Some(
+                            (r.timings.queue + r.timings.prefill + r.timings.decode).as_secs_f64()
+                                * 1e3,
+                        );
+                        if self.keep > 0 {
+                            let history = self
+                                .histories
+                                .entry(history_key(cell.info, t.agent))
+                                .or_default();
+                            history.push_back((user, r.text.clone()));
+                            while history.len() > self.keep {
+                                history.pop_front();
+                            }
+                        }
+                        match (r.finish_reason, r.value) {
+                            (FinishReason::Stop, Some(value)) => {
+                                cell.scenario.parse(cell.world, t.agent, &value)
+                            }
+                            (FinishReason::Length, _) => Err(format!(
+                                "length: no complete decision within {} tokens",
+                                cell.llm.max_tokens
+                            )),
+                            (FinishReason::Stop, None) => Err("stop without a value".to_string()),
+                        }
+                    }
+                };
+                results[i] = Some(match parsed {
+                    Ok(p) => Decided {
+                        decision: p.decision,
+                        clamps: p.clamps,
+                        fallback: None,
+                        llm: Some(Box::new(trace)),
+                    },
+                    Err(reason) => Decided {
+                        decision: cell.scenario.no_change(cell.world, t.agent),
+                        clamps: Vec::new(),
+                        fallback: Some(reason),
+                        llm: Some(Box::new(trace)),
+                    },
+                });
+            }
+            done(count);
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("invariant: every turn was decided"))
+            .collect())
+    }
+
+    fn take_prompt_times(&mut self) -> PromptTimes {
+        std::mem::take(&mut self.times)
+    }
+
+    fn checkpoint(&self) -> Vec<u8> {
+        // Sorted, so that checkpoints of equal states are equal files.
+        let sorted: BTreeMap<&String, &History> = self.histories.iter().collect();
+        postcard::to_stdvec(&sorted).expect("invariant: histories serialise")
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), PolicyError> {
+        if state.is_empty() {
+            return Ok(());
+        }
+        self.histories =
+            postcard::from_bytes(state).map_err(|e| PolicyError::Checkpoint(e.to_string()))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,124 @@
+//! How agents decide: `llm` (the engine, every agent of every cell of a step in one
+//! continuous batch) or `scripted` (the scenario's rules of thumb), behind one trait, and
+//! which agents use which when a config mixes them.
+
+mod assign;
+mod llm;
+mod scripted;
+
+pub use assign::assign;
+pub use llm::{Llm, template_name};
+pub use scripted::Scripted;
+
+use super::config::LlmConfig;
+use super::population::Population;
+use super::prompt::PromptError;
+use super::scenario::{CellInfo, Scenario};
+use crate::record::Counters;
+use serde_json::Value;
+use std::time::Duration;
+
+/// One cell of the step being decided.
+pub struct CellView<'a, S: Scenario> {
+    pub scenario: &'a S,
+    pub world: &'a S::World,
+    pub population: &'a Population,
+    pub info: &'a CellInfo,
+    /// The sampling of the cell's arm.
+    pub llm: &'a LlmConfig,
+    pub step: usize,
+}
+
+/// An agent whose turn it is: small, so that a step of a million agents is a small list.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentTurn {
+    /// Index into the cells of the step.
+    pub cell: usize,
+    pub agent: usize,
+    /// Seeds the agent's draws this step (its sampling, or the scripted rules' noise).
+    pub seed: u64,
+}
+
+/// What the model did for one decision, for the decisions log.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LlmTrace {
+    pub prompt_hash: String,
+    pub text: Option<String>,
+    pub value: Option<Value>,
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub generated_tokens: usize,
+    pub latency_ms: Option<f64>,
+}
+
+/// A decision and how it came about. A scripted decision carries nothing on the heap.
+#[derive(Debug, Clone)]
+pub struct Decided<D> {
+    pub decision: D,
+    /// Changes made to fit the rules.
+    pub clamps: Vec<String>,
+    /// Why the decision fell back to "no change", if it did.
+    pub fallback: Option<String>,
+    pub llm: Option<Box<LlmTrace>>,
+}
+
+impl<D> Decided<D> {
+    pub fn plain(decision: D) -> Self {
+        Self {
+            decision,
+            clamps: Vec::new(),
+            fallback: None,
+            llm: None,
+        }
+    }
+}
+
+/// Time a policy spent preparing prompts during a step.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PromptTimes {
+    pub template: Duration,
+    pub tokenize: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error(transparent)]
+    Prompt(#[from] PromptError),
+    #[error("cannot restore the policy from the checkpoint: {0}")]
+    Checkpoint(String),
+    #[error("{0}")]
+    Engine(String),
+}
+
+pub trait Policy<S: Scenario> {
+    /// Decisions for `turns`, in order; `done(n)` reports n more decided as they finish.
+    fn decide(
+        &mut self,
+        cells: &[CellView<'_, S>],
+        turns: &[AgentTurn],
+        done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Decided<S::Decision>>, PolicyError>;
+    /// Prompt preparation time since the last call.
+    fn take_prompt_times(&mut self) -> PromptTimes {
+        PromptTimes::default()
+    }
+    /// State to carry over a restart (chat histories), as bytes.
+    fn checkpoint(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn restore(&mut self, _state: &[u8]) -> Result<(), PolicyError> {
+        Ok(())
+    }
+}
+
+/// Adds what `decided` says to the step's counters.
+pub fn count<D>(counters: &mut Counters, decided: &Decided<D>) {
+    counters.decisions += 1;
+    counters.fallbacks += decided.fallback.is_some() as u64;
+    counters.clamped += (!decided.clamps.is_empty()) as u64;
+    if let Some(t) = &decided.llm {
+        counters.prompt_tokens += t.prompt_tokens as u64;
+        counters.cached_tokens += t.cached_tokens as u64;
+        counters.generated_tokens += t.generated_tokens as u64;
+    }
+}

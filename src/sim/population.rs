@@ -1,0 +1,689 @@
+//! Populations: who the agents are. A config's `[population]` section describes attributes
+//! (education, age, occupation, or any of the user's own), each categorical with shares or
+//! numeric with a range and a distribution, optionally drawn together from a joint table when
+//! they must correlate. A cell's agents are drawn from it by seed, either with exact quotas
+//! (share x N, rounding repaired so that counts sum to N) or independently.
+//!
+//! Drawn agents are columns (one small integer or float per agent and attribute), so that a
+//! million agents cost a few megabytes.
+
+use rand::distr::{Distribution, weighted::WeightedIndex};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use statrs::distribution::{ContinuousCDF, Normal};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Shares that sum to within this of 100% (or of 1) are accepted.
+const SHARE_TOLERANCE: f64 = 1e-6;
+
+/// How agents are drawn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Draw {
+    /// Exact counts: each category gets share x N agents, the rounding repaired by largest
+    /// remainders; numeric attributes are stratified (one draw per 1/N quantile band).
+    #[default]
+    Quota,
+    /// Every agent drawn on its own from the shares or the distribution.
+    Independent,
+}
+
+/// The `[population]` section as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PopulationConfig {
+    #[serde(default)]
+    pub draw: Draw,
+    /// Attributes by name, in the order written.
+    #[serde(default)]
+    pub attributes: indexmap::IndexMap<String, toml::Spanned<AttributeConfig>>,
+    /// Attributes drawn together from a table of combinations.
+    #[serde(default)]
+    pub joint: Vec<toml::Spanned<JointConfig>>,
+    /// LLM-written personas, one per agent, from a meta-prompt template.
+    pub personas: Option<toml::Spanned<PersonaConfig>>,
+}
+
+/// One attribute as written: `shares` (categorical) or `range` (numeric).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttributeConfig {
+    /// Category -> share, in percent (summing to 100) or as fractions (summing to 1).
+    pub shares: Option<indexmap::IndexMap<String, f64>>,
+    /// `[low, high]` of a numeric attribute.
+    pub range: Option<[f64; 2]>,
+    /// `"uniform"` (default) or `{ normal = { mean = 40, sd = 12 } }`, truncated to `range`.
+    #[serde(default)]
+    pub distribution: NumericDistribution,
+    /// Round numeric values to whole numbers (ages, years).
+    #[serde(default)]
+    pub integer: bool,
+    /// Band edges for reports (`[18, 30, 45, 60, 80]` gives `18-29`, `30-44`, ...).
+    pub bands: Option<Vec<f64>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NumericDistribution {
+    #[default]
+    Uniform,
+    Normal {
+        mean: f64,
+        sd: f64,
+    },
+}
+
+/// A joint table: rows of attribute values with a share each.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JointConfig {
+    pub attributes: Vec<String>,
+    /// Each row: a value for every attribute, and `share`.
+    pub rows: Vec<toml::Table>,
+}
+
+/// LLM-written personas (see [`crate::sim::persona`]).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PersonaConfig {
+    /// The meta-prompt template, in the scenario's templates folder.
+    #[serde(default = "default_persona_template")]
+    pub template: String,
+    #[serde(default = "default_persona_tokens")]
+    pub max_tokens: usize,
+    #[serde(default = "default_persona_temperature")]
+    pub temperature: f32,
+}
+
+fn default_persona_template() -> String {
+    "persona.jinja".into()
+}
+fn default_persona_tokens() -> usize {
+    120
+}
+fn default_persona_temperature() -> f32 {
+    0.9
+}
+
+/// A population problem, at a byte span of the config when known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PopulationProblem {
+    pub span: Option<Range<usize>>,
+    pub field: String,
+    pub message: String,
+}
+
+impl PopulationProblem {
+    fn new(span: Option<Range<usize>>, field: impl Into<String>, msg: impl Into<String>) -> Self {
+        Self {
+            span,
+            field: field.into(),
+            message: msg.into(),
+        }
+    }
+}
+
+/// A validated attribute.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attribute {
+    Categorical {
+        name: String,
+        categories: Arc<[String]>,
+        /// Fractions summing to 1.
+        shares: Vec<f64>,
+    },
+    Numeric {
+        name: String,
+        low: f64,
+        high: f64,
+        distribution: NumericDistribution,
+        integer: bool,
+        bands: Option<Vec<f64>>,
+    },
+}
+
+impl Attribute {
+    pub fn name(&self) -> &str {
+        match self {
+            Attribute::Categorical { name, .. } | Attribute::Numeric { name, .. } => name,
+        }
+    }
+}
+
+/// A validated joint table over categorical attributes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Joint {
+    /// Indices into the spec's attributes.
+    pub attributes: Vec<usize>,
+    /// Per row, the category index of each attribute, and the row's share (fractions).
+    pub rows: Vec<(Vec<u16>, f64)>,
+}
+
+/// The validated `[population]` section: what [`PopulationSpec::draw`] draws from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PopulationSpec {
+    pub draw: Draw,
+    pub attributes: Vec<Attribute>,
+    pub joints: Vec<Joint>,
+    pub personas: Option<PersonaConfig>,
+}
+
+fn fractions(
+    shares: &indexmap::IndexMap<String, f64>,
+    span: &Range<usize>,
+    field: &str,
+) -> Result<Vec<f64>, PopulationProblem> {
+    let problem = |m: String| PopulationProblem::new(Some(span.clone()), field, m);
+    if shares.is_empty() {
+        return Err(problem(
+            "has no categories: give at least one, with its share".into(),
+        ));
+    }
+    for (name, &share) in shares {
+        if name.trim().is_empty() {
+            return Err(problem("a category has an empty name".into()));
+        }
+        if !(share.is_finite() && share > 0.0) {
+            return Err(problem(format!(
+                "category `{name}` has share {share}: every category needs a share above 0 (remove it otherwise)"
+            )));
+        }
+    }
+    normalise(shares.values().copied(), field, span)
+}
+
+/// Shares in percent (sum 100) or fractions (sum 1), as fractions.
+fn normalise(
+    shares: impl Iterator<Item = f64> + Clone,
+    field: &str,
+    span: &Range<usize>,
+) -> Result<Vec<f64>, PopulationProblem> {
+    let sum: f64 = shares.clone().sum();
+    let scale = if (sum - 100.0).abs() <= 100.0 * SHARE_TOLERANCE {
+        100.0
+    } else if (sum - 1.0).abs() <= SHARE_TOLERANCE {
+        1.0
+    } else {
+        return Err(PopulationProblem::new(
+            Some(span.clone()),
+            field,
+            format!(
+                "shares sum to {}%: they must sum to 100% (or to 1, as fractions)",
+                fmt_number(sum)
+            ),
+        ));
+    };
+    Ok(shares.map(|s| s / scale).collect())
+}
+
+fn fmt_number(x: f64) -> String {
+    let s = format!("{x:.6}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+impl PopulationConfig {
+    /// Checks the section and resolves it. `span` is the section's own, for problems that
+    /// have no better place.
+    pub fn validate(
+        &self,
+        span: Option<Range<usize>>,
+    ) -> Result<PopulationSpec, PopulationProblem> {
+        let mut attributes = Vec::new();
+        let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+        for (name, spanned) in &self.attributes {
+            let a = spanned.get_ref();
+            let at = spanned.span();
+            let field = format!("population.attributes.{name}");
+            let attribute = match (&a.shares, a.range) {
+                (Some(_), Some(_)) => {
+                    return Err(PopulationProblem::new(
+                        Some(at),
+                        field,
+                        "has both `shares` (categorical) and `range` (numeric): keep one",
+                    ));
+                }
+                (None, None) => {
+                    return Err(PopulationProblem::new(
+                        Some(at),
+                        field,
+                        "needs `shares` (a categorical attribute) or `range` (a numeric one)",
+                    ));
+                }
+                (Some(shares), None) => Attribute::Categorical {
+                    name: name.clone(),
+                    categories: shares.keys().cloned().collect::<Vec<_>>().into(),
+                    shares: fractions(shares, &at, &format!("{field}.shares"))?,
+                },
+                (None, Some([low, high])) => {
+                    if !(low.is_finite() && high.is_finite() && low <= high) {
+                        return Err(PopulationProblem::new(
+                            Some(at),
+                            format!("{field}.range"),
+                            format!(
+                                "[{low}, {high}] is not a range: give [low, high] with low <= high"
+                            ),
+                        ));
+                    }
+                    if let NumericDistribution::Normal { mean, sd } = a.distribution
+                        && !(mean.is_finite() && sd.is_finite() && sd > 0.0)
+                    {
+                        return Err(PopulationProblem::new(
+                            Some(at),
+                            format!("{field}.distribution"),
+                            format!(
+                                "normal needs a finite mean and sd > 0, got mean {mean}, sd {sd}"
+                            ),
+                        ));
+                    }
+                    if let Some(bands) = &a.bands
+                        && (bands.len() < 2
+                            || bands
+                                .windows(2)
+                                .any(|w| w[0].partial_cmp(&w[1]) != Some(std::cmp::Ordering::Less)))
+                    {
+                        return Err(PopulationProblem::new(
+                            Some(at),
+                            format!("{field}.bands"),
+                            "band edges must be at least two numbers in increasing order",
+                        ));
+                    }
+                    Attribute::Numeric {
+                        name: name.clone(),
+                        low,
+                        high,
+                        distribution: a.distribution,
+                        integer: a.integer,
+                        bands: a.bands.clone(),
+                    }
+                }
+            };
+            index.insert(name.as_str(), attributes.len());
+            attributes.push(attribute);
+        }
+        let mut joints = Vec::new();
+        let mut in_joint: BTreeMap<usize, usize> = BTreeMap::new();
+        for (j, spanned) in self.joint.iter().enumerate() {
+            let joint = spanned.get_ref();
+            let at = spanned.span();
+            let field = format!("population.joint[{j}]");
+            if joint.attributes.len() < 2 {
+                return Err(PopulationProblem::new(
+                    Some(at),
+                    format!("{field}.attributes"),
+                    "a joint table needs at least two attributes",
+                ));
+            }
+            let mut members = Vec::new();
+            for name in &joint.attributes {
+                let Some(&i) = index.get(name.as_str()) else {
+                    return Err(PopulationProblem::new(
+                        Some(at),
+                        format!("{field}.attributes"),
+                        format!(
+                            "unknown attribute `{name}` (declared: {}); declare it under [population.attributes.{name}] with its categories",
+                            known(&attributes)
+                        ),
+                    ));
+                };
+                if !matches!(attributes[i], Attribute::Categorical { .. }) {
+                    return Err(PopulationProblem::new(
+                        Some(at),
+                        format!("{field}.attributes"),
+                        format!("`{name}` is numeric: joint tables hold categorical attributes"),
+                    ));
+                }
+                if let Some(other) = in_joint.insert(i, j) {
+                    return Err(PopulationProblem::new(
+                        Some(at),
+                        format!("{field}.attributes"),
+                        format!("`{name}` is already in joint table {other}"),
+                    ));
+                }
+                members.push(i);
+            }
+            if joint.rows.is_empty() {
+                return Err(PopulationProblem::new(
+                    Some(at),
+                    format!("{field}.rows"),
+                    "has no rows: give each combination with its share",
+                ));
+            }
+            let mut rows = Vec::new();
+            let mut shares = Vec::new();
+            for (r, row) in joint.rows.iter().enumerate() {
+                let rfield = format!("{field}.rows[{r}]");
+                let bad = |m: String| PopulationProblem::new(Some(at.clone()), rfield.clone(), m);
+                for key in row.keys() {
+                    if key != "share" && !joint.attributes.contains(key) {
+                        return Err(bad(format!(
+                            "unknown attribute `{key}` (this table joins {})",
+                            joint.attributes.join(", ")
+                        )));
+                    }
+                }
+                let share = row
+                    .get("share")
+                    .and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)))
+                    .ok_or_else(|| bad("needs a numeric `share`".into()))?;
+                if !(share.is_finite() && share > 0.0) {
+                    return Err(bad(format!(
+                        "share {share}: every row needs a share above 0"
+                    )));
+                }
+                let mut codes = Vec::new();
+                for &i in &members {
+                    let Attribute::Categorical {
+                        name, categories, ..
+                    } = &attributes[i]
+                    else {
+                        unreachable!("checked above");
+                    };
+                    let value = row
+                        .get(name)
+                        .and_then(|v| v.as_str())
+                        .ok_or_else(|| bad(format!("needs a value for `{name}`")))?;
+                    let code = categories.iter().position(|c| c == value).ok_or_else(|| {
+                        bad(format!(
+                            "`{value}` is not a category of `{name}` (known: {})",
+                            categories.join(", ")
+                        ))
+                    })?;
+                    codes.push(code as u16);
+                }
+                if rows.iter().any(|(c, _): &(Vec<u16>, f64)| *c == codes) {
+                    return Err(bad("repeats an earlier row's combination".into()));
+                }
+                rows.push((codes, 0.0));
+                shares.push(share);
+            }
+            let fractions = normalise(shares.iter().copied(), &format!("{field}.rows"), &at)?;
+            for (row, f) in rows.iter_mut().zip(fractions) {
+                row.1 = f;
+            }
+            joints.push(Joint {
+                attributes: members,
+                rows,
+            });
+        }
+        let _ = span;
+        Ok(PopulationSpec {
+            draw: self.draw,
+            attributes,
+            joints,
+            personas: self.personas.as_ref().map(|p| p.get_ref().clone()),
+        })
+    }
+}
+
+fn known(attributes: &[Attribute]) -> String {
+    if attributes.is_empty() {
+        return "none".into();
+    }
+    attributes
+        .iter()
+        .map(Attribute::name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One attribute of every agent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Column {
+    /// Category index per agent.
+    Categorical {
+        categories: Arc<[String]>,
+        codes: Vec<u16>,
+    },
+    Numeric {
+        values: Vec<f32>,
+    },
+}
+
+/// The agents of one cell: attribute columns, and personas when written by the LLM.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Population {
+    pub size: usize,
+    /// `(name, column)` in the spec's order.
+    pub columns: Vec<(String, Column)>,
+    /// One persona per agent, when the config asks for LLM-written personas.
+    pub personas: Option<Vec<Box<str>>>,
+}
+
+impl Population {
+    /// `size` agents without attributes.
+    pub fn plain(size: usize) -> Self {
+        Self {
+            size,
+            ..Self::default()
+        }
+    }
+
+    pub fn column(&self, name: &str) -> Option<&Column> {
+        self.columns.iter().find(|(n, _)| n == name).map(|(_, c)| c)
+    }
+
+    /// Agent `agent`'s value of every attribute, as text (`("age", "34")`).
+    pub fn profile(&self, agent: usize) -> impl Iterator<Item = (&str, ProfileValue<'_>)> {
+        self.columns.iter().map(move |(name, column)| {
+            let value = match column {
+                Column::Categorical { categories, codes } => {
+                    ProfileValue::Category(&categories[codes[agent] as usize])
+                }
+                Column::Numeric { values } => ProfileValue::Number(values[agent]),
+            };
+            (name.as_str(), value)
+        })
+    }
+}
+
+/// One attribute value of one agent.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ProfileValue<'a> {
+    Category(&'a str),
+    Number(f32),
+}
+
+impl std::fmt::Display for ProfileValue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProfileValue::Category(c) => f.write_str(c),
+            ProfileValue::Number(x) if x.fract() == 0.0 => write!(f, "{}", *x as i64),
+            ProfileValue::Number(x) => write!(f, "{x}"),
+        }
+    }
+}
+
+/// Seed streams of a population draw: one per attribute or joint table, so that adding an
+/// attribute leaves the others' draws as they were.
+const ATTRIBUTE_STREAM: u64 = 1;
+const JOINT_STREAM: u64 = 2;
+
+impl PopulationSpec {
+    pub fn is_empty(&self) -> bool {
+        self.attributes.is_empty()
+    }
+
+    pub fn attribute(&self, name: &str) -> Option<&Attribute> {
+        self.attributes.iter().find(|a| a.name() == name)
+    }
+
+    /// Draws `size` agents from `seed`.
+    pub fn draw(&self, size: usize, seed: u64) -> Population {
+        let rng_for = |stream: u64, i: usize| {
+            ChaCha8Rng::seed_from_u64(crate::seed::derive(seed, &[stream, i as u64]))
+        };
+        let mut columns: Vec<Option<Column>> = vec![None; self.attributes.len()];
+        for (j, joint) in self.joints.iter().enumerate() {
+            let shares: Vec<f64> = joint.rows.iter().map(|(_, s)| *s).collect();
+            let picks = draw_categorical(&shares, size, self.draw, &mut rng_for(JOINT_STREAM, j));
+            for (k, &attr) in joint.attributes.iter().enumerate() {
+                let Attribute::Categorical { categories, .. } = &self.attributes[attr] else {
+                    unreachable!("joint tables hold categorical attributes");
+                };
+                columns[attr] = Some(Column::Categorical {
+                    categories: categories.clone(),
+                    codes: picks.iter().map(|&p| joint.rows[p as usize].0[k]).collect(),
+                });
+            }
+        }
+        for (i, attribute) in self.attributes.iter().enumerate() {
+            if columns[i].is_some() {
+                continue;
+            }
+            let mut rng = rng_for(ATTRIBUTE_STREAM, i);
+            columns[i] = Some(match attribute {
+                Attribute::Categorical {
+                    categories, shares, ..
+                } => Column::Categorical {
+                    categories: categories.clone(),
+                    codes: draw_categorical(shares, size, self.draw, &mut rng),
+                },
+                Attribute::Numeric {
+                    low,
+                    high,
+                    distribution,
+                    integer,
+                    ..
+                } => Column::Numeric {
+                    values: draw_numeric(
+                        *low,
+                        *high,
+                        *distribution,
+                        *integer,
+                        size,
+                        self.draw,
+                        &mut rng,
+                    ),
+                },
+            });
+        }
+        Population {
+            size,
+            columns: self
+                .attributes
+                .iter()
+                .zip(columns)
+                .map(|(a, c)| {
+                    (
+                        a.name().to_string(),
+                        c.expect("invariant: every column drawn"),
+                    )
+                })
+                .collect(),
+            personas: None,
+        }
+    }
+}
+
+/// Exact counts for `n` agents from `shares` (fractions): floors, then one more to the
+/// largest remainders (earlier categories first on ties), so that they sum to `n`.
+pub fn quota_counts(shares: &[f64], n: usize) -> Vec<usize> {
+    let exact: Vec<f64> = shares.iter().map(|s| s * n as f64).collect();
+    let mut counts: Vec<usize> = exact.iter().map(|e| e.floor() as usize).collect();
+    let assigned: usize = counts.iter().sum();
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    // Stable sort: equal remainders keep declaration order.
+    order.sort_by(|&a, &b| {
+        let (ra, rb) = (exact[a] - exact[a].floor(), exact[b] - exact[b].floor());
+        rb.total_cmp(&ra)
+    });
+    for &i in order.iter().cycle().take(n.saturating_sub(assigned)) {
+        counts[i] += 1;
+    }
+    counts
+}
+
+fn draw_categorical(shares: &[f64], n: usize, draw: Draw, rng: &mut ChaCha8Rng) -> Vec<u16> {
+    match draw {
+        Draw::Quota => {
+            let mut codes: Vec<u16> = quota_counts(shares, n)
+                .iter()
+                .enumerate()
+                .flat_map(|(c, &k)| std::iter::repeat_n(c as u16, k))
+                .collect();
+            codes.shuffle(rng);
+            codes
+        }
+        Draw::Independent => {
+            let dist = WeightedIndex::new(shares).expect("invariant: validated shares");
+            (0..n).map(|_| dist.sample(rng) as u16).collect()
+        }
+    }
+}
+
+fn draw_numeric(
+    low: f64,
+    high: f64,
+    distribution: NumericDistribution,
+    integer: bool,
+    n: usize,
+    draw: Draw,
+    rng: &mut ChaCha8Rng,
+) -> Vec<f32> {
+    // Through the inverse CDF, so that quota draws can be stratified: one uniform draw in
+    // each of n equal-probability bands, then shuffled.
+    let quantile: Box<dyn Fn(f64) -> f64> = match distribution {
+        NumericDistribution::Uniform => Box::new(move |u| low + u * (high - low)),
+        NumericDistribution::Normal { mean, sd } => {
+            let normal = Normal::new(mean, sd).expect("invariant: validated sd > 0");
+            let (a, b) = (normal.cdf(low), normal.cdf(high));
+            Box::new(move |u| {
+                if b - a <= f64::EPSILON {
+                    return mean.clamp(low, high);
+                }
+                normal.inverse_cdf(a + u * (b - a)).clamp(low, high)
+            })
+        }
+    };
+    let mut values: Vec<f32> = (0..n)
+        .map(|i| {
+            let u: f64 = rng.random();
+            let u = match draw {
+                Draw::Quota => (i as f64 + u) / n as f64,
+                Draw::Independent => u,
+            };
+            let x = quantile(u);
+            let x = match (integer, distribution) {
+                (false, _) => x,
+                // Every whole number of the range equally likely: bins of equal width.
+                (true, NumericDistribution::Uniform) => {
+                    let (lo, hi) = (low.ceil(), high.floor());
+                    (lo + (u * (hi - lo + 1.0)).floor()).clamp(lo, hi)
+                }
+                (true, NumericDistribution::Normal { .. }) => {
+                    x.round().clamp(low.ceil(), high.floor())
+                }
+            };
+            x as f32
+        })
+        .collect();
+    if draw == Draw::Quota {
+        values.shuffle(rng);
+    }
+    values
+}
+
+/// The band label of `x` for edges `bands` (`18-29`, `80+` for the top edge and above,
+/// `<18` below the first).
+pub fn band_label(x: f64, bands: &[f64]) -> String {
+    let fmt = |v: f64| fmt_number(v);
+    if x < bands[0] {
+        return format!("<{}", fmt(bands[0]));
+    }
+    for w in bands.windows(2) {
+        if x < w[1] {
+            // Whole-number edges read as inclusive ranges of whole numbers.
+            return if w[0].fract() == 0.0 && w[1].fract() == 0.0 {
+                format!("{}-{}", fmt(w[0]), fmt(w[1] - 1.0))
+            } else {
+                format!("{}-{}", fmt(w[0]), fmt(w[1]))
+            };
+        }
+    }
+    format!("{}+", fmt(bands[bands.len() - 1]))
+}

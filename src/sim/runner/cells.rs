@@ -1,0 +1,133 @@
+//! Cell setup: the arms x replicates of one population size, each with its drawn
+//! population, its world, which agents use which policy, and which agents' decisions are
+//! logged. Everything but the worlds is drawn from the seed again on resume.
+
+use super::{INIT, LOG_SAMPLE, POLICY, POPULATION};
+use crate::sim::config::DecisionLogMode;
+use crate::sim::experiment::Experiment;
+use crate::sim::policy::assign;
+use crate::sim::population::Population;
+use crate::sim::scenario::{CellInfo, Scenario};
+use rand::SeedableRng;
+use rand::seq::index::sample;
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+
+/// The seed a replicate's population is drawn from (and its personas written with).
+pub fn population_seed(exp: &Experiment, size: usize, replicate: usize) -> u64 {
+    crate::seed::derive(
+        exp.config.seed,
+        &[POPULATION, size as u64, replicate as u64],
+    )
+}
+
+/// What a replicate's cells share: the same agents, whatever the arm (common random
+/// numbers).
+pub struct Agents {
+    pub population: Arc<Population>,
+    /// Each agent's policy (an index into the plan's kinds); `None`: all use the default.
+    pub policy: Option<Vec<u8>>,
+    /// Agents whose decisions are logged; `None`: all of them (or none, by the config).
+    pub logged: Option<Vec<bool>>,
+}
+
+/// The cells of one population size, stepped in lockstep.
+pub struct Cells<S: Scenario> {
+    pub infos: Vec<CellInfo>,
+    /// Index of each cell's arm.
+    pub arm_of: Vec<usize>,
+    pub worlds: Vec<S::World>,
+    /// Per replicate.
+    pub agents: Vec<Agents>,
+}
+
+impl<S: Scenario> Cells<S> {
+    /// The cells in their fixed order (replicate, then arm), without worlds.
+    pub fn layout(exp: &Experiment, population: usize) -> (Vec<CellInfo>, Vec<usize>) {
+        let mut infos = Vec::new();
+        let mut arm_of = Vec::new();
+        for replicate in 0..exp.config.replicates.0 {
+            for (a, arm) in exp.arms.iter().enumerate() {
+                infos.push(CellInfo {
+                    arm: arm.name.clone(),
+                    population,
+                    replicate,
+                });
+                arm_of.push(a);
+            }
+        }
+        (infos, arm_of)
+    }
+
+    /// Draws every replicate's agents for a population of `size`.
+    ///
+    /// Their LLM-written personas, if any, are added by the caller.
+    pub fn draw_agents(exp: &Experiment, size: usize) -> Vec<Agents> {
+        let seed = exp.config.seed;
+        (0..exp.config.replicates.0)
+            .map(|replicate| {
+                let at = |stream: u64| {
+                    crate::seed::derive(seed, &[stream, size as u64, replicate as u64])
+                };
+                let population = exp
+                    .population
+                    .draw(size, population_seed(exp, size, replicate));
+                let policy = assign(&exp.policies, &population, at(POLICY));
+                let logged = match exp.records.decisions {
+                    DecisionLogMode::Sample(n) if n < size => {
+                        let mut rng = ChaCha8Rng::seed_from_u64(at(LOG_SAMPLE));
+                        let mut mask = vec![false; size];
+                        for i in sample(&mut rng, size, n) {
+                            mask[i] = true;
+                        }
+                        Some(mask)
+                    }
+                    _ => None,
+                };
+                Agents {
+                    population: Arc::new(population),
+                    policy,
+                    logged,
+                }
+            })
+            .collect()
+    }
+
+    /// New worlds for every cell, from the seed.
+    pub fn setup(exp: &Experiment, arms: &[S], size: usize, agents: Vec<Agents>) -> Self {
+        let (infos, arm_of) = Self::layout(exp, size);
+        let worlds = infos
+            .iter()
+            .zip(&arm_of)
+            .map(|(info, &a)| {
+                let mut rng = ChaCha8Rng::seed_from_u64(crate::seed::derive(
+                    exp.config.seed,
+                    &[INIT, size as u64, info.replicate as u64],
+                ));
+                arms[a].init(&agents[info.replicate].population, &mut rng)
+            })
+            .collect();
+        Self {
+            infos,
+            arm_of,
+            worlds,
+            agents,
+        }
+    }
+
+    pub fn population(&self, cell: usize) -> &Population {
+        &self.agents[self.infos[cell].replicate].population
+    }
+
+    /// Whether agent `agent`'s decisions in cell `cell` go to the decisions log.
+    pub fn logged(&self, exp: &Experiment, cell: usize, agent: usize) -> bool {
+        match exp.records.decisions {
+            DecisionLogMode::None => false,
+            DecisionLogMode::All => true,
+            DecisionLogMode::Sample(_) => self.agents[self.infos[cell].replicate]
+                .logged
+                .as_ref()
+                .is_none_or(|m| m[agent]),
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Steps every cell of an experiment in lockstep: each step, every agent of every arm and
+//! replicate of one population size decides in one batch, every cell resolves its decisions
+//! at once, and the step is recorded and checkpointed before the next begins.
+//!
+//! Seeds: a cell's agents are drawn from `derive(seed, [POPULATION, size, replicate])`, its
+//! world from `derive(seed, [INIT, size, replicate])`, its resolution at step `t` from
+//! `derive(seed, [RESOLVE, size, replicate, t])` and agent `a`'s draws from
+//! `derive(seed, [AGENT, size, replicate, a, t])`. None depends on the arm, so arms are
+//! compared on the same agents, worlds and shocks (common random numbers), nor on threads or
+//! batching, so results depend on the seed alone.
+
+mod cells;
+mod recorder;
+mod step;
+
+pub use cells::Cells;
+pub use recorder::Checkpoint;
+pub use step::Policies;
+
+use crate::record::{self, Manifest, RecordError, Status, checkpoint};
+use crate::sim::experiment::Experiment;
+use crate::sim::policy::{Policy, PolicyError};
+use crate::sim::scenario::Scenario;
+use recorder::{Recorder, StepTiming};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+const INIT: u64 = 1;
+const RESOLVE: u64 = 2;
+const AGENT: u64 = 3;
+const POPULATION: u64 = 4;
+const POLICY: u64 = 5;
+const LOG_SAMPLE: u64 = 6;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("{0}")]
+    Resume(String),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// What the runner reports as it goes.
+#[derive(Debug, Clone, Copy)]
+pub enum Progress {
+    /// `n` more agents decided in the current step.
+    Decided(usize),
+    /// A step finished.
+    Step {
+        group: usize,
+        groups: usize,
+        population: usize,
+        /// 1-based.
+        step: usize,
+        steps: usize,
+        step_seconds: f64,
+        decisions: usize,
+    },
+}
+
+/// How a run starts and ends.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Continue from the folder's checkpoint.
+    pub resume: bool,
+    /// Stop after this many steps, leaving the run resumable (a batch job's time limit).
+    pub stop_after: Option<usize>,
+    /// Set (by a signal handler) to stop after the current step, leaving the run resumable.
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+/// How a call to [`run`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Finished,
+    /// Stopped by `stop_after` or `stop`; `--resume` continues it.
+    Paused,
+}
+
+/// Where a resumed run stands, read before anything heavy (the model) is loaded.
+pub fn read_checkpoint<W: serde::de::DeserializeOwned>(
+    dir: &Path,
+) -> Result<checkpoint::Loaded<Checkpoint<W>>, RunError> {
+    checkpoint::read(dir)?.ok_or_else(|| {
+        RunError::Resume(format!(
+            "{} has no checkpoint: the run stopped before finishing its first step; start it again (with a new --out)",
+            dir.display()
+        ))
+    })
+}
+
+/// What to run and where: the experiment, its typed arms (`arms[i]` is arm `i`'s scenario),
+/// and the run folder.
+pub struct Plan<'a, S> {
+    pub exp: &'a Experiment,
+    pub arms: &'a [S],
+    pub dir: &'a Path,
+}
+
+/// Runs (or resumes) `plan`. `start` is the checkpoint to resume from (see
+/// [`read_checkpoint`]).
+pub fn run<S: Scenario>(
+    plan: &Plan<'_, S>,
+    policies: &mut Policies<'_>,
+    manifest: &mut Manifest,
+    start: Option<Checkpoint<S::World>>,
+    options: &RunOptions,
+    mut progress: impl FnMut(Progress),
+) -> Result<Ended, RunError> {
+    let Plan { exp, arms, dir } = *plan;
+    let cfg = &exp.config;
+    let mut budget = options.stop_after.unwrap_or(usize::MAX);
+    let state_csv = exp.records.state_csv(exp.largest_step_rows());
+    let mut recorder = Recorder::open(dir, state_csv, start.as_ref())?;
+    if let (Some(cp), Some(llm)) = (&start, policies.llm.as_deref_mut()) {
+        Policy::<S>::restore(llm, &cp.policy)?;
+    }
+    let groups = cfg.agents.0.len();
+    let first_group = start.as_ref().map_or(0, |c| c.group);
+    let mut start = start;
+    for (group, &size) in cfg.agents.0.iter().enumerate().skip(first_group) {
+        let mut agents = Cells::<S>::draw_agents(exp, size);
+        if let Some(personas) = &exp.population.personas {
+            let llm = policies.llm.as_deref_mut().ok_or_else(|| {
+                RunError::Setup("LLM-written personas need a model: load one for this run".into())
+            })?;
+            for (replicate, a) in agents.iter_mut().enumerate() {
+                let seed = cells::population_seed(exp, size, replicate);
+                let written = llm.personas(personas, &exp.config.llm.model, &a.population, seed)?;
+                Arc::make_mut(&mut a.population).personas = Some(written);
+            }
+        }
+        let (mut cells, first_step) = match start.take().filter(|c| c.group == group) {
+            Some(cp) => {
+                let (infos, arm_of) = Cells::<S>::layout(exp, size);
+                if infos != cp.cells {
+                    return Err(RunError::Resume(format!(
+                        "the checkpoint's cells do not match the config in {}: was config.toml edited?",
+                        dir.display()
+                    )));
+                }
+                (
+                    Cells {
+                        infos,
+                        arm_of,
+                        worlds: cp.worlds,
+                        agents,
+                    },
+                    cp.steps_done,
+                )
+            }
+            None => {
+                let cells = Cells::setup(exp, arms, size, agents);
+                recorder.start_group(arms, &cells, group)?;
+                (cells, 0)
+            }
+        };
+        for step in first_step..cfg.steps.0 {
+            let stop = options
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::SeqCst));
+            if budget == 0 || stop {
+                recorder.manifest(manifest)?;
+                return Ok(Ended::Paused);
+            }
+            budget -= 1;
+            let started = Instant::now();
+            let decisions = step::decide(exp, arms, &cells, step, policies, &mut |n| {
+                progress(Progress::Decided(n))
+            })?;
+            let resolve_time = step::resolve(exp, arms, &mut cells, step, &decisions);
+            let timing = StepTiming {
+                seconds: started.elapsed().as_secs_f64(),
+                resolve_seconds: resolve_time.as_secs_f64(),
+            };
+            let policy_state = policies
+                .llm
+                .as_deref()
+                .map(Policy::<S>::checkpoint)
+                .unwrap_or_default();
+            recorder.step(
+                exp,
+                arms,
+                &cells,
+                group,
+                step,
+                &decisions,
+                timing,
+                policy_state,
+            )?;
+            manifest.steps_done = group * cfg.steps.0 + step + 1;
+            manifest.status = Status::Running;
+            recorder.manifest(manifest)?;
+            progress(Progress::Step {
+                group,
+                groups,
+                population: size,
+                step: step + 1,
+                steps: cfg.steps.0,
+                step_seconds: timing.seconds,
+                decisions: decisions.turns.len(),
+            });
+        }
+    }
+    recorder.manifest(manifest)?;
+    recorder.finish()?;
+    Ok(Ended::Finished)
+}
+
+/// A fresh folder for a run: `runs/<name>-<unix time>` unless one is given.
+pub fn default_run_dir(name: &str) -> PathBuf {
+    PathBuf::from("runs").join(format!("{name}-{}", record::now_unix()))
+}

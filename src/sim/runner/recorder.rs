@@ -1,0 +1,252 @@
+//! The run's records, step by step: state (Parquet parts, and CSV), aggregates, the
+//! decisions log, step timings, then a checkpoint and the manifest, in that order, so that
+//! a crash at any point loses at most the step being written and `--resume` cuts it away.
+
+use super::RunError;
+use super::cells::Cells;
+use super::step::Decisions;
+use crate::record::{
+    self, CELLS, Counters, DecisionLog, DecisionRecord, MANIFEST, Manifest, StepRecord, StepWriter,
+    checkpoint,
+};
+use crate::sim::experiment::Experiment;
+use crate::sim::policy::count;
+use crate::sim::scenario::{CellInfo, Scenario};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Where a run stands, saved after every step.
+#[derive(Serialize, Deserialize)]
+pub struct Checkpoint<W> {
+    /// Index of the population size being run.
+    pub group: usize,
+    /// Steps of that group already done.
+    pub steps_done: usize,
+    pub cells: Vec<CellInfo>,
+    pub worlds: Vec<W>,
+    /// The LLM policy's state (chat histories).
+    pub policy: Vec<u8>,
+    /// Lengths of the appended files when it was taken.
+    pub files: BTreeMap<String, u64>,
+    /// Parquet parts written so far.
+    pub parts: Vec<String>,
+    pub counters: Counters,
+}
+
+/// The same, borrowed, for writing without copying the worlds.
+#[derive(Serialize)]
+struct CheckpointRef<'a, W> {
+    group: usize,
+    steps_done: usize,
+    cells: &'a [CellInfo],
+    worlds: &'a [W],
+    policy: &'a [u8],
+    files: &'a BTreeMap<String, u64>,
+    parts: &'a [String],
+    counters: &'a Counters,
+}
+
+pub struct Recorder {
+    dir: PathBuf,
+    writer: StepWriter,
+    parts: Vec<String>,
+    cells_data: BTreeMap<String, serde_json::Value>,
+    pub counters: Counters,
+}
+
+impl Recorder {
+    /// Opens `dir` for a new run, or for resuming from `from` (the checkpoint's files are
+    /// cut back to its lengths first).
+    pub fn open<W>(
+        dir: &Path,
+        state_csv: bool,
+        from: Option<&Checkpoint<W>>,
+    ) -> Result<Self, RunError> {
+        let (parts, counters, cells_data) = match from {
+            Some(cp) => {
+                record::writer_rewind(dir, &cp.files, &cp.parts)?;
+                (
+                    cp.parts.clone(),
+                    cp.counters,
+                    record::read_json(&dir.join(CELLS)).unwrap_or_default(),
+                )
+            }
+            None => (Vec::new(), Counters::default(), BTreeMap::new()),
+        };
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            writer: StepWriter::open(dir, state_csv)?,
+            parts,
+            cells_data,
+            counters,
+        })
+    }
+
+    /// A new group's fixed data (`cells.json`) and its state before anyone moves.
+    pub fn start_group<S: Scenario>(
+        &mut self,
+        arms: &[S],
+        cells: &Cells<S>,
+        group: usize,
+    ) -> Result<(), RunError> {
+        for (c, info) in cells.infos.iter().enumerate() {
+            self.cells_data.insert(
+                format!("{}/{}/{}", info.arm, info.population, info.replicate),
+                arms[cells.arm_of[c]].describe(&cells.worlds[c]),
+            );
+        }
+        record::write_json_atomic(&self.dir.join(CELLS), &self.cells_data)?;
+        self.state(arms, cells, group, 0)
+    }
+
+    fn state<S: Scenario>(
+        &mut self,
+        arms: &[S],
+        cells: &Cells<S>,
+        group: usize,
+        step: usize,
+    ) -> Result<(), RunError> {
+        let batches: Vec<_> = (0..cells.infos.len())
+            .into_par_iter()
+            .map(|c| {
+                arms[cells.arm_of[c]].state(
+                    &cells.worlds[c],
+                    cells.population(c),
+                    &cells.infos[c],
+                    step,
+                )
+            })
+            .collect();
+        let part = format!("g{group:03}-s{step:06}");
+        self.writer.state(&part, &batches)?;
+        self.parts.push(part);
+        Ok(())
+    }
+
+    /// Records a finished step, then checkpoints it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step<S: Scenario>(
+        &mut self,
+        exp: &Experiment,
+        arms: &[S],
+        cells: &Cells<S>,
+        group: usize,
+        step: usize,
+        decisions: &Decisions<S::Decision>,
+        timing: StepTiming,
+        policy_state: Vec<u8>,
+    ) -> Result<Counters, RunError> {
+        let started = Instant::now();
+        self.state(arms, cells, group, step + 1)?;
+        let aggregates: Vec<_> = (0..cells.infos.len())
+            .filter_map(|c| {
+                arms[cells.arm_of[c]].aggregates(&cells.worlds[c], &cells.infos[c], step + 1)
+            })
+            .collect();
+        self.writer.aggregates(&aggregates)?;
+        let mut counters = Counters {
+            seconds: timing.seconds,
+            ..Counters::default()
+        };
+        let kinds = exp.policies.kinds();
+        let mut records = Vec::new();
+        for (i, (t, d)) in decisions.turns.iter().zip(&decisions.decided).enumerate() {
+            count(&mut counters, d);
+            if !cells.logged(exp, t.cell, t.agent) {
+                continue;
+            }
+            let info = &cells.infos[t.cell];
+            let scenario = &arms[cells.arm_of[t.cell]];
+            let world = &cells.worlds[t.cell];
+            let decision = serde_json::to_value(&d.decision).unwrap_or_default();
+            let trace = d.llm.as_deref();
+            records.push(DecisionRecord {
+                arm: info.arm.clone(),
+                population: info.population,
+                replicate: info.replicate,
+                step: step + 1,
+                agent: t.agent,
+                log: DecisionLog {
+                    // The world has moved on, but an agent's role does not change.
+                    role: scenario.role(world, t.agent).to_string(),
+                    policy: decisions
+                        .policy_of
+                        .as_ref()
+                        .map(|p| kinds[p[i] as usize].name().to_string()),
+                    prompt_hash: trace.map(|t| t.prompt_hash.clone()),
+                    text: trace.and_then(|t| t.text.clone()),
+                    value: match trace {
+                        Some(t) => t.value.clone(),
+                        None => Some(decision.clone()),
+                    },
+                    clamps: d.clamps.clone(),
+                    fallback: d.fallback.clone(),
+                    prompt_tokens: trace.map_or(0, |t| t.prompt_tokens),
+                    cached_tokens: trace.map_or(0, |t| t.cached_tokens),
+                    generated_tokens: trace.map_or(0, |t| t.generated_tokens),
+                    latency_ms: trace.and_then(|t| t.latency_ms),
+                },
+                decision,
+            });
+        }
+        self.writer.decisions(&records)?;
+        drop(records);
+        let n = decisions.turns.len();
+        self.writer.step(&StepRecord {
+            population: cells.infos.first().map_or(0, |c| c.population),
+            step: step + 1,
+            cells: cells.infos.len(),
+            decisions: n,
+            fallbacks: counters.fallbacks as usize,
+            seconds: timing.seconds,
+            decisions_per_second: n as f64 / timing.seconds.max(1e-9),
+            prompt_tokens: counters.prompt_tokens as usize,
+            cached_tokens: counters.cached_tokens as usize,
+            generated_tokens: counters.generated_tokens as usize,
+            template_seconds: decisions.prompts.template.as_secs_f64(),
+            tokenize_seconds: decisions.prompts.tokenize.as_secs_f64(),
+            resolve_seconds: timing.resolve_seconds,
+            record_seconds: started.elapsed().as_secs_f64(),
+            ranks: 1,
+        })?;
+        self.counters.add(&counters);
+        checkpoint::write(
+            &self.dir,
+            &CheckpointRef {
+                group,
+                steps_done: step + 1,
+                cells: &cells.infos,
+                worlds: &cells.worlds,
+                policy: &policy_state,
+                files: &self.writer.lengths()?,
+                parts: &self.parts,
+                counters: &self.counters,
+            },
+        )?;
+        Ok(counters)
+    }
+
+    /// Writes the manifest with the totals so far.
+    pub fn manifest(&self, manifest: &mut Manifest) -> Result<(), RunError> {
+        manifest.counters = self.counters;
+        manifest.peak_rss_bytes = record::peak_rss_bytes();
+        record::write_json_atomic(&self.dir.join(MANIFEST), manifest)?;
+        Ok(())
+    }
+
+    /// Joins the Parquet parts into `state.parquet`.
+    pub fn finish(self) -> Result<(), RunError> {
+        record::merge_parts(&self.dir)?;
+        Ok(())
+    }
+}
+
+/// How long a step's phases took.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepTiming {
+    pub seconds: f64,
+    pub resolve_seconds: f64,
+}

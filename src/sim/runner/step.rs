@@ -1,0 +1,183 @@
+//! One step of every cell: who takes a turn, their decisions (each agent through its
+//! policy), then every cell's world resolved at once.
+
+use super::cells::Cells;
+use super::{AGENT, RESOLVE, RunError};
+use crate::sim::config::PolicyKind;
+use crate::sim::experiment::Experiment;
+use crate::sim::policy::{AgentTurn, CellView, Decided, Llm, Policy, PromptTimes, Scripted};
+use crate::sim::scenario::Scenario;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use std::time::{Duration, Instant};
+
+/// The policies a run may use; `llm` is absent when no agent asks the model.
+pub struct Policies<'p> {
+    pub scripted: Scripted,
+    pub llm: Option<&'p mut Llm>,
+}
+
+impl Policies<'_> {
+    fn get<S: Scenario>(&mut self, kind: PolicyKind) -> Result<&mut dyn Policy<S>, RunError> {
+        match kind {
+            PolicyKind::Scripted => Ok(&mut self.scripted),
+            PolicyKind::Llm => match self.llm.as_deref_mut() {
+                Some(llm) => Ok(llm),
+                None => Err(RunError::Setup(
+                    "the llm policy has no engine: load a model for this run".into(),
+                )),
+            },
+        }
+    }
+}
+
+/// What a step decided, and where its time went.
+pub struct Decisions<D> {
+    pub turns: Vec<AgentTurn>,
+    pub decided: Vec<Decided<D>>,
+    /// The policy of each turn (index into the plan's kinds).
+    pub policy_of: Option<Vec<u8>>,
+    pub prompts: PromptTimes,
+}
+
+/// Every acting agent of every cell decides, each through its own policy.
+pub fn decide<S: Scenario>(
+    exp: &Experiment,
+    arms: &[S],
+    cells: &Cells<S>,
+    step: usize,
+    policies: &mut Policies<'_>,
+    done: &mut dyn FnMut(usize),
+) -> Result<Decisions<S::Decision>, RunError> {
+    let seed = exp.config.seed;
+    let mut turns = Vec::new();
+    for (c, (info, world)) in cells.infos.iter().zip(&cells.worlds).enumerate() {
+        let scenario = &arms[cells.arm_of[c]];
+        for agent in 0..scenario.num_agents(world) {
+            if scenario.acts(world, agent) {
+                let seed = crate::seed::derive(
+                    seed,
+                    &[
+                        AGENT,
+                        info.population as u64,
+                        info.replicate as u64,
+                        agent as u64,
+                        step as u64,
+                    ],
+                );
+                turns.push(AgentTurn {
+                    cell: c,
+                    agent,
+                    seed,
+                });
+            }
+        }
+    }
+    let views: Vec<CellView<'_, S>> = cells
+        .infos
+        .iter()
+        .enumerate()
+        .map(|(c, info)| CellView {
+            scenario: &arms[cells.arm_of[c]],
+            world: &cells.worlds[c],
+            population: cells.population(c),
+            info,
+            llm: &exp.arms[cells.arm_of[c]].llm,
+            step,
+        })
+        .collect();
+    let kinds = exp.policies.kinds();
+    let policy_of: Option<Vec<u8>> = exp.policies.is_mixed().then(|| {
+        turns
+            .iter()
+            .map(|t| {
+                cells.agents[cells.infos[t.cell].replicate]
+                    .policy
+                    .as_ref()
+                    .map_or(0, |p| p[t.agent])
+            })
+            .collect()
+    });
+    let mut prompts = PromptTimes::default();
+    let decided = match &policy_of {
+        None => {
+            let policy = policies.get::<S>(kinds[0])?;
+            let decided = policy.decide(&views, &turns, done)?;
+            prompts = policy.take_prompt_times();
+            decided
+        }
+        Some(policy_of) => {
+            let mut slots: Vec<Option<Decided<S::Decision>>> =
+                (0..turns.len()).map(|_| None).collect();
+            for (k, &kind) in kinds.iter().enumerate() {
+                let (index, subset): (Vec<usize>, Vec<AgentTurn>) = turns
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| policy_of[*i] as usize == k)
+                    .map(|(i, t)| (i, *t))
+                    .unzip();
+                if subset.is_empty() {
+                    continue;
+                }
+                let policy = policies.get::<S>(kind)?;
+                for (i, d) in index.into_iter().zip(policy.decide(&views, &subset, done)?) {
+                    slots[i] = Some(d);
+                }
+                let t = policy.take_prompt_times();
+                prompts.template += t.template;
+                prompts.tokenize += t.tokenize;
+            }
+            slots
+                .into_iter()
+                .map(|d| d.expect("invariant: every turn has a policy"))
+                .collect()
+        }
+    };
+    Ok(Decisions {
+        turns,
+        decided,
+        policy_of,
+        prompts,
+    })
+}
+
+/// Applies the step's decisions to every cell's world at once; returns the time it took.
+pub fn resolve<S: Scenario>(
+    exp: &Experiment,
+    arms: &[S],
+    cells: &mut Cells<S>,
+    step: usize,
+    decisions: &Decisions<S::Decision>,
+) -> Duration {
+    let started = Instant::now();
+    let mut per_cell: Vec<Vec<Option<S::Decision>>> = cells
+        .worlds
+        .iter()
+        .enumerate()
+        .map(|(c, world)| vec![None; arms[cells.arm_of[c]].num_agents(world)])
+        .collect();
+    for (t, d) in decisions.turns.iter().zip(&decisions.decided) {
+        per_cell[t.cell][t.agent] = Some(d.decision.clone());
+    }
+    let seed = exp.config.seed;
+    cells
+        .worlds
+        .par_iter_mut()
+        .zip(&cells.infos)
+        .zip(&cells.arm_of)
+        .zip(per_cell)
+        .for_each(|(((world, info), &a), decisions)| {
+            let mut rng = ChaCha8Rng::seed_from_u64(crate::seed::derive(
+                seed,
+                &[
+                    RESOLVE,
+                    info.population as u64,
+                    info.replicate as u64,
+                    step as u64,
+                ],
+            ));
+            arms[a].resolve(world, &decisions, &mut rng);
+        });
+    started.elapsed()
+}
