@@ -2,6 +2,7 @@
 //! their intervals in a readable form.
 
 use super::stats::Summary;
+use crate::record::{Manifest, Status};
 use std::fmt::Write as _;
 
 pub fn esc(s: &str) -> String {
@@ -79,4 +80,28 @@ pub fn fmt_seconds(s: &Option<Summary>) -> String {
         s.ci_high * scale,
         s.n
     )
+}
+
+/// A line saying that the run is not finished (steps done out of those planned), or `None`
+/// for a finished run: reports of unfinished runs say so first.
+pub fn unfinished(m: &Manifest) -> Option<String> {
+    (m.status != Status::Finished).then(|| {
+        format!(
+            "This run is not finished (status: {}): {} of {} steps done{}. Its numbers cover only the steps done; `throng run --resume` continues it.",
+            m.status,
+            m.steps_done,
+            m.planned_steps(),
+            m.error
+                .as_deref()
+                .map(|e| format!("; it stopped with: {e}"))
+                .unwrap_or_default()
+        )
+    })
+}
+
+/// [`unfinished`] as the first element of a page.
+pub fn unfinished_note(m: &Manifest) -> String {
+    unfinished(m)
+        .map(|t| format!("<p class=\"note\"><b>Unfinished run.</b> {}</p>", esc(&t)))
+        .unwrap_or_default()
 }

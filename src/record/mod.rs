@@ -22,9 +22,10 @@ use std::path::{Path, PathBuf};
 pub const CONFIG: &str = "config.toml";
 pub const MANIFEST: &str = "manifest.json";
 pub const CELLS: &str = "cells.json";
+/// The state table's name: `state.parquet`, written in parts under `state.parts/`.
+pub const STATE: &str = "state";
 pub const STATE_CSV: &str = "state.csv";
 pub const STATE_PARQUET: &str = "state.parquet";
-pub const STATE_PARTS: &str = "state.parts";
 pub const DECISIONS: &str = "decisions.jsonl";
 pub const STEPS: &str = "steps.csv";
 pub const AGGREGATES: &str = "aggregates.csv";
@@ -71,11 +72,17 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, RecordError> {
 /// Every state batch of a run: `state.parquet` once the run has finished, else the parts
 /// written so far, in order.
 pub fn read_state(dir: &Path) -> Result<Vec<arrow_array::RecordBatch>, RecordError> {
-    let merged = dir.join(STATE_PARQUET);
+    read_table(dir, STATE)
+}
+
+/// Every batch of the Parquet table `name` of a run (`<name>.parquet`, or its parts while
+/// the run has not finished).
+pub fn read_table(dir: &Path, name: &str) -> Result<Vec<arrow_array::RecordBatch>, RecordError> {
+    let merged = dir.join(format!("{name}.parquet"));
     if merged.exists() {
         return table::read_parquet(&merged);
     }
-    let parts = dir.join(STATE_PARTS);
+    let parts = dir.join(format!("{name}.parts"));
     let mut files: Vec<PathBuf> = match std::fs::read_dir(&parts) {
         Ok(entries) => entries
             .flatten()
@@ -85,7 +92,7 @@ pub fn read_state(dir: &Path) -> Result<Vec<arrow_array::RecordBatch>, RecordErr
         Err(_) => {
             return Err(RecordError::format(
                 &merged,
-                "missing: the run has written no state yet",
+                "missing: the run has written none of this table yet",
             ));
         }
     };

@@ -1,10 +1,7 @@
 //! Appends each finished step to the run's files and flushes them, and remembers their
 //! lengths so that a resumed run can cut away a half-written step.
 
-use super::{
-    AGGREGATES, DECISIONS, DecisionRecord, RecordError, STATE_CSV, STATE_PARQUET, STATE_PARTS,
-    STEPS, table,
-};
+use super::{AGGREGATES, DECISIONS, DecisionRecord, RecordError, STATE, STATE_CSV, STEPS, table};
 use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -101,7 +98,6 @@ impl StepWriter {
     /// Opens the run's files in `dir` for appending; `state_csv` says whether the state is
     /// also written as CSV.
     pub fn open(dir: &Path, state_csv: bool) -> Result<Self, RecordError> {
-        std::fs::create_dir_all(dir.join(STATE_PARTS)).map_err(|e| RecordError::io(dir, e))?;
         let steps_path = dir.join(STEPS);
         let fresh = std::fs::metadata(&steps_path)
             .map(|m| m.len() == 0)
@@ -122,18 +118,30 @@ impl StepWriter {
     /// Writes the state of part `part` (one Parquet file, and CSV rows): the batches of
     /// one step, one per cell, concatenated.
     pub fn state(&mut self, part: &str, batches: &[RecordBatch]) -> Result<(), RecordError> {
+        if let Some(csv) = self.state.as_mut() {
+            csv.write(batches)?;
+        }
+        self.table(STATE, part, batches)
+    }
+
+    /// Writes part `part` of the Parquet table `name` (`state`, or a scenario's own).
+    pub fn table(
+        &mut self,
+        name: &str,
+        part: &str,
+        batches: &[RecordBatch],
+    ) -> Result<(), RecordError> {
         let batches: Vec<RecordBatch> = batches
             .iter()
             .filter(|b| b.num_rows() > 0)
             .cloned()
             .collect();
-        if let Some(csv) = self.state.as_mut() {
-            csv.write(&batches)?;
-        }
         let Some(first) = batches.first() else {
             return Ok(());
         };
-        let path = self.dir.join(STATE_PARTS).join(format!("{part}.parquet"));
+        let parts = self.dir.join(format!("{name}.parts"));
+        std::fs::create_dir_all(&parts).map_err(|e| RecordError::io(&parts, e))?;
+        let path = parts.join(format!("{part}.parquet"));
         let joined = arrow_select::concat::concat_batches(&first.schema(), &batches)
             .map_err(|e| RecordError::format(&path, e))?;
         table::write_parquet(&path, &[joined])
@@ -185,6 +193,23 @@ impl StepWriter {
     }
 }
 
+/// The Parquet tables a run folder may hold: `state` and any tables of the scenario's own,
+/// each written as `<name>.parts/<part>.parquet` while the run goes and joined into
+/// `<name>.parquet` at its end.
+fn part_dirs(dir: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(PathBuf, PathBuf)> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && p.extension().is_some_and(|e| e == "parts"))
+        .map(|p| (p.with_extension("parquet"), p))
+        .collect();
+    found.sort();
+    found
+}
+
 /// Cuts the appended files back to `lengths` and removes Parquet parts not in `keep`: what a
 /// resumed run does to forget a step written after its last checkpoint.
 pub fn rewind(
@@ -196,13 +221,17 @@ pub fn rewind(
         let path = dir.join(name);
         let file = OpenOptions::new()
             .write(true)
+            .create(true)
+            .truncate(false)
             .open(&path)
             .map_err(|e| RecordError::io(&path, e))?;
         file.set_len(*len).map_err(|e| RecordError::io(&path, e))?;
     }
-    let parts = dir.join(STATE_PARTS);
-    if let Ok(entries) = std::fs::read_dir(&parts) {
-        for entry in entries.flatten() {
+    for (_, parts) in part_dirs(dir) {
+        for entry in std::fs::read_dir(&parts)
+            .map_err(|e| RecordError::io(&parts, e))?
+            .flatten()
+        {
             let name = entry
                 .file_name()
                 .to_string_lossy()
@@ -217,19 +246,28 @@ pub fn rewind(
     Ok(())
 }
 
-/// Joins the Parquet parts, in name order, into one `state.parquet` and removes them.
+/// Joins every table's Parquet parts, in name order, into `<table>.parquet` and removes
+/// them. The joined file is written aside and renamed into place before any part is
+/// removed, so a crash at any point leaves either the parts or the whole table.
 pub fn merge_parts(dir: &Path) -> Result<(), RecordError> {
-    let parts_dir = dir.join(STATE_PARTS);
-    let mut parts: Vec<PathBuf> = match std::fs::read_dir(&parts_dir) {
-        Ok(entries) => entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
-            .collect(),
-        Err(_) => return Ok(()),
-    };
+    for (out_path, parts_dir) in part_dirs(dir) {
+        if !out_path.exists() {
+            merge_table(&parts_dir, &out_path)?;
+        }
+        std::fs::remove_dir_all(&parts_dir).map_err(|e| RecordError::io(&parts_dir, e))?;
+    }
+    Ok(())
+}
+
+fn merge_table(parts_dir: &Path, out_path: &Path) -> Result<(), RecordError> {
+    let mut parts: Vec<PathBuf> = std::fs::read_dir(parts_dir)
+        .map_err(|e| RecordError::io(parts_dir, e))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
     parts.sort();
-    let out_path = dir.join(STATE_PARQUET);
+    let tmp = out_path.with_extension("parquet.tmp");
     let mut writer: Option<parquet::arrow::ArrowWriter<File>> = None;
     for part in &parts {
         let file = File::open(part).map_err(|e| RecordError::io(part, e))?;
@@ -239,19 +277,20 @@ pub fn merge_parts(dir: &Path) -> Result<(), RecordError> {
         for batch in reader {
             let batch = batch.map_err(|e| RecordError::format(part, e))?;
             if writer.is_none() {
-                let file = File::create(&out_path).map_err(|e| RecordError::io(&out_path, e))?;
+                let file = File::create(&tmp).map_err(|e| RecordError::io(&tmp, e))?;
                 writer = Some(
                     parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None)
-                        .map_err(|e| RecordError::format(&out_path, e))?,
+                        .map_err(|e| RecordError::format(out_path, e))?,
                 );
             }
             let w = writer.as_mut().expect("invariant: created above");
             w.write(&batch)
-                .map_err(|e| RecordError::format(&out_path, e))?;
+                .map_err(|e| RecordError::format(out_path, e))?;
         }
     }
     if let Some(w) = writer {
-        w.close().map_err(|e| RecordError::format(&out_path, e))?;
+        w.close().map_err(|e| RecordError::format(out_path, e))?;
+        std::fs::rename(&tmp, out_path).map_err(|e| RecordError::io(out_path, e))?;
     }
-    std::fs::remove_dir_all(&parts_dir).map_err(|e| RecordError::io(&parts_dir, e))
+    Ok(())
 }

@@ -98,6 +98,21 @@ pub trait Scenario: Sized + Send + Sync {
         cell: &CellInfo,
         step: usize,
     ) -> RecordBatch;
+    /// Names of the scenario's own Parquet tables, beside `state` (long-format data such as
+    /// who traded with whom), each written as `<name>.parquet`.
+    fn tables() -> &'static [&'static str] {
+        &[]
+    }
+    /// Rows of table `name` (one of [`Scenario::tables`]) for the world after `step`.
+    fn table(
+        &self,
+        _name: &str,
+        _world: &Self::World,
+        _cell: &CellInfo,
+        _step: usize,
+    ) -> Option<RecordBatch> {
+        None
+    }
     /// One row of per-cell aggregates after `step`, kept whatever the decision log keeps.
     fn aggregates(
         &self,

@@ -7,7 +7,7 @@
 //! replicates (one game each). Within round 1 agents decide independently of each other
 //! (nobody has seen a result yet), so group means there get intervals across agents.
 
-use crate::analysis::html::{esc, figures, page, table};
+use crate::analysis::html::{esc, figures, page, table, unfinished, unfinished_note};
 use crate::analysis::plot::{self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines};
 use crate::analysis::stats::Summary;
 use crate::record::{self, Manifest, StepRecord};
@@ -551,6 +551,9 @@ fn seconds_text(s: Option<f64>) -> String {
 pub fn text(report: &Report) -> String {
     let mut out = String::new();
     let m = &report.manifest;
+    if let Some(note) = unfinished(m) {
+        let _ = writeln!(out, "NOTE: {note}");
+    }
     let _ = writeln!(
         out,
         "{} ({} policy, model {}): {} decisions, {} fallbacks ({:.1}%)",
@@ -592,7 +595,7 @@ pub fn text(report: &Report) -> String {
 
 fn html(report: &Report) -> String {
     let m = &report.manifest;
-    let mut body = String::new();
+    let mut body = unfinished_note(m);
     let _ = write!(
         body,
         "<h1>{}</h1><p>Scenario <b>guess</b>, policy <b>{}</b>, model <b>{}</b>, seed {}, {} replicates, {} rounds; \

@@ -122,6 +122,15 @@ impl Recorder {
             .collect();
         let part = format!("g{group:03}-s{step:06}");
         self.writer.state(&part, &batches)?;
+        for &name in S::tables() {
+            let batches: Vec<_> = (0..cells.infos.len())
+                .into_par_iter()
+                .filter_map(|c| {
+                    arms[cells.arm_of[c]].table(name, &cells.worlds[c], &cells.infos[c], step)
+                })
+                .collect();
+            self.writer.table(name, &part, &batches)?;
+        }
         self.parts.push(part);
         Ok(())
     }
