@@ -244,20 +244,44 @@ fn bad_configs_name_file_line_and_field() {
     );
 }
 
+/// The market's persona mix can come from a population: exact quotas of the named personas.
+#[test]
+fn a_population_sets_the_market_personas() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = config(
+        tmp.path(),
+        "name = \"pop\"\nsteps = 1\npolicy = \"scripted\"\nagents = 40\n\n[scenario]\nname = \"energy_market\"\n\n[population.attributes.persona]\nshares = { greedy = 25, depressed = 75 }\n",
+    );
+    let out = tmp.path().join("run");
+    run(&path, &out, RunOptions::default());
+    let at_start: Vec<_> = rows(&out).into_iter().filter(|r| r.step == 0).collect();
+    assert_eq!(
+        at_start.iter().filter(|r| r.persona == "greedy").count(),
+        10
+    );
+    assert_eq!(
+        at_start.iter().filter(|r| r.persona == "depressed").count(),
+        30
+    );
+    let err = load_err(
+        "name = \"x\"\nsteps = 1\nagents = 20\n\n[scenario]\nname = \"energy_market\"\n\n[population.attributes.persona]\nshares = { greedy = 50, angry = 50 }\n",
+    );
+    assert!(err.contains(":10:") && err.contains("`angry`"), "{err}");
+}
+
 #[test]
 fn the_shipped_experiments_load() {
-    for name in [
-        "exp1-unregulated",
-        "exp2-regulated",
-        "exp3-scaling",
-        "exp4-personas",
-    ] {
-        let exp = scenarios::load(
-            &repo().join(format!("experiments/{name}.toml")),
-            &Overrides::default(),
-        )
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(exp.experiment().scenario, "energy_market");
+    for entry in std::fs::read_dir(repo().join("experiments")).unwrap() {
+        let path = entry.unwrap().path();
+        let exp = scenarios::load(&path, &Overrides::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let scenario = &exp.experiment().scenario;
+        assert!(
+            (name.starts_with("exp") && scenario == "energy_market")
+                || (name.starts_with("guess") && scenario == "guess"),
+            "{name}: {scenario}"
+        );
     }
 }
 

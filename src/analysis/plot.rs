@@ -3,6 +3,7 @@
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 
 static FONT: &[u8] = include_bytes!("fonts/DejaVuSans.ttf");
@@ -294,6 +295,13 @@ pub struct BarSeries {
     pub values: Vec<Option<(f64, f64, f64)>>,
 }
 
+impl Bars {
+    /// Long or many labels are written upright, to fit under their bars.
+    fn upright(&self) -> bool {
+        self.categories.len() > 6 || self.categories.iter().any(|c| c.chars().count() > 14)
+    }
+}
+
 impl Figure for Bars {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         let n = self.categories.len().max(1) as f64;
@@ -307,10 +315,21 @@ impl Figure for Bars {
             .iter()
             .flat_map(|s| s.values.iter().flatten().map(|p| p.1))
             .fold(0.0f64, f64::min);
+        let longest = self
+            .categories
+            .iter()
+            .map(|c| c.chars().count())
+            .max()
+            .unwrap_or(1);
+        let label_area = if self.upright() {
+            20 + 8 * longest as u32
+        } else {
+            40
+        };
         let mut chart = ChartBuilder::on(root)
             .caption(&self.title, (FAMILY, 22))
             .margin(12)
-            .x_label_area_size(60)
+            .x_label_area_size(label_area)
             .y_label_area_size(75)
             .build_cartesian_2d(0.0..n, y0..y1.max(y0 + 1e-9))
             .map_err(|e| e.to_string())?;
@@ -352,15 +371,27 @@ impl Figure for Bars {
                 }))
                 .map_err(|e| e.to_string())?;
         }
-        chart
-            .draw_series(self.categories.iter().enumerate().map(|(i, label)| {
-                Text::new(
-                    label.clone(),
-                    (i as f64 + 0.1, y0),
-                    (FAMILY, 13).into_font().color(&BLACK),
+        // Category names under their bars, in the x label area.
+        let (xs, ys) = chart.plotting_area().get_pixel_range();
+        let px = |i: usize| xs.start + ((i as f64 + 0.5) / n * (xs.end - xs.start) as f64) as i32;
+        for (i, label) in self.categories.iter().enumerate() {
+            let style = (FAMILY, 13).into_font().color(&BLACK);
+            let (style, at) = if self.upright() {
+                (
+                    style
+                        .transform(FontTransform::Rotate270)
+                        .pos(Pos::new(HPos::Right, VPos::Center)),
+                    (px(i), ys.end + 8),
                 )
-            }))
-            .map_err(|e| e.to_string())?;
+            } else {
+                (
+                    style.pos(Pos::new(HPos::Center, VPos::Top)),
+                    (px(i), ys.end + 8),
+                )
+            };
+            root.draw(&Text::new(label.clone(), at, style))
+                .map_err(|e| e.to_string())?;
+        }
         if self.series.len() > 1 && self.series.len() <= 12 {
             chart
                 .configure_series_labels()

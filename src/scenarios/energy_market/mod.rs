@@ -192,7 +192,7 @@ impl Scenario for EnergyMarket {
                         .find(|c| !self.cfg.personas.contains_key(*c))
                     {
                         return Err(ScenarioProblem::new(
-                            field,
+                            format!("{field}.shares"),
                             format!(
                                 "unknown persona `{bad}` (known: {}; define new ones under [scenario.personas])",
                                 self.persona_names.join(", ")

@@ -12,7 +12,7 @@ use crate::analysis::plot::{self, Band, BarSeries, Bars, HistogramPanel, Histogr
 use crate::analysis::stats::Summary;
 use crate::record::{self, Manifest, StepRecord};
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float32Type, Float64Type, UInt64Type};
+use arrow_array::types::{Float64Type, UInt64Type};
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::{DataType, FieldRef};
 use serde::{Deserialize, Serialize};
@@ -110,6 +110,18 @@ impl Running {
         self.m2 += d * (x - self.mean);
     }
 
+    /// Chan et al.'s parallel combination of two running moments.
+    fn merge(&mut self, other: &Running) {
+        if other.n == 0 {
+            return;
+        }
+        let n = self.n + other.n;
+        let d = other.mean - self.mean;
+        self.mean += d * other.n as f64 / n as f64;
+        self.m2 += other.m2 + d * d * self.n as f64 * other.n as f64 / n as f64;
+        self.n = n;
+    }
+
     fn summary(&self) -> Option<Summary> {
         Summary::from_moments(self.n, self.mean, self.m2)
     }
@@ -124,26 +136,69 @@ struct Gathered {
     histograms: BTreeMap<(String, usize, usize), [u64; BINS]>,
     /// (arm, attribute, group) -> round 1 guesses.
     groups: BTreeMap<(String, String, String), Running>,
-    /// Attribute columns in table order, with their band edges when numeric.
-    attributes: Vec<String>,
+    /// Attribute columns in table order, each with its groups in the population's order
+    /// (categories as declared, numeric bands from low to high).
+    attributes: Vec<(String, Vec<String>)>,
 }
 
-fn column_text(column: &dyn Array) -> Result<Vec<Option<String>>, String> {
-    let values = arrow_cast::cast(column, &DataType::Utf8).map_err(|e| e.to_string())?;
-    let strings = values.as_string::<i32>();
-    Ok((0..strings.len())
-        .map(|i| strings.is_valid(i).then(|| strings.value(i).to_string()))
-        .collect())
+/// A column as dictionary keys and their labels (categories, or bands of a number).
+struct Coded {
+    keys: Vec<u32>,
+    labels: Vec<String>,
 }
 
-/// Band labels for numeric attributes: the population's bands where the run recorded them,
-/// else deciles of the range seen.
+fn coded(column: &dyn Array, edges: Option<&Vec<f64>>) -> Result<Coded, String> {
+    if let DataType::Float32 | DataType::Float64 = column.data_type() {
+        let values = arrow_cast::cast(column, &DataType::Float64).map_err(|e| e.to_string())?;
+        let values = values.as_primitive::<Float64Type>();
+        return Ok(match edges {
+            // Band index by binary search: no text per row.
+            Some(e) => {
+                let mut labels = vec![band(e[0] - 1.0, e)];
+                labels.extend(e.iter().map(|&x| band(x, e)));
+                let keys = (0..values.len())
+                    .map(|i| e.partition_point(|&edge| edge <= values.value(i)) as u32)
+                    .collect();
+                Coded { keys, labels }
+            }
+            None => {
+                let mut labels: Vec<String> = Vec::new();
+                let mut index: std::collections::HashMap<i64, u32> = Default::default();
+                let keys = (0..values.len())
+                    .map(|i| {
+                        let whole = values.value(i).round() as i64;
+                        *index.entry(whole).or_insert_with(|| {
+                            labels.push(whole.to_string());
+                            labels.len() as u32 - 1
+                        })
+                    })
+                    .collect();
+                Coded { keys, labels }
+            }
+        });
+    }
+    let dictionary = arrow_cast::cast(
+        column,
+        &DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8)),
+    )
+    .map_err(|e| e.to_string())?;
+    let dictionary = dictionary.as_dictionary::<arrow_array::types::UInt32Type>();
+    let values = dictionary.values().as_string::<i32>();
+    Ok(Coded {
+        keys: dictionary.keys().values().to_vec(),
+        labels: (0..values.len())
+            .map(|i| values.value(i).to_string())
+            .collect(),
+    })
+}
+
+/// The band label of `x` for the population's edges.
 fn band(x: f64, edges: &[f64]) -> String {
     crate::sim::population::band_label(x, edges)
 }
 
 fn gather(batches: &[RecordBatch], bands: &BTreeMap<String, Vec<f64>>) -> Result<Gathered, String> {
-    const FIXED: [&str; 7] = [
+    const FIXED: [&str; 8] = [
         "arm",
         "population",
         "replicate",
@@ -151,6 +206,7 @@ fn gather(batches: &[RecordBatch], bands: &BTreeMap<String, Vec<f64>>) -> Result
         "agent",
         "guess",
         "won",
+        "policy",
     ];
     let mut g = Gathered::default();
     for batch in batches {
@@ -160,7 +216,8 @@ fn gather(batches: &[RecordBatch], bands: &BTreeMap<String, Vec<f64>>) -> Result
                 .fields()
                 .iter()
                 .map(|f| f.name().clone())
-                .filter(|n| !FIXED.contains(&n.as_str()) && n != "policy")
+                .filter(|n| !FIXED.contains(&n.as_str()))
+                .map(|n| (n, Vec::new()))
                 .collect();
         }
         let col = |name: &str| {
@@ -168,54 +225,71 @@ fn gather(batches: &[RecordBatch], bands: &BTreeMap<String, Vec<f64>>) -> Result
                 .column_by_name(name)
                 .ok_or_else(|| format!("the state table has no `{name}` column"))
         };
-        let arms = column_text(col("arm")?.as_ref())?;
+        let arms = coded(col("arm")?.as_ref(), None)?;
         let population = col("population")?.as_primitive::<UInt64Type>().clone();
         let step = col("step")?.as_primitive::<UInt64Type>().clone();
         let guess = col("guess")?.as_primitive::<Float64Type>().clone();
-        let mut attribute_values: Vec<(String, Vec<Option<String>>)> = Vec::new();
-        for name in &g.attributes {
-            let Some(column) = batch.column_by_name(name) else {
-                continue;
-            };
-            let values = match column.data_type() {
-                DataType::Float32 => {
-                    let v = column.as_primitive::<Float32Type>();
-                    let edges = bands.get(name);
-                    (0..v.len())
-                        .map(|i| {
-                            let x = v.value(i) as f64;
-                            Some(match edges {
-                                Some(e) => band(x, e),
-                                None => format!("{}", x.round() as i64),
-                            })
-                        })
-                        .collect()
-                }
-                _ => column_text(column.as_ref())?,
-            };
-            attribute_values.push((name.clone(), values));
-        }
+        let attributes: Vec<Coded> = g
+            .attributes
+            .iter()
+            .map(|(name, _)| coded(col(name)?.as_ref(), bands.get(name)))
+            .collect::<Result<_, _>>()?;
+        // Round 1 sums per (arm key, attribute, group key), merged by label below.
+        let mut local: Vec<Vec<Vec<Running>>> = attributes
+            .iter()
+            .map(|a| vec![vec![Running::default(); a.labels.len()]; arms.labels.len()])
+            .collect();
+        let mut histograms: BTreeMap<(u32, usize, usize), [u64; BINS]> = BTreeMap::new();
         for i in 0..batch.num_rows() {
             if guess.is_null(i) {
                 continue;
             }
             let x = guess.value(i);
-            let arm = arms[i].clone().unwrap_or_default();
+            let arm = arms.keys[i];
             let round = step.value(i) as usize;
             let bin = ((x / 2.0).floor() as usize).min(BINS - 1);
-            g.histograms
-                .entry((arm.clone(), population.value(i) as usize, round))
+            histograms
+                .entry((arm, population.value(i) as usize, round))
                 .or_insert([0; BINS])[bin] += 1;
             if round == 1 {
-                for (name, values) in &attribute_values {
-                    if let Some(v) = &values[i] {
-                        g.groups
-                            .entry((arm.clone(), name.clone(), v.clone()))
-                            .or_default()
-                            .push(x);
-                    }
+                for (a, coded) in attributes.iter().enumerate() {
+                    local[a][arm as usize][coded.keys[i] as usize].push(x);
                 }
             }
+        }
+        for ((arm, population, round), counts) in histograms {
+            let total = g
+                .histograms
+                .entry((arms.labels[arm as usize].clone(), population, round))
+                .or_insert([0; BINS]);
+            for (t, c) in total.iter_mut().zip(counts) {
+                *t += c;
+            }
+        }
+        for (a, coded) in attributes.iter().enumerate() {
+            let (name, order) = &mut g.attributes[a];
+            for label in &coded.labels {
+                if !order.contains(label) {
+                    order.push(label.clone());
+                }
+            }
+            for (arm, per_group) in local[a].iter().enumerate() {
+                for (k, running) in per_group.iter().enumerate().filter(|(_, r)| r.n > 0) {
+                    g.groups
+                        .entry((
+                            arms.labels[arm].clone(),
+                            name.clone(),
+                            coded.labels[k].clone(),
+                        ))
+                        .or_default()
+                        .merge(running);
+                }
+            }
+        }
+    }
+    for ((name, order), _) in g.attributes.iter_mut().zip(0..) {
+        if bands.contains_key(name) || order.iter().all(|l| l.parse::<f64>().is_ok()) {
+            order.sort_by_key(|l| natural_key(l));
         }
     }
     Ok(g)
@@ -226,33 +300,48 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     (n > 0).then(|| sum / n as f64)
 }
 
-/// Band edges of numeric attributes, from the run's resolved config.
-fn attribute_bands(dir: &Path) -> BTreeMap<String, Vec<f64>> {
+/// What the run's resolved config says of its attributes: band edges of numeric ones, and
+/// the declared order of categorical ones' categories.
+#[derive(Default)]
+struct AttributeInfo {
+    bands: BTreeMap<String, Vec<f64>>,
+    categories: BTreeMap<String, Vec<String>>,
+}
+
+fn attribute_info(dir: &Path) -> AttributeInfo {
+    let mut info = AttributeInfo::default();
     let Ok(text) = std::fs::read_to_string(dir.join(record::CONFIG)) else {
-        return BTreeMap::new();
+        return info;
     };
     let Ok(table) = text.parse::<toml::Table>() else {
-        return BTreeMap::new();
+        return info;
     };
-    table
+    let Some(attrs) = table
         .get("population")
         .and_then(|p| p.get("attributes"))
         .and_then(|a| a.as_table())
-        .map(|attrs| {
-            attrs
-                .iter()
-                .filter_map(|(name, a)| {
-                    let edges: Vec<f64> = a
-                        .get("bands")?
-                        .as_array()?
-                        .iter()
-                        .filter_map(|v| v.as_float().or(v.as_integer().map(|i| i as f64)))
-                        .collect();
-                    (edges.len() >= 2).then(|| (name.clone(), edges))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    else {
+        return info;
+    };
+    for (name, a) in attrs {
+        if let Some(shares) = a.get("shares").and_then(|s| s.as_table()) {
+            info.categories
+                .insert(name.clone(), shares.keys().cloned().collect());
+        }
+        let edges: Vec<f64> = a
+            .get("bands")
+            .and_then(|b| b.as_array())
+            .map(|b| {
+                b.iter()
+                    .filter_map(|v| v.as_float().or(v.as_integer().map(|i| i as f64)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if edges.len() >= 2 {
+            info.bands.insert(name.clone(), edges);
+        }
+    }
+    info
 }
 
 /// Writes the figures, `summary.json` and `report.html` into `dir` and returns the numbers.
@@ -269,7 +358,13 @@ pub fn report(dir: &Path) -> Result<Report, String> {
         ));
     }
     let batches = record::read_state(dir).map_err(|e| e.to_string())?;
-    let gathered = gather(&batches, &attribute_bands(dir))?;
+    let info = attribute_info(dir);
+    let mut gathered = gather(&batches, &info.bands)?;
+    for (name, order) in gathered.attributes.iter_mut() {
+        if let Some(declared) = info.categories.get(name) {
+            order.sort_by_key(|c| declared.iter().position(|d| d == c).unwrap_or(usize::MAX));
+        }
+    }
     drop(batches);
 
     let mut by_round: BTreeMap<(usize, usize, usize), Vec<&RoundRow>> = BTreeMap::new();
@@ -435,24 +530,33 @@ pub fn report(dir: &Path) -> Result<Report, String> {
     }
 
     // Round 1's mean guess by group, one figure per attribute.
-    let groups: Vec<GroupMean> = gathered
-        .groups
-        .iter()
-        .map(|((arm, attribute, group), running)| GroupMean {
-            arm: arm.clone(),
-            attribute: attribute.clone(),
-            group: group.clone(),
-            mean: running.summary(),
-        })
-        .collect();
-    for attribute in &gathered.attributes {
-        let mut categories: Vec<String> = groups
+    // In the population's order: arms, then attributes, then their groups.
+    let mut groups: Vec<GroupMean> = Vec::new();
+    for arm in &arm_order {
+        for (attribute, order) in &gathered.attributes {
+            for group in order {
+                let key = (arm.clone(), attribute.clone(), group.clone());
+                if let Some(running) = gathered.groups.get(&key) {
+                    groups.push(GroupMean {
+                        arm: arm.clone(),
+                        attribute: attribute.clone(),
+                        group: group.clone(),
+                        mean: running.summary(),
+                    });
+                }
+            }
+        }
+    }
+    for (attribute, order) in &gathered.attributes {
+        let categories: Vec<String> = order
             .iter()
-            .filter(|g| &g.attribute == attribute)
-            .map(|g| g.group.clone())
+            .filter(|c| {
+                groups
+                    .iter()
+                    .any(|g| &g.attribute == attribute && &g.group == *c)
+            })
+            .cloned()
             .collect();
-        categories.sort_by_key(|c| natural_key(c));
-        categories.dedup();
         if categories.is_empty() || categories.len() > 40 {
             continue;
         }
