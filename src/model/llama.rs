@@ -6,6 +6,7 @@
 //! names are mapped onto the same [`Part`]s by the loader.
 
 use super::attention::Heads;
+use super::fused;
 use super::linear::{Linear, SourceWeight, Target};
 use super::profile::{Op, Profile};
 use super::rope::Rope;
@@ -216,10 +217,10 @@ impl Llama {
         let mut x = timed(p, Op::Embedding, || {
             self.embed.index_select(&batch.token_ids, 0)
         })?;
+        let mut normed = timed(p, Op::Norms, || {
+            fused::rms_norm(&x, &self.layers[0].attn_norm, eps)
+        })?;
         for (l, layer) in self.layers.iter().enumerate() {
-            let normed = timed(p, Op::Norms, || {
-                candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)
-            })?;
             // (T, (h + 2 kvh) d)
             let qkv = timed(p, Op::QkvProj, || layer.qkv.forward(&normed))?;
             macs(Op::QkvProj, t, hidden * (h + 2 * kvh) * d);
@@ -245,25 +246,28 @@ impl Llama {
             })?;
             let o = timed(p, Op::OProj, || layer.o_proj.forward(&attn))?;
             macs(Op::OProj, t, h * d * hidden);
-            x = timed(p, Op::Residual, || x + o)?;
-            let normed = timed(p, Op::Norms, || {
-                candle_nn::ops::rms_norm(&x, &layer.mlp_norm, eps)
+            (x, normed) = timed(p, Op::Residual, || {
+                fused::add_rms_norm(&x, &o, &layer.mlp_norm, eps)
             })?;
             let gate_up = timed(p, Op::GateUpProj, || layer.gate_up.forward(&normed))?;
             macs(Op::GateUpProj, t, hidden * 2 * inter);
-            let mlp = timed(p, Op::Swiglu, || candle_nn::ops::swiglu(&gate_up))?;
+            let mlp = timed(p, Op::Swiglu, || fused::swiglu(&gate_up))?;
             let down = timed(p, Op::DownProj, || layer.down.forward(&mlp))?;
             macs(Op::DownProj, t, inter * hidden);
-            x = timed(p, Op::Residual, || x + down)?;
+            // The next layer's input norm, or the final norm after the last layer.
+            let next_norm = self
+                .layers
+                .get(l + 1)
+                .map_or(&self.final_norm, |next| &next.attn_norm);
+            (x, normed) = timed(p, Op::Residual, || {
+                fused::add_rms_norm(&x, &down, next_norm, eps)
+            })?;
         }
         if batch.num_logit_rows() == 0 {
             return Tensor::zeros((0, cfg.vocab_size), DType::F32, &self.device);
         }
         // Only the rows that sample a next token pay for the vocabulary projection.
-        let last = x.index_select(&batch.logit_rows, 0)?;
-        let last = timed(p, Op::Norms, || {
-            candle_nn::ops::rms_norm(&last, &self.final_norm, eps)
-        })?;
+        let last = normed.index_select(&batch.logit_rows, 0)?;
         let logits = timed(p, Op::LmHead, || self.lm_head.forward(&last))?;
         macs(Op::LmHead, batch.num_logit_rows(), hidden * cfg.vocab_size);
         logits.to_dtype(DType::F32)

@@ -9,6 +9,7 @@ mod attention;
 mod batch;
 mod config;
 mod error;
+mod fused;
 mod gguf;
 pub mod int8;
 mod kv_cache;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     Embedding,
-    /// RMSNorm before attention, before the MLP and before the head.
+    /// RMSNorm on its own (before the first layer).
     Norms,
     QkvProj,
     Rope,
@@ -23,7 +23,7 @@ pub enum Op {
     KvWrite,
     Attention,
     OProj,
-    /// The two residual additions of every layer.
+    /// The two residual additions of every layer, each fused with the RMSNorm after it.
     Residual,
     GateUpProj,
     Swiglu,
@@ -58,7 +58,7 @@ impl Op {
             Op::KvWrite => "kv cache write",
             Op::Attention => "attention (paged)",
             Op::OProj => "matmul o",
-            Op::Residual => "residual adds",
+            Op::Residual => "residual add + rms norm",
             Op::GateUpProj => "matmul gate+up",
             Op::Swiglu => "swiglu",
             Op::DownProj => "matmul down",
