@@ -266,14 +266,24 @@ fn attend_rows_with<K: Kernels>(
         .collect();
     // scores[(row, head)][pos]
     let mut scores = vec![0f32; n * ctx];
-    let mut dots = vec![0f32; n];
-    kv.for_each_row(kv.k, ctx, |pos, key| {
-        let first = first_row_seeing(pos) * g;
-        K::dots(&queries[first..], key, &mut dots[first..]);
-        for i in first..n {
-            scores[i * ctx + pos] = dots[i] * scale;
-        }
-    });
+    let scored = K::score_blocked(
+        &queries,
+        kv,
+        ctx,
+        |i| span.start + rows.start + i / g + 1,
+        scale,
+        &mut scores,
+    );
+    if !scored {
+        let mut dots = vec![0f32; n];
+        kv.for_each_row(kv.k, ctx, |pos, key| {
+            let first = first_row_seeing(pos) * g;
+            K::dots(&queries[first..], key, &mut dots[first..]);
+            for i in first..n {
+                scores[i * ctx + pos] = dots[i] * scale;
+            }
+        });
+    }
     let mut norms = vec![0f32; n];
     for (i, norm) in norms.iter_mut().enumerate() {
         let visible = span.start + rows.start + i / g + 1;
@@ -338,6 +348,22 @@ trait Kernels {
         for (o, q) in out.iter_mut().zip(queries) {
             *o = Self::dot(q, key);
         }
+    }
+
+    /// Fills `scores[i * ctx + pos]` with `dot(queries[i], key[pos]) * scale` for every
+    /// `pos < visible(i)` (and maybe a few positions beyond, which nothing reads), each dot
+    /// summed exactly as [`Kernels::dot`]; returns false where this instruction set has no
+    /// blocked form for this head size, and the caller scores key by key.
+    #[inline(always)]
+    fn score_blocked(
+        _queries: &[&[f32]],
+        _kv: &PagedKv<'_>,
+        _ctx: usize,
+        _visible: impl Fn(usize) -> usize,
+        _scale: f32,
+        _scores: &mut [f32],
+    ) -> bool {
+        false
     }
 
     /// The sum of `a`, in the order of [`Kernels::dot`].
@@ -525,6 +551,90 @@ impl Kernels for Avx512 {
         for (qs, os) in queries.chunks(8).zip(out.chunks_mut(8)) {
             // SAFETY: `Avx512` is only used from `attend_rows_avx512`, on AVX-512F CPUs.
             unsafe { dots8_avx512(qs, key, os) };
+        }
+    }
+
+    #[inline(always)]
+    fn score_blocked(
+        queries: &[&[f32]],
+        kv: &PagedKv<'_>,
+        ctx: usize,
+        visible: impl Fn(usize) -> usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) -> bool {
+        // SAFETY (all three): `Avx512` is only used from `attend_rows_avx512`.
+        match kv.heads.head_dim {
+            64 => unsafe { score4_avx512::<4>(queries, kv, ctx, visible, scale, scores) },
+            128 => unsafe { score4_avx512::<8>(queries, kv, ctx, visible, scale, scores) },
+            _ => return false,
+        }
+        true
+    }
+}
+
+/// [`Kernels::score_blocked`] for a head of `C * 16` dimensions: four queries at a time stay
+/// in registers while the keys stream past once, and their four sums are reduced together by a
+/// transposing tree that adds exactly the pairs [`Portable::dot`]'s halving adds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn score4_avx512<const C: usize>(
+    queries: &[&[f32]],
+    kv: &PagedKv<'_>,
+    ctx: usize,
+    visible: impl Fn(usize) -> usize,
+    scale: f32,
+    scores: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let n = queries.len();
+    for i0 in (0..n).step_by(4) {
+        let m = 4.min(n - i0);
+        let limit = visible(i0 + m - 1).min(ctx);
+        // SAFETY: every query and key has `C * 16` floats (the head size), checked by the
+        // caller's match; the missing queries of a last group are zeros and never stored.
+        unsafe {
+            let q: [[__m512; C]; 4] = std::array::from_fn(|j| {
+                std::array::from_fn(|c| {
+                    if j < m {
+                        _mm512_loadu_ps(queries[i0 + j].as_ptr().add(16 * c))
+                    } else {
+                        _mm512_setzero_ps()
+                    }
+                })
+            });
+            kv.for_each_row(kv.k, limit, |pos, key| {
+                let mut acc = [_mm512_setzero_ps(); 4];
+                for c in 0..C {
+                    let k = _mm512_loadu_ps(key.as_ptr().add(16 * c));
+                    for j in 0..4 {
+                        acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps(q[j][c], k));
+                    }
+                }
+                // Lanes i + 8, for a and b side by side, then c and d.
+                let ab = _mm512_add_ps(
+                    _mm512_shuffle_f32x4(acc[0], acc[1], 0b01_00_01_00),
+                    _mm512_shuffle_f32x4(acc[0], acc[1], 0b11_10_11_10),
+                );
+                let cd = _mm512_add_ps(
+                    _mm512_shuffle_f32x4(acc[2], acc[3], 0b01_00_01_00),
+                    _mm512_shuffle_f32x4(acc[2], acc[3], 0b11_10_11_10),
+                );
+                // Lanes i + 4: one 128-bit lane per query.
+                let v = _mm512_add_ps(
+                    _mm512_shuffle_f32x4(ab, cd, 0b10_00_10_00),
+                    _mm512_shuffle_f32x4(ab, cd, 0b11_01_11_01),
+                );
+                // Lanes i + 2, then i + 1, within each 128-bit lane.
+                let y = _mm512_add_ps(v, _mm512_permute_ps(v, 0b11_10_11_10));
+                let z = _mm512_add_ps(y, _mm512_permute_ps(y, 0b01_01_01_01));
+                let mut sums = [0f32; 16];
+                _mm512_storeu_ps(sums.as_mut_ptr(), z);
+                for j in 0..m {
+                    scores[(i0 + j) * ctx + pos] = sums[4 * j] * scale;
+                }
+            });
         }
     }
 }
