@@ -579,6 +579,8 @@ impl Kernels for Avx512 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
+// The chunk index `c` addresses the key pointer and the query registers alike.
+#[allow(clippy::needless_range_loop)]
 fn score4_avx512<const C: usize>(
     queries: &[&[f32]],
     kv: &PagedKv<'_>,
