@@ -6,8 +6,9 @@
 //! - `baseline/candle_quantized_llama`: candle-transformers' own `quantized_llama` on the same
 //!   file, one sequence, as the reference point measured in the same run.
 //!
-//! Weight formats are what the loader may convert the Q4_1 file to: `f32` (the CPU default),
-//! `q8_0`, and `native` (Q4_1 as stored, batch 1 only: it is the slow path being avoided).
+//! Weight formats are what the loader may convert the Q4_1 file to: `int8` (the CPU default
+//! where the CPU has a SIMD int8 kernel), `f32`, `q8_0`, and `native` (Q4_1 as stored, batch 1
+//! only: it is the slow path being avoided).
 //! Run: `cargo bench --bench engine` (THRONG_BENCH_QUICK=1 for a short smoke run).
 
 use candle_core::{DType, Device, Tensor};
@@ -178,8 +179,10 @@ fn bench_baseline(c: &mut Criterion) {
 
 fn engine(c: &mut Criterion) {
     bench_baseline(c);
+    bench_prefill(c, WeightFormat::Int8, "int8");
     bench_prefill(c, WeightFormat::F32, "f32");
     bench_prefill(c, WeightFormat::Q8_0, "q8_0");
+    bench_decode(c, WeightFormat::Int8, "int8", &[1, 8, 32, 64]);
     bench_decode(c, WeightFormat::F32, "f32", &[1, 8, 32, 64]);
     bench_decode(c, WeightFormat::Q8_0, "q8_0", &[1, 8, 32, 64]);
     bench_decode(c, WeightFormat::Native, "native_q4_1", &[1]);

@@ -5,6 +5,7 @@ mod common;
 
 use serde_json::json;
 use throng::engine::{Engine, EngineConfig, EngineHandle, Message, Request, Response};
+use throng::model::WeightFormat;
 use throng::testing::TinyLlama;
 
 fn requests(n: usize) -> Vec<Request> {
@@ -33,10 +34,21 @@ fn engine(dir: &std::path::Path, cfg: EngineConfig) -> Engine {
     common::engine(dir.to_str().unwrap(), cfg)
 }
 
+fn engine_with(dir: &std::path::Path, cfg: EngineConfig, weights: WeightFormat) -> Engine {
+    common::engine_with(dir.to_str().unwrap(), cfg, weights)
+}
+
 #[test]
 fn greedy_outputs_do_not_depend_on_who_shares_the_batch() {
+    for weights in common::AUTO_CPU_FORMATS {
+        outputs_do_not_depend_on_who_shares_the_batch(weights);
+    }
+}
+
+fn outputs_do_not_depend_on_who_shares_the_batch(weights: WeightFormat) {
     let dir = common::tiny_model(&TinyLlama::default());
     let n = 32;
+    let engine = |dir: &std::path::Path, cfg| engine_with(dir, cfg, weights);
     let all_at_once = tokens(engine(dir.path(), EngineConfig::default()).generate(requests(n)));
 
     let mut alone = engine(dir.path(), EngineConfig::default());
@@ -67,12 +79,19 @@ fn greedy_outputs_do_not_depend_on_who_shares_the_batch() {
         }
     }
     let staggered: Vec<Vec<u32>> = ids.iter().map(|id| done.remove(id).unwrap()).collect();
-    assert_eq!(staggered, all_at_once);
+    assert_eq!(staggered, all_at_once, "{weights:?}");
 }
 
 #[test]
 fn prefix_caching_changes_nothing_but_the_work_done() {
+    for weights in common::AUTO_CPU_FORMATS {
+        prefix_caching_changes_nothing(weights);
+    }
+}
+
+fn prefix_caching_changes_nothing(weights: WeightFormat) {
     let dir = common::tiny_model(&TinyLlama::default());
+    let engine = |dir: &std::path::Path, cfg| engine_with(dir, cfg, weights);
     let without = engine(
         dir.path(),
         EngineConfig {
@@ -83,7 +102,7 @@ fn prefix_caching_changes_nothing_but_the_work_done() {
     .generate(requests(24));
     let mut cached_engine = engine(dir.path(), EngineConfig::default());
     let with = cached_engine.generate(requests(24));
-    assert_eq!(tokens(with), tokens(without));
+    assert_eq!(tokens(with), tokens(without), "{weights:?}");
     assert!(
         cached_engine.totals().prefix_hit_rate() > 0.3,
         "{:?}",
@@ -114,8 +133,15 @@ fn the_second_of_two_requests_sharing_a_100_token_prefix_reuses_it() {
 
 #[test]
 fn a_kv_cache_too_small_for_everyone_still_finishes_everyone_identically() {
+    for weights in common::AUTO_CPU_FORMATS {
+        preemption_changes_nothing(weights);
+    }
+}
+
+fn preemption_changes_nothing(weights: WeightFormat) {
     let spec = TinyLlama::default();
     let dir = common::tiny_model(&spec);
+    let engine = |dir: &std::path::Path, cfg| engine_with(dir, cfg, weights);
     let roomy = tokens(engine(dir.path(), EngineConfig::default()).generate(requests(16)));
     // Room for 12 blocks of 16 tokens: prompts take 7, so one or two sequences at a time.
     let block_bytes =
@@ -129,7 +155,7 @@ fn a_kv_cache_too_small_for_everyone_still_finishes_everyone_identically() {
     );
     assert_eq!(tight.num_kv_blocks(), 12);
     let squeezed = tokens(tight.generate(requests(16)));
-    assert_eq!(squeezed, roomy);
+    assert_eq!(squeezed, roomy, "{weights:?}");
     assert!(
         tight.totals().preemptions > 0,
         "the small cache forces preemption"

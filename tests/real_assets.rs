@@ -60,14 +60,24 @@ fn smollm2_greedy_is_deterministic_and_knows_paris() {
     let Some(path) = common::smollm2() else {
         return;
     };
-    let mut engine = common::engine(path.to_str().unwrap(), EngineConfig::default());
-    let ask =
-        || Request::chat(vec![Message::user("What is the capital of France?")]).with_max_tokens(40);
-    let first = engine.generate(vec![ask()]).pop().unwrap().unwrap();
-    let second = engine.generate(vec![ask()]).pop().unwrap().unwrap();
-    assert_eq!(first.token_ids, second.token_ids);
-    assert_eq!(first.text, second.text);
-    assert!(first.text.contains("Paris"), "{:?}", first.text);
+    // Under every format `auto` can choose: int8's quantized products must not cost the
+    // model its knowledge.
+    for weights in common::AUTO_CPU_FORMATS {
+        let mut engine =
+            common::engine_with(path.to_str().unwrap(), EngineConfig::default(), weights);
+        let ask = || {
+            Request::chat(vec![Message::user("What is the capital of France?")]).with_max_tokens(40)
+        };
+        let first = engine.generate(vec![ask()]).pop().unwrap().unwrap();
+        let second = engine.generate(vec![ask()]).pop().unwrap().unwrap();
+        assert_eq!(first.token_ids, second.token_ids, "{weights:?}");
+        assert_eq!(first.text, second.text, "{weights:?}");
+        assert!(
+            first.text.contains("Paris"),
+            "{weights:?}: {:?}",
+            first.text
+        );
+    }
 }
 
 #[test]

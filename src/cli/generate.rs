@@ -48,6 +48,10 @@ pub struct GenerateArgs {
     pub top_p: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Time every operation of the forward pass and print where the time went, as a Markdown
+    /// table on stderr (matmuls by layer type, attention, norms, RoPE, copies, the rest).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// One line of a `--requests` file.
@@ -135,7 +139,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 .collect()
         }
     };
-    let mut engine = args.model.load_engine()?;
+    let (mut engine, _) = args.model.load_engine_with(args.profile)?;
     let json_lines = schema.is_some() || args.n > 1 || args.requests.is_some();
     let started = Instant::now();
     let results = if json_lines {
@@ -178,6 +182,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("the request failed: {e}");
     }
     eprintln!("{}", summary(&engine, results.len(), wall));
+    if let Some(profile) = engine.model().profile() {
+        eprintln!("throng: forward pass profile\n{}", profile.table());
+    }
     Ok(())
 }
 

@@ -72,20 +72,25 @@ impl ModelArgs {
         }
     }
 
-    pub fn load_engine(&self) -> Result<Engine> {
-        self.load_engine_described().map(|(engine, _)| engine)
-    }
-
     /// The engine and what its weights were stored as and became (`GGUF (Q4_1) -> Dense(F32)`).
     pub fn load_engine_described(&self) -> Result<(Engine, String)> {
+        self.load_engine_with(false)
+    }
+
+    /// As [`ModelArgs::load_engine_described`], with per-operation profiling of the forward
+    /// pass when `profile` is set (read back through `engine.model().profile()`).
+    pub fn load_engine_with(&self, profile: bool) -> Result<(Engine, String)> {
         let opts = LoadOptions {
             device: parse_device(&self.device)?,
             weights: self.weights,
             tokenizer: self.tokenizer.clone(),
         };
         let started = std::time::Instant::now();
-        let loaded = loader::load(&self.model, &opts)
+        let mut loaded = loader::load(&self.model, &opts)
             .with_context(|| format!("loading model `{}`", self.model))?;
+        if profile {
+            loaded.model.enable_profiling();
+        }
         eprintln!(
             "throng: loaded {} ({}) in {:.1}s",
             self.model,

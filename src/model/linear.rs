@@ -3,8 +3,12 @@
 //! A GGUF file may store weights in types that a device runs slowly (candle has no x86 SIMD
 //! kernel for Q4_1, so it decodes 4x slower than Q8_0). The loader therefore converts every
 //! weight once, at load, to the format the device runs fastest; `WeightFormat::Auto` encodes
-//! that choice, measured by `benches/engine.rs` (see the README's "models" section).
+//! that choice, measured by `benches/engine.rs` (see the README's "models" section): on a CPU
+//! with a SIMD int8 kernel, [`int8`](super::int8) weights are fastest for a single stream and
+//! for batches alike, and batch invariant by construction.
 
+use super::ModelError;
+use super::int8::{self, Int8Matrix};
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use std::borrow::Cow;
@@ -15,7 +19,8 @@ use std::borrow::Cow;
 )]
 #[serde(rename_all = "snake_case")]
 pub enum WeightFormat {
-    /// f32 on CPU while the dense model fits the memory budget, else q8_0; bf16 on CUDA.
+    /// int8 on a CPU with a SIMD int8 kernel; otherwise f32 while the dense model fits the
+    /// memory budget, else q8_0; bf16 on CUDA.
     Auto,
     /// Keep whatever the file stores (GGUF quantized types run as they are).
     Native,
@@ -25,6 +30,8 @@ pub enum WeightFormat {
     #[value(name = "q8_0")]
     #[serde(rename = "q8_0")]
     Q8_0,
+    /// int8 per output channel, activations quantized per row, integer dot products (CPU).
+    Int8,
 }
 
 /// Dense models above this size are stored as q8_0 on the CPU instead of f32 under `Auto`.
@@ -35,15 +42,19 @@ const CPU_DENSE_LIMIT_BYTES: usize = 6 << 30;
 pub(crate) enum Target {
     Dense(DType),
     Quantized(GgmlDType),
+    /// [`Int8Matrix`]: CPU only.
+    Int8,
     Native,
 }
 
 impl WeightFormat {
     /// Resolves `Auto` for a model of `params` parameters on `device`.
-    pub(crate) fn target(self, device: &Device, params: usize) -> Target {
-        match self {
+    pub(crate) fn target(self, device: &Device, params: usize) -> Result<Target, ModelError> {
+        Ok(match self {
             WeightFormat::Auto if device.is_cpu() => {
-                if params * 4 <= CPU_DENSE_LIMIT_BYTES {
+                if int8::has_simd_kernel() {
+                    Target::Int8
+                } else if params * 4 <= CPU_DENSE_LIMIT_BYTES {
                     Target::Dense(DType::F32)
                 } else {
                     Target::Quantized(GgmlDType::Q8_0)
@@ -55,7 +66,15 @@ impl WeightFormat {
             WeightFormat::F16 => Target::Dense(DType::F16),
             WeightFormat::Bf16 => Target::Dense(DType::BF16),
             WeightFormat::Q8_0 => Target::Quantized(GgmlDType::Q8_0),
-        }
+            WeightFormat::Int8 if device.is_cpu() => Target::Int8,
+            WeightFormat::Int8 => {
+                return Err(ModelError::InvalidRequest(
+                    "int8 weights run on the CPU only; use `--weights auto` (bf16) or \
+                     `--weights f16` on a GPU"
+                        .into(),
+                ));
+            }
+        })
     }
 }
 
@@ -87,6 +106,8 @@ pub(crate) enum Linear {
     /// `(out, in)` in the activation dtype.
     Dense(Tensor),
     Quantized(QMatMul),
+    /// int8 weights with per-row activation quantization (CPU, f32 activations).
+    Int8(std::sync::Arc<Int8Matrix>),
     /// Parts of a fused projection that could not share one matrix (GGUF files may mix
     /// quantized types, e.g. q4_k queries with q6_k values); outputs are concatenated.
     Stacked(Vec<Linear>),
@@ -123,6 +144,24 @@ impl Linear {
                 let q = QTensor::quantize_onto(&cat_rows(dense)?, dtype, device)?;
                 Ok(Linear::Quantized(QMatMul::from_qtensor(q)?))
             }
+            Target::Int8 if in_features > int8::MAX_IN_FEATURES => {
+                // Sums this long could overflow 32 bits; such a layer stays exact.
+                Linear::fused(parts, Target::Dense(DType::F32), device)
+            }
+            Target::Int8 => {
+                let dense = parts
+                    .iter()
+                    .map(|p| p.to_f32(&Device::Cpu))
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                let w = cat_rows(dense)?;
+                let (out_features, in_features) = w.dims2()?;
+                let w = w.flatten_all()?.to_vec1::<f32>()?;
+                Ok(Linear::Int8(std::sync::Arc::new(Int8Matrix::quantize(
+                    &w,
+                    out_features,
+                    in_features,
+                ))))
+            }
             Target::Native => native(parts, device),
         }
     }
@@ -139,6 +178,20 @@ impl Linear {
             }
             Linear::Dense(w) => x.matmul(&w.t()?),
             Linear::Quantized(q) => q.forward(x),
+            Linear::Int8(m) => {
+                let rows = x.dim(0)?;
+                let x = x.contiguous()?;
+                let y = {
+                    let (storage, layout) = x.storage_and_layout();
+                    match (&*storage, layout.contiguous_offsets()) {
+                        (candle_core::Storage::Cpu(cpu), Some((lo, hi))) => {
+                            m.forward(&cpu.as_slice::<f32>()?[lo..hi], rows)
+                        }
+                        _ => candle_core::bail!("int8 layers need f32 activations on the CPU"),
+                    }
+                };
+                Tensor::from_vec(y, (rows, m.out_features()), &Device::Cpu)
+            }
             Linear::Stacked(parts) => {
                 let outs = parts
                     .iter()

@@ -6,10 +6,13 @@
 //! names are mapped onto the same [`Part`]s by the loader.
 
 use super::attention::Heads;
+use super::fused;
 use super::linear::{Linear, SourceWeight, Target};
+use super::profile::{Op, Profile};
 use super::rope::Rope;
 use super::{BatchInputs, CausalLm, KvCache, ModelConfig, ModelError};
 use candle_core::{DType, Device, Tensor};
+use std::sync::Arc;
 
 /// One named weight of a Llama model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,9 +112,27 @@ pub struct Llama {
     heads: Heads,
     device: Device,
     dtype: DType,
+    /// Per-operation timings, when turned on by [`Llama::enable_profiling`].
+    profile: Option<Arc<Profile>>,
+}
+
+/// Runs `f`, charged to `op` when profiling.
+fn timed<R>(profile: Option<&Profile>, op: Op, f: impl FnOnce() -> R) -> R {
+    match profile {
+        Some(p) => p.time(op, f),
+        None => f(),
+    }
 }
 
 impl Llama {
+    /// Times every operation of every later forward pass (a few percent slower on the
+    /// smallest steps); the returned profile fills as the model runs.
+    pub fn enable_profiling(&mut self) -> Arc<Profile> {
+        self.profile
+            .get_or_insert_with(|| Arc::new(Profile::default()))
+            .clone()
+    }
+
     /// Builds the model from `source`, converting every matrix to `target` on `device`.
     pub(crate) fn load(
         cfg: ModelConfig,
@@ -121,7 +142,7 @@ impl Llama {
     ) -> Result<Self, ModelError> {
         let dtype = match target {
             Target::Dense(dtype) => dtype,
-            Target::Quantized(_) | Target::Native => DType::F32,
+            Target::Quantized(_) | Target::Int8 | Target::Native => DType::F32,
         };
         let wrap = |e| ModelError::during("loading weights", e);
         let vector = |source: &mut dyn WeightSource, part: Part| -> Result<Tensor, ModelError> {
@@ -172,48 +193,84 @@ impl Llama {
             lm_head,
             device: device.clone(),
             dtype,
+            profile: None,
         })
     }
 
     fn forward_inner(&self, batch: &BatchInputs, kv: &mut KvCache) -> candle_core::Result<Tensor> {
         let cfg = &self.cfg;
         let (h, kvh, d) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let (hidden, inter) = (cfg.hidden_size, cfg.intermediate_size);
         let eps = cfg.rms_norm_eps as f32;
         let t = batch.num_tokens();
-        let (cos, sin) = self
-            .rope
-            .tables(&batch.positions, self.dtype, &self.device)?;
+        let p = self.profile.as_deref();
+        // Multiply-adds of one row through each projection, for the profile's rates.
+        let macs = |op: Op, rows: usize, per_row: usize| {
+            if let Some(p) = p {
+                p.add_macs(op, (rows * per_row) as u64);
+            }
+        };
+        let (cos, sin) = timed(p, Op::Rope, || {
+            self.rope.tables(&batch.positions, self.dtype, &self.device)
+        })?;
         // (T, hidden)
-        let mut x = self.embed.index_select(&batch.token_ids, 0)?;
+        let mut x = timed(p, Op::Embedding, || {
+            self.embed.index_select(&batch.token_ids, 0)
+        })?;
+        let mut normed = timed(p, Op::Norms, || {
+            fused::rms_norm(&x, &self.layers[0].attn_norm, eps)
+        })?;
         for (l, layer) in self.layers.iter().enumerate() {
-            let normed = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
             // (T, (h + 2 kvh) d)
-            let qkv = layer.qkv.forward(&normed)?;
+            let qkv = timed(p, Op::QkvProj, || layer.qkv.forward(&normed))?;
+            macs(Op::QkvProj, t, hidden * (h + 2 * kvh) * d);
             // q and k rotate together: (T, h + kvh, d)
-            let qk = qkv
-                .narrow(1, 0, (h + kvh) * d)?
-                .contiguous()?
-                .reshape((t, h + kvh, d))?;
-            let qk = self.rope.apply(&qk, &cos, &sin)?;
-            let q = qk.narrow(1, 0, h)?.contiguous()?;
-            let k = qk.narrow(1, h, kvh)?.contiguous()?.reshape((t, kvh * d))?;
-            let v = qkv.narrow(1, (h + kvh) * d, kvh * d)?.contiguous()?;
-            kv.write(l, &k, &v, &batch.slots)?;
+            let qk = timed(p, Op::Copies, || {
+                qkv.narrow(1, 0, (h + kvh) * d)?
+                    .contiguous()?
+                    .reshape((t, h + kvh, d))
+            })?;
+            let qk = timed(p, Op::Rope, || self.rope.apply(&qk, &cos, &sin))?;
+            let (q, k, v) = timed(p, Op::Copies, || -> candle_core::Result<_> {
+                Ok((
+                    qk.narrow(1, 0, h)?.contiguous()?,
+                    qk.narrow(1, h, kvh)?.contiguous()?.reshape((t, kvh * d))?,
+                    qkv.narrow(1, (h + kvh) * d, kvh * d)?.contiguous()?,
+                ))
+            })?;
+            timed(p, Op::KvWrite, || kv.write(l, &k, &v, &batch.slots))?;
             let (k_cache, v_cache) = kv.layer(l);
             // (T, h d)
-            let attn = batch.attention.attend(&q, k_cache, v_cache, self.heads)?;
-            x = (x + layer.o_proj.forward(&attn)?)?;
-            let normed = candle_nn::ops::rms_norm(&x, &layer.mlp_norm, eps)?;
-            let mlp = candle_nn::ops::swiglu(&layer.gate_up.forward(&normed)?)?;
-            x = (x + layer.down.forward(&mlp)?)?;
+            let attn = timed(p, Op::Attention, || {
+                batch.attention.attend(&q, k_cache, v_cache, self.heads)
+            })?;
+            let o = timed(p, Op::OProj, || layer.o_proj.forward(&attn))?;
+            macs(Op::OProj, t, h * d * hidden);
+            (x, normed) = timed(p, Op::Residual, || {
+                fused::add_rms_norm(&x, &o, &layer.mlp_norm, eps)
+            })?;
+            let gate_up = timed(p, Op::GateUpProj, || layer.gate_up.forward(&normed))?;
+            macs(Op::GateUpProj, t, hidden * 2 * inter);
+            let mlp = timed(p, Op::Swiglu, || fused::swiglu(&gate_up))?;
+            let down = timed(p, Op::DownProj, || layer.down.forward(&mlp))?;
+            macs(Op::DownProj, t, inter * hidden);
+            // The next layer's input norm, or the final norm after the last layer.
+            let next_norm = self
+                .layers
+                .get(l + 1)
+                .map_or(&self.final_norm, |next| &next.attn_norm);
+            (x, normed) = timed(p, Op::Residual, || {
+                fused::add_rms_norm(&x, &down, next_norm, eps)
+            })?;
         }
         if batch.num_logit_rows() == 0 {
             return Tensor::zeros((0, cfg.vocab_size), DType::F32, &self.device);
         }
         // Only the rows that sample a next token pay for the vocabulary projection.
-        let last = x.index_select(&batch.logit_rows, 0)?;
-        let last = candle_nn::ops::rms_norm(&last, &self.final_norm, eps)?;
-        self.lm_head.forward(&last)?.to_dtype(DType::F32)
+        let last = normed.index_select(&batch.logit_rows, 0)?;
+        let logits = timed(p, Op::LmHead, || self.lm_head.forward(&last))?;
+        macs(Op::LmHead, batch.num_logit_rows(), hidden * cfg.vocab_size);
+        logits.to_dtype(DType::F32)
     }
 }
 
@@ -231,7 +288,17 @@ impl CausalLm for Llama {
     }
 
     fn forward(&self, batch: &BatchInputs, kv: &mut KvCache) -> Result<Tensor, ModelError> {
-        self.forward_inner(batch, kv)
-            .map_err(|e| ModelError::during("running a forward pass", e))
+        let start = std::time::Instant::now();
+        let logits = self
+            .forward_inner(batch, kv)
+            .map_err(|e| ModelError::during("running a forward pass", e))?;
+        if let Some(p) = &self.profile {
+            p.forward_done(start.elapsed(), batch.num_tokens());
+        }
+        Ok(logits)
+    }
+
+    fn profile(&self) -> Option<&Profile> {
+        self.profile.as_deref()
     }
 }

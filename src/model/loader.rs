@@ -163,7 +163,7 @@ fn load_hf_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError
     let tokenizer = read_tokenizer(&tokenizer_path)?;
     let chat = read_chat_spec(dir)?;
     let mut source = SafetensorsSource::open(dir)?;
-    let target = opts.weights.target(&opts.device, parameter_count(&cfg));
+    let target = opts.weights.target(&opts.device, parameter_count(&cfg))?;
     let model = Llama::load(
         cfg,
         &mut source as &mut dyn WeightSource,
@@ -224,7 +224,7 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError>
         types.dedup();
         types.join("/")
     };
-    let target = opts.weights.target(&opts.device, parameter_count(&cfg));
+    let target = opts.weights.target(&opts.device, parameter_count(&cfg))?;
     let model = Llama::load(
         cfg,
         &mut source as &mut dyn WeightSource,

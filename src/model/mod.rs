@@ -9,12 +9,15 @@ mod attention;
 mod batch;
 mod config;
 mod error;
+mod fused;
 mod gguf;
+pub mod int8;
 mod kv_cache;
 mod linear;
 mod llama;
 pub mod loader;
 mod preset;
+pub mod profile;
 mod rope;
 mod safetensors;
 
@@ -38,4 +41,8 @@ pub trait CausalLm: Send + Sync {
     /// Runs one step: appends the batch's keys and values to `kv` and returns next-token
     /// logits, `(batch.logit_rows(), vocab)` in f32, one row per chunk that asked for them.
     fn forward(&self, batch: &BatchInputs, kv: &mut KvCache) -> Result<Tensor, ModelError>;
+    /// Per-operation timings of the forward passes so far, if profiling is on.
+    fn profile(&self) -> Option<&profile::Profile> {
+        None
+    }
 }

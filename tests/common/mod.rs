@@ -46,9 +46,24 @@ pub fn f32_options() -> LoadOptions {
     }
 }
 
-/// An engine over the model at `spec` with a small KV cache.
+/// Every format `--weights auto` can choose on a CPU: int8 where the CPU has a SIMD int8
+/// kernel, else f32, or q8_0 for a model too large for f32. Engine guarantees (batch
+/// invariance, prefix caching, preemption) are checked under each.
+pub const AUTO_CPU_FORMATS: [WeightFormat; 3] =
+    [WeightFormat::Int8, WeightFormat::F32, WeightFormat::Q8_0];
+
+/// An engine over the model at `spec` with f32 weights and a small KV cache.
 pub fn engine(spec: &str, cfg: EngineConfig) -> Engine {
-    let loaded = loader::load(spec, &f32_options()).unwrap();
+    engine_with(spec, cfg, WeightFormat::F32)
+}
+
+/// An engine over the model at `spec` with `weights` and a small KV cache.
+pub fn engine_with(spec: &str, cfg: EngineConfig, weights: WeightFormat) -> Engine {
+    let opts = LoadOptions {
+        weights,
+        ..LoadOptions::default()
+    };
+    let loaded = loader::load(spec, &opts).unwrap();
     Engine::new(
         loaded,
         EngineConfig {

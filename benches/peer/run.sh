@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Peer benchmark: the same agent workload through throng and llama.cpp's llama-server, one
+# after the other on this machine. Optional, not part of the tests (building llama-server takes
+# a few minutes the first time).
+#
+#   benches/peer/run.sh [AGENTS] [SLOTS...]        defaults: 64 agents, slots 8 16 32
+#
+# Environment: THRONG_PEER_WEIGHTS (throng formats to run, default "auto f32"),
+# THRONG_PEER_THREADS (threads for both engines, default: all cores),
+# LLAMA_CPP_PYTHON_VERSION (the PyPI sdist that vendors llama.cpp, default 0.3.36).
+#
+# It builds throng (release), builds llama-server from the llama.cpp sources vendored in the
+# PyPI sdist of llama-cpp-python (cmake from Debian's packages if missing), fetches SmolLM2-135M
+# (GGUF Q4_1, the same file for both), then prints one JSON line per run and a summary table:
+# decisions/s, generated tokens/s, the share of schema-valid replies, and single-stream decode
+# tokens/s of each.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+AGENTS=${1:-64}
+if (($# > 1)); then SLOTS=("${@:2}"); else SLOTS=(8 16 32); fi
+WEIGHTS=(${THRONG_PEER_WEIGHTS:-auto f32})
+THREADS=${THRONG_PEER_THREADS:-$(nproc)}
+VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+WORK=$ROOT/target/peer
+PORT=${THRONG_PEER_PORT:-18080}
+mkdir -p "$WORK"
+
+echo "== building throng" >&2
+cargo build --release --quiet
+THRONG=$ROOT/target/release/throng
+"$THRONG" fetch >&2
+MODEL=$(find "${THRONG_CACHE:-$HOME/.cache/throng}" -name 'SmolLM2-135M-Instruct.Q4_1.gguf' | head -1)
+
+SERVER=$WORK/llama.cpp/build/bin/llama-server
+if [[ ! -x $SERVER ]]; then
+    echo "== building llama-server from llama-cpp-python $VERSION (a few minutes)" >&2
+    command -v cmake >/dev/null || { apt-get update -qq && apt-get install -y -qq cmake; }
+    (cd "$WORK" && python3 -m pip download --quiet --no-binary :all: --no-deps \
+        "llama-cpp-python==$VERSION" -d sdist)
+    rm -rf "$WORK/src" && mkdir -p "$WORK/src"
+    tar -xzf "$WORK"/sdist/llama_cpp_python-"$VERSION".tar.gz -C "$WORK/src"
+    rm -rf "$WORK/llama.cpp" && mv "$WORK/src/llama_cpp_python-$VERSION/vendor/llama.cpp" "$WORK/llama.cpp"
+    cmake -S "$WORK/llama.cpp" -B "$WORK/llama.cpp/build" -DCMAKE_BUILD_TYPE=Release \
+        -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=ON >"$WORK/cmake.log"
+    cmake --build "$WORK/llama.cpp/build" --target llama-server llama-bench -j "$(nproc)" >"$WORK/build.log"
+fi
+
+RESULTS=$WORK/results.jsonl
+: >"$RESULTS"
+AGENT_PY=$ROOT/benches/peer/agents.py
+
+echo "== throng: $AGENTS agents in one continuous batch" >&2
+for w in "${WEIGHTS[@]}"; do
+    RAYON_NUM_THREADS=$THREADS python3 "$AGENT_PY" throng "$THRONG" "$MODEL" "$AGENTS" "$w" | tee -a "$RESULTS"
+done
+
+for slots in "${SLOTS[@]}"; do
+    echo "== llama-server: $AGENTS agents over $slots slots" >&2
+    "$SERVER" -m "$MODEL" -t "$THREADS" -np "$slots" -c $((slots * 512)) --port "$PORT" \
+        --host 127.0.0.1 >"$WORK/server-$slots.log" 2>&1 &
+    PID=$!
+    for _ in $(seq 120); do
+        curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
+        sleep 0.5
+    done
+    python3 "$AGENT_PY" llama-server "http://127.0.0.1:$PORT" "$AGENTS" "$slots" | tee -a "$RESULTS" || true
+    kill "$PID"
+    wait "$PID" 2>/dev/null || true
+done
+
+echo "== single stream: 128 new tokens after a short prompt" >&2
+: >"$WORK/single.txt"
+PROMPT="Write a long story about a lighthouse keeper."
+for w in "${WEIGHTS[@]}" q8_0; do
+    RAYON_NUM_THREADS=$THREADS "$THRONG" generate --model "$MODEL" --weights "$w" --prompt "$PROMPT" \
+        --max-tokens 128 2>&1 >/dev/null | grep -o 'decode [0-9]* tokens in [0-9.]*s ([0-9.]* tokens/s)' \
+        | sed "s/^/throng --weights $w: /" | tee -a "$WORK/single.txt"
+done
+# llama-bench's tg128: 128 tokens decoded one at a time, mean and deviation over 5 runs.
+"$WORK/llama.cpp/build/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 0 -n 128 -o md 2>/dev/null \
+    | grep tg128 | sed 's/^/llama.cpp llama-bench: /' | tee -a "$WORK/single.txt" || true
+
+echo "== summary ($WORK/results.jsonl)" >&2
+python3 - "$RESULTS" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+best = max((r["decisions_per_s"] for r in rows if r["engine"] == "llama-server"), default=None)
+print("| engine | decisions/s | generated tokens/s | valid |" + (" vs best llama-server |" if best else ""))
+print("|---|---|---|---|" + ("---|" if best else ""))
+for r in rows:
+    name = r["engine"] + (f" --weights {r['weights']}" if "weights" in r else f", {r['slots']} slots")
+    ratio = f" {r['decisions_per_s'] / best:.2f}x |" if best else ""
+    print(f"| {name} | {r['decisions_per_s']:.2f} | {r['generated_tokens_per_s']:.0f} | "
+          f"{r['valid']}/{r['agents']} |{ratio}")
+EOF
