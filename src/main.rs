@@ -36,7 +36,24 @@ enum Command {
     Fetch,
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader of our output went away (`throng models | head -1`): done, quietly.
+        Err(e) if cli::is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The chain of causes, without anyhow's backtrace: the messages name the problem
+            // and the fix; a backtrace would bury them.
+            eprintln!("Error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     if let Some(threads) = cli.threads {
         // SAFETY: set before any thread exists; candle and gemm read it when they start.

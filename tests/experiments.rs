@@ -61,7 +61,7 @@ const RECORDS: [&str; 4] = [
     "state.csv",
     "state.parquet",
     "decisions.jsonl",
-    "cells.json",
+    "cells.jsonl",
 ];
 
 #[test]

@@ -4,10 +4,11 @@
 use super::ModelArgs;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use throng::engine::{Engine, Message, Prompt, Request, RequestError, Response, SamplingParams};
+use throng::engine::{Engine, Message, Prompt, Request, Response, SamplingParams};
 
 #[derive(clap::Args, Debug)]
 pub struct GenerateArgs {
@@ -32,9 +33,10 @@ pub struct GenerateArgs {
     /// Run N copies of the request, copy i seeded with derive(seed, i); stdout becomes JSON Lines.
     #[arg(long, default_value_t = 1)]
     pub n: usize,
-    /// A JSON Lines file of requests (`messages` or `prompt`, optional `json_schema`,
-    /// `max_tokens`, `temperature`, `top_p`, `top_k`, `seed`, `stop`, `tag`); one response
-    /// line per request, in order.
+    /// A JSON Lines file of requests (`messages`, through the chat template, or `prompt`, raw
+    /// text without it; optional `json_schema`, `max_tokens`, `temperature`, `top_p`,
+    /// `top_k`, `seed`, `stop`, `tag`); one response line per request, in order, each written
+    /// as soon as it and every earlier one are done.
     #[arg(long)]
     pub requests: Option<PathBuf>,
     #[arg(long, default_value_t = 256)]
@@ -48,13 +50,18 @@ pub struct GenerateArgs {
     pub top_p: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Write each response as soon as it is done, in completion order (each line carries its
+    /// request's `index` and `tag`), instead of in input order.
+    #[arg(long, requires = "requests")]
+    pub unordered: bool,
     /// Time every operation of the forward pass and print where the time went, as a Markdown
     /// table on stderr (matmuls by layer type, attention, norms, RoPE, copies, the rest).
     #[arg(long)]
     pub profile: bool,
 }
 
-/// One line of a `--requests` file.
+/// One line of a `--requests` file. `messages` go through the model's chat template;
+/// `prompt` is raw text, tokenized as it is (no template), unlike `--prompt`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RequestLine {
@@ -79,8 +86,135 @@ struct ResponseLine<'a> {
     seed: Option<u64>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     response: Option<&'a Response>,
+    /// The request's tag, on error lines (a response carries its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tag: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+}
+
+/// A request to run, or why its line could not become one.
+struct Item {
+    index: usize,
+    request: Result<Request, String>,
+    tag: Option<String>,
+}
+
+/// The requests of a run, made one at a time as the engine has room for them.
+enum Source {
+    Copies {
+        template: Request,
+        n: usize,
+        next: usize,
+        seed: u64,
+    },
+    File {
+        path: PathBuf,
+        lines: std::io::Lines<std::io::BufReader<std::fs::File>>,
+        line: usize,
+        index: usize,
+        max_tokens: usize,
+        sampling: SamplingParams,
+    },
+}
+
+impl Source {
+    fn next_item(&mut self) -> Result<Option<Item>> {
+        match self {
+            Source::Copies {
+                template,
+                n,
+                next,
+                seed,
+            } => {
+                if *next >= *n {
+                    return Ok(None);
+                }
+                let i = *next;
+                *next += 1;
+                let mut request = template.clone();
+                if *n > 1 {
+                    request.sampling.seed = throng::seed::derive(*seed, &[i as u64]);
+                }
+                Ok(Some(Item {
+                    index: i,
+                    request: Ok(request),
+                    tag: None,
+                }))
+            }
+            Source::File {
+                path,
+                lines,
+                line,
+                index,
+                max_tokens,
+                sampling,
+            } => loop {
+                let Some(text) = lines.next() else {
+                    return Ok(None);
+                };
+                *line += 1;
+                let text = text.with_context(|| format!("reading {}", path.display()))?;
+                if text.trim().is_empty() {
+                    continue;
+                }
+                let i = *index;
+                *index += 1;
+                return Ok(Some(parse_line(
+                    &text,
+                    i,
+                    *line,
+                    path,
+                    *max_tokens,
+                    *sampling,
+                )));
+            },
+        }
+    }
+}
+
+/// A request from one line of a requests file; a line that is not one becomes an error of
+/// its own, carrying the line's `tag` when it has one.
+fn parse_line(
+    text: &str,
+    index: usize,
+    line: usize,
+    path: &std::path::Path,
+    max_tokens: usize,
+    sampling: SamplingParams,
+) -> Item {
+    let at = format!("{} line {line}", path.display());
+    let tag = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| v.get("tag").and_then(|t| t.as_str()).map(str::to_string));
+    let request = (|| {
+        let r: RequestLine =
+            serde_json::from_str(text).map_err(|e| format!("{at}: not a valid request: {e}"))?;
+        let prompt = match (r.messages, r.prompt) {
+            (Some(messages), None) => Prompt::Messages(messages),
+            (None, Some(text)) => Prompt::Text(text),
+            _ => return Err(format!("{at}: give either `messages` or `prompt`")),
+        };
+        let mut request = Request::new(prompt)
+            .with_max_tokens(r.max_tokens.unwrap_or(max_tokens))
+            .with_sampling(SamplingParams {
+                temperature: r.temperature.unwrap_or(sampling.temperature),
+                top_p: r.top_p.unwrap_or(sampling.top_p),
+                top_k: r.top_k.or(sampling.top_k),
+                seed: r
+                    .seed
+                    .unwrap_or_else(|| throng::seed::derive(sampling.seed, &[index as u64])),
+            });
+        request.json_schema = r.json_schema;
+        request.stop = r.stop;
+        request.tag = r.tag;
+        Ok(request)
+    })();
+    Item {
+        index,
+        request,
+        tag,
+    }
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
@@ -108,8 +242,19 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             )
         }
     };
-    let requests: Vec<Request> = match &args.requests {
-        Some(path) => read_requests(path, &args, sampling)?,
+    let mut source = match &args.requests {
+        Some(path) => {
+            let file =
+                std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+            Source::File {
+                path: path.clone(),
+                lines: std::io::BufReader::new(file).lines(),
+                line: 0,
+                index: 0,
+                max_tokens: args.max_tokens,
+                sampling,
+            }
+        }
         None => {
             let text = args
                 .prompt
@@ -123,110 +268,174 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 messages.push(Message::user(text));
                 Prompt::Messages(messages)
             };
-            (0..args.n)
-                .map(|i| {
-                    let seed = if args.n == 1 {
-                        args.seed
-                    } else {
-                        throng::seed::derive(args.seed, &[i as u64])
-                    };
-                    let mut r = Request::new(prompt.clone())
-                        .with_max_tokens(args.max_tokens)
-                        .with_sampling(SamplingParams { seed, ..sampling });
-                    r.json_schema = schema.clone();
-                    r
-                })
-                .collect()
+            let mut template = Request::new(prompt)
+                .with_max_tokens(args.max_tokens)
+                .with_sampling(sampling);
+            template.json_schema = schema.clone();
+            Source::Copies {
+                template,
+                n: args.n,
+                next: 0,
+                seed: args.seed,
+            }
         }
     };
     let (mut engine, _) = args.model.load_engine_with(args.profile)?;
     let json_lines = schema.is_some() || args.n > 1 || args.requests.is_some();
     let started = Instant::now();
-    let results = if json_lines {
-        engine.generate(requests.clone())
-    } else {
+    if !json_lines {
+        let Some(item) = source.next_item()? else {
+            bail!("nothing to generate");
+        };
+        let request = item.request.map_err(anyhow::Error::msg)?;
         let mut stdout = std::io::stdout();
-        let results = engine.generate_with(requests.clone(), |_, text| {
-            let _ = stdout.write_all(text.as_bytes());
-            let _ = stdout.flush();
+        let mut write_error = None;
+        let results = engine.generate_with(vec![request], |_, text| {
+            if write_error.is_none()
+                && let Err(e) = stdout
+                    .write_all(text.as_bytes())
+                    .and_then(|_| stdout.flush())
+            {
+                write_error = Some(e);
+            }
         });
-        println!();
-        results
-    };
-    let wall = started.elapsed();
-    if json_lines {
-        let mut out = std::io::stdout().lock();
-        for (index, (result, request)) in results.iter().zip(&requests).enumerate() {
-            let line = ResponseLine {
-                index,
-                seed: Some(request.sampling.seed),
-                response: result.as_ref().ok(),
-                error: result.as_ref().err().map(RequestError::to_string),
-            };
-            serde_json::to_writer(&mut out, &line)?;
-            writeln!(out)?;
+        if let Some(e) = write_error {
+            return Err(e.into());
         }
-    } else if let Some(Ok(r)) = results.first() {
-        let rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
-        eprintln!(
-            "throng: prefill {} tokens in {:.3}s ({:.1} tokens/s), decode {} tokens in {:.3}s ({:.1} tokens/s), finish: {:?}",
-            r.prompt_tokens,
-            r.timings.prefill.as_secs_f64(),
-            rate(r.prompt_tokens, r.timings.prefill),
-            r.generated_tokens,
-            r.timings.decode.as_secs_f64(),
-            rate(r.generated_tokens.saturating_sub(1), r.timings.decode),
-            r.finish_reason,
-        );
-    } else if let Some(Err(e)) = results.first() {
-        bail!("the request failed: {e}");
+        out!()?;
+        match results.into_iter().next() {
+            Some(Ok(r)) => {
+                let rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
+                eprintln!(
+                    "throng: prefill {} tokens in {:.3}s ({:.1} tokens/s), decode {} tokens in {:.3}s ({:.1} tokens/s), finish: {:?}",
+                    r.prompt_tokens,
+                    r.timings.prefill.as_secs_f64(),
+                    rate(r.prompt_tokens, r.timings.prefill),
+                    r.generated_tokens,
+                    r.timings.decode.as_secs_f64(),
+                    rate(r.generated_tokens.saturating_sub(1), r.timings.decode),
+                    r.finish_reason,
+                );
+            }
+            Some(Err(e)) => bail!("the request failed: {e}"),
+            None => {}
+        }
+        eprintln!("{}", summary(&engine, 1, started.elapsed()));
+    } else {
+        let counts = stream(&mut engine, &mut source, args.unordered)?;
+        eprintln!("{}", summary(&engine, counts.total, started.elapsed()));
+        if counts.failed > 0 {
+            if let Some(profile) = engine.model().profile() {
+                eprintln!("throng: forward pass profile\n{}", profile.table());
+            }
+            bail!(
+                "{} of {} requests failed (their lines carry `error`)",
+                counts.failed,
+                counts.total
+            );
+        }
     }
-    eprintln!("{}", summary(&engine, results.len(), wall));
     if let Some(profile) = engine.model().profile() {
         eprintln!("throng: forward pass profile\n{}", profile.table());
     }
     Ok(())
 }
 
-fn read_requests(
-    path: &PathBuf,
-    args: &GenerateArgs,
-    sampling: SamplingParams,
-) -> Result<Vec<Request>> {
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut requests = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.with_context(|| format!("reading {}", path.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let r: RequestLine = serde_json::from_str(&line)
-            .with_context(|| format!("{} line {}: not a valid request", path.display(), i + 1))?;
-        let prompt = match (r.messages, r.prompt) {
-            (Some(messages), None) => Prompt::Messages(messages),
-            (None, Some(text)) => Prompt::Text(text),
-            _ => bail!(
-                "{} line {}: give either `messages` or `prompt`",
-                path.display(),
-                i + 1
-            ),
+/// How a stream of requests ended.
+struct Counts {
+    total: usize,
+    failed: usize,
+}
+
+/// Runs every request of `source` through the engine, a window at a time, writing each
+/// response line as soon as it (and, unless `unordered`, every earlier one) is done, and
+/// flushing, so that a killed batch keeps what it finished.
+fn stream(engine: &mut Engine, source: &mut Source, unordered: bool) -> Result<Counts> {
+    // Requests in flight at most: enough to fill the batch, few enough to bound memory.
+    let window = 4 * engine.max_seqs().max(64);
+    let mut stdout = std::io::stdout().lock();
+    let mut pending: HashMap<u64, (usize, u64)> = HashMap::new();
+    // Finished lines waiting for an earlier one, by index.
+    let mut ready: BTreeMap<usize, String> = BTreeMap::new();
+    let (mut next_out, mut total, mut failed) = (0, 0, 0);
+    let mut exhausted = false;
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {pos} answered, {per_sec} [{elapsed_precise}] {msg}",
+        )
+        .expect("invariant: a valid template"),
+    );
+    let line =
+        |index: usize, seed: Option<u64>, result: Result<&Response, (String, Option<&str>)>| {
+            let (response, error, tag) = match result {
+                Ok(r) => (Some(r), None, None),
+                Err((e, tag)) => (None, Some(e), tag),
+            };
+            serde_json::to_string(&ResponseLine {
+                index,
+                seed,
+                response,
+                tag,
+                error,
+            })
+            .expect("invariant: response lines serialise")
         };
-        let mut request = Request::new(prompt)
-            .with_max_tokens(r.max_tokens.unwrap_or(args.max_tokens))
-            .with_sampling(SamplingParams {
-                temperature: r.temperature.unwrap_or(sampling.temperature),
-                top_p: r.top_p.unwrap_or(sampling.top_p),
-                top_k: r.top_k.or(sampling.top_k),
-                seed: r
-                    .seed
-                    .unwrap_or_else(|| throng::seed::derive(sampling.seed, &[i as u64])),
-            });
-        request.json_schema = r.json_schema;
-        request.stop = r.stop;
-        request.tag = r.tag;
-        requests.push(request);
+    while !exhausted || !pending.is_empty() {
+        let mut finished_lines: Vec<(usize, String, bool)> = Vec::new();
+        while !exhausted && pending.len() < window {
+            let Some(item) = source.next_item()? else {
+                exhausted = true;
+                break;
+            };
+            total += 1;
+            let seed = item.request.as_ref().ok().map(|r| r.sampling.seed);
+            let submitted = item
+                .request
+                .and_then(|r| engine.submit(&r).map_err(|e| e.to_string()));
+            match submitted {
+                Ok(id) => {
+                    pending.insert(id, (item.index, seed.unwrap_or_default()));
+                }
+                Err(e) => {
+                    let l = line(item.index, seed, Err((e, item.tag.as_deref())));
+                    finished_lines.push((item.index, l, false));
+                }
+            }
+        }
+        if engine.has_work() {
+            for (id, result) in engine.step().finished {
+                let (index, seed) = pending
+                    .remove(&id)
+                    .expect("invariant: every finished id was submitted");
+                let ok = result.is_ok();
+                let l = match &result {
+                    Ok(r) => line(index, Some(seed), Ok(r)),
+                    Err(e) => line(index, Some(seed), Err((e.to_string(), None))),
+                };
+                finished_lines.push((index, l, ok));
+            }
+        }
+        for (index, l, ok) in finished_lines {
+            failed += (!ok) as usize;
+            bar.inc(1);
+            if unordered {
+                writeln!(stdout, "{l}")?;
+            } else {
+                ready.insert(index, l);
+            }
+        }
+        while let Some(l) = ready.remove(&next_out) {
+            writeln!(stdout, "{l}")?;
+            next_out += 1;
+        }
+        stdout.flush()?;
+        if failed > 0 {
+            bar.set_message(format!("{failed} failed"));
+        }
     }
-    Ok(requests)
+    bar.finish_and_clear();
+    Ok(Counts { total, failed })
 }
 
 /// One line on what the engine did: throughput, prefix cache, where the time went.

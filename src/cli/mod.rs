@@ -1,6 +1,15 @@
 //! Subcommands of the `throng` binary. Raw arguments become validated settings here; the
 //! library below never sees a command line.
 
+/// `println!` that returns the write's error instead of panicking: a closed pipe (`throng
+/// models | head -1`) ends the command quietly, a full disk is reported.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*).map_err(anyhow::Error::from)
+    }};
+}
+
 pub mod generate;
 pub mod models;
 pub mod run;
@@ -37,6 +46,14 @@ pub struct ModelArgs {
     /// Turn off prefix caching (for comparisons).
     #[arg(long)]
     pub no_prefix_cache: bool,
+}
+
+/// Whether `e` comes from writing to a pipe whose reader has gone (`| head`).
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 pub fn parse_device(spec: &str) -> Result<candle_core::Device> {

@@ -8,17 +8,17 @@ pub fn list() -> Result<()> {
             PresetSource::Asset { asset, .. } => throng::assets::is_cached(asset),
             PresetSource::Hub { hub, revision } => loader::hub_snapshot_cached(hub, revision),
         };
-        println!(
+        out!(
             "{:<24} {:<10} {}",
             preset.name,
             if cached { "cached" } else { "not cached" },
             preset.description
-        );
+        )?;
     }
-    println!(
+    out!(
         "\ncache: {} (Hub models: the Hugging Face cache, $HF_HOME)",
         throng::assets::cache_dir().display()
-    );
+    )?;
     Ok(())
 }
 
@@ -26,7 +26,7 @@ pub fn list() -> Result<()> {
 pub fn fetch() -> Result<()> {
     for name in throng::assets::catalogue().keys() {
         let dir = throng::assets::ensure(name)?;
-        println!("{name}: {}", dir.display());
+        out!("{name}: {}", dir.display())?;
     }
     Ok(())
 }

@@ -4,9 +4,9 @@
 use super::ModelArgs;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
-use throng::record::{self, Manifest, Status};
+use throng::record::{self, Manifest, RunFolder, Status};
 use throng::scenarios;
 use throng::sim::config::PolicyKind;
 use throng::sim::experiment::{Experiment, Overrides};
@@ -46,25 +46,6 @@ pub struct RunArgs {
 
 pub fn run(args: RunArgs) -> Result<()> {
     let model_given = std::env::args().any(|a| a == "--model" || a.starts_with("--model="));
-    let (config_path, dir, resume) = match (&args.config, &args.resume) {
-        (_, Some(dir)) => {
-            if !dir.is_dir() {
-                bail!(
-                    "cannot resume {}: no such folder (give the run folder that `throng run` wrote)",
-                    dir.display()
-                );
-            }
-            if !dir.join(record::MANIFEST).exists() || !dir.join(record::CONFIG).exists() {
-                bail!(
-                    "cannot resume {}: it is not a throng run folder (no manifest.json and config.toml)",
-                    dir.display()
-                );
-            }
-            (dir.join(record::CONFIG), dir.clone(), true)
-        }
-        (Some(config), None) => (config.clone(), PathBuf::new(), false),
-        (None, None) => bail!("give an experiment config, or --resume RUN_DIR"),
-    };
     let overrides = Overrides {
         policy: args.policy,
         replicates: args.replicates,
@@ -72,68 +53,13 @@ pub fn run(args: RunArgs) -> Result<()> {
         agents: args.agents.clone(),
         model: model_given.then(|| args.model.model.clone()),
     };
-    if resume && !overrides.is_empty() {
-        bail!(
-            "--resume continues a run as it was configured: drop --policy/--replicates/--steps/--agents/--model \
-             (its settings are in {})",
-            config_path.display()
-        );
-    }
-    let mut loaded = scenarios::load(&config_path, &overrides)?;
-    let dir = if resume {
-        dir
-    } else {
-        args.out.clone().unwrap_or_else(|| {
-            throng::sim::runner::default_run_dir(&loaded.experiment().config.name)
-        })
+    let (mut loaded, folder, mut manifest) = match (&args.config, &args.resume) {
+        (_, Some(dir)) => open_resumed(dir, &overrides)?,
+        (Some(config), None) => open_new(config, args.out.clone(), &overrides)?,
+        (None, None) => bail!("give an experiment config, or --resume RUN_DIR"),
     };
-    let mut manifest = if resume {
-        let mut m: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
-        if m.status == Status::Finished {
-            bail!(
-                "the run in {} has finished; nothing to resume",
-                dir.display()
-            );
-        }
-        let point = loaded.resume_from(&dir)?;
-        if let Some(warning) = &point.warning {
-            eprintln!("throng: warning: {warning}");
-        }
-        eprintln!(
-            "throng: resuming {} at step {} of {}",
-            dir.display(),
-            point.steps_done,
-            m.planned_steps()
-        );
-        m.status = Status::Running;
-        m.error = None;
-        m
-    } else {
-        let exp = loaded.experiment();
-        if dir.join(record::MANIFEST).exists() {
-            bail!(
-                "{} already holds a run: pick another --out, or --resume it",
-                dir.display()
-            );
-        }
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        write_resolved_config(exp, &dir)?;
-        Manifest {
-            name: exp.config.name.clone(),
-            scenario: exp.scenario.clone(),
-            config_file: config_path.display().to_string(),
-            seed: exp.config.seed,
-            policy: exp.policies.label(),
-            throng_version: env!("CARGO_PKG_VERSION").into(),
-            arms: exp.arms.iter().map(|a| a.name.clone()).collect(),
-            populations: exp.config.agents.0.clone(),
-            replicates: exp.config.replicates.0,
-            steps: exp.config.steps.0,
-            status: Status::Running,
-            started_unix: record::now_unix(),
-            ..Manifest::default()
-        }
-    };
+    let resume = args.resume.is_some();
+    let dir = folder.dir().to_path_buf();
     let exp = loaded.experiment();
     let mut llm = if scenarios::needs_model(exp) {
         let model = ModelArgs {
@@ -218,10 +144,10 @@ pub fn run(args: RunArgs) -> Result<()> {
     if ended == Ended::Paused {
         manifest.status = Status::Paused;
         record::write_json_atomic(&dir.join(record::MANIFEST), &manifest)?;
-        println!(
+        out!(
             "paused after {steps_done} steps; continue with: throng run --resume {}",
             dir.display()
-        );
+        )?;
         return Ok(());
     }
     manifest.status = Status::Finished;
@@ -245,18 +171,93 @@ pub fn run(args: RunArgs) -> Result<()> {
     if !args.no_report {
         let text =
             scenarios::report(&dir).map_err(|e| anyhow::anyhow!("writing the report: {e}"))?;
-        print!("{text}");
-        println!("report: {}", dir.join("report.html").display());
+        out!("{}", text.trim_end())?;
+        out!("report: {}", dir.join("report.html").display())?;
     } else {
-        println!("run: {}", dir.display());
+        out!("run: {}", dir.display())?;
     }
     Ok(())
+}
+
+/// Takes the run folder `dir` to continue it: checks it, its manifest and its checkpoint
+/// before anything heavy (the model) is loaded.
+fn open_resumed(
+    dir: &Path,
+    overrides: &Overrides,
+) -> Result<(Box<dyn scenarios::Loaded>, RunFolder, Manifest)> {
+    if !overrides.is_empty() {
+        bail!(
+            "--resume continues a run as it was configured: drop --policy/--replicates/--steps/--agents/--model \
+             (its settings are in {})",
+            dir.join(record::CONFIG).display()
+        );
+    }
+    let folder = RunFolder::resume(dir)?;
+    let mut manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
+    if manifest.status == Status::Finished {
+        bail!(
+            "the run in {} has finished; nothing to resume",
+            dir.display()
+        );
+    }
+    let config = dir.join(record::CONFIG);
+    if !config.is_file() {
+        bail!(
+            "cannot resume {}: it stopped before its config was written, so it never ran; start it again",
+            dir.display()
+        );
+    }
+    let mut loaded = scenarios::load(&config, overrides)?;
+    let point = loaded.resume_from(dir)?;
+    if let Some(warning) = &point.warning {
+        eprintln!("throng: warning: {warning}");
+    }
+    eprintln!(
+        "throng: resuming {} ({}) at step {} of {}",
+        dir.display(),
+        manifest.name,
+        point.steps_done,
+        manifest.planned_steps()
+    );
+    manifest.status = Status::Running;
+    manifest.error = None;
+    Ok((loaded, folder, manifest))
+}
+
+/// Takes a new or empty folder for a new run of `config`: the manifest first, so that the
+/// folder is a recognisable run from its first moment, then the config as run.
+fn open_new(
+    config: &Path,
+    out: Option<PathBuf>,
+    overrides: &Overrides,
+) -> Result<(Box<dyn scenarios::Loaded>, RunFolder, Manifest)> {
+    let loaded = scenarios::load(config, overrides)?;
+    let exp = loaded.experiment();
+    let dir = out.unwrap_or_else(|| throng::sim::runner::default_run_dir(&exp.config.name));
+    let manifest = Manifest {
+        name: exp.config.name.clone(),
+        scenario: exp.scenario.clone(),
+        config_file: config.display().to_string(),
+        seed: exp.config.seed,
+        policy: exp.policies.label(),
+        throng_version: env!("CARGO_PKG_VERSION").into(),
+        arms: exp.arms.iter().map(|a| a.name.clone()).collect(),
+        populations: exp.config.agents.0.clone(),
+        replicates: exp.config.replicates.0,
+        steps: exp.config.steps.0,
+        status: Status::Running,
+        started_unix: record::now_unix(),
+        ..Manifest::default()
+    };
+    let folder = RunFolder::create(&dir, &manifest)?;
+    write_resolved_config(exp, &dir)?;
+    Ok((loaded, folder, manifest))
 }
 
 /// Writes `config.toml` into the run folder: the experiment as run (command-line overrides
 /// applied, the templates folder made absolute), so that `--resume` and readers need nothing
 /// else; the original goes beside it.
-fn write_resolved_config(exp: &Experiment, dir: &std::path::Path) -> Result<()> {
+fn write_resolved_config(exp: &Experiment, dir: &Path) -> Result<()> {
     let mut table: toml::Table = toml::from_str(&exp.source.text)?;
     let c = &exp.config;
     table.insert(
@@ -294,7 +295,7 @@ fn write_resolved_config(exp: &Experiment, dir: &std::path::Path) -> Result<()> 
 /// `throng report RUN_DIR`.
 pub fn report(dir: PathBuf) -> Result<()> {
     let text = scenarios::report(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-    print!("{text}");
-    println!("report: {}", dir.join("report.html").display());
+    out!("{}", text.trim_end())?;
+    out!("report: {}", dir.join("report.html").display())?;
     Ok(())
 }

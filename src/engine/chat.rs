@@ -80,6 +80,25 @@ pub struct ChatTemplate {
     date_string: Option<String>,
     /// Whether the template is the model's own (false: the fallback).
     pub is_models_own: bool,
+    /// Message roles the template knows.
+    roles: Vec<String>,
+}
+
+/// Roles every chat template handles.
+const STANDARD_ROLES: [&str; 3] = ["system", "user", "assistant"];
+/// Roles some templates add, recognised when the template's text names them.
+const OTHER_ROLES: [&str; 5] = ["tool", "ipython", "function", "developer", "observation"];
+
+/// The roles a template's source knows: the standard three, and the others it names in
+/// quotes (Llama 3.1's `ipython`, a `tool` role).
+fn roles_of(source: &str) -> Vec<String> {
+    let mut roles: Vec<String> = STANDARD_ROLES.iter().map(|r| r.to_string()).collect();
+    for role in OTHER_ROLES {
+        if source.contains(&format!("'{role}'")) || source.contains(&format!("\"{role}\"")) {
+            roles.push(role.to_string());
+        }
+    }
+    roles
 }
 
 impl ChatTemplate {
@@ -104,6 +123,7 @@ impl ChatTemplate {
             Some(t) => (t.clone(), true),
             None => (FALLBACK.to_string(), false),
         };
+        let roles = roles_of(&source);
         env.add_template_owned("chat", source)
             .map_err(|e| ChatError::Compile(e.to_string()))?;
         Ok(Self {
@@ -112,6 +132,7 @@ impl ChatTemplate {
             eos_token: spec.eos_token.clone().unwrap_or_default(),
             date_string: Some("26 Jul 2024".into()),
             is_models_own,
+            roles,
         })
     }
 
@@ -120,6 +141,19 @@ impl ChatTemplate {
     pub fn with_live_date(mut self) -> Self {
         self.date_string = None;
         self
+    }
+
+    /// Message roles this template knows.
+    pub fn roles(&self) -> &[String] {
+        &self.roles
+    }
+
+    /// The first message whose role the template does not know, with the known roles.
+    pub fn unknown_role<'m>(&self, messages: &'m [Message]) -> Option<&'m str> {
+        messages
+            .iter()
+            .map(|m| m.role.as_str())
+            .find(|r| !self.roles.iter().any(|k| k == r))
     }
 
     /// Renders `messages`, ending with the assistant's header when `add_generation_prompt`.
@@ -190,6 +224,24 @@ mod tests {
         let live = ChatTemplate::new(&spec(src)).unwrap().with_live_date();
         let year = live.render(&[], false).unwrap();
         assert!(year.len() == 4 && year.starts_with("20"), "{year}");
+    }
+
+    // A `wizard` message was once rendered into the prompt without a word.
+    #[test]
+    fn roles_are_the_standard_ones_and_those_the_template_names() {
+        let plain = ChatTemplate::new(&spec("{{ messages[0]['content'] }}")).unwrap();
+        assert_eq!(plain.unknown_role(&[Message::user("x")]), None);
+        let wizard = Message {
+            role: "wizard".into(),
+            content: "x".into(),
+        };
+        assert_eq!(
+            plain.unknown_role(std::slice::from_ref(&wizard)),
+            Some("wizard")
+        );
+        let with_tools =
+            ChatTemplate::new(&spec("{% if m.role == 'ipython' %}tool output{% endif %}")).unwrap();
+        assert!(with_tools.roles().contains(&"ipython".to_string()));
     }
 
     #[test]

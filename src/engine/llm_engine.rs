@@ -284,6 +284,11 @@ impl Engine {
         self.max_context
     }
 
+    /// Sequences that run at once at most.
+    pub fn max_seqs(&self) -> usize {
+        self.scheduler.config().max_seqs
+    }
+
     pub fn num_kv_blocks(&self) -> usize {
         self.scheduler.blocks.num_blocks()
     }
@@ -299,6 +304,12 @@ impl Engine {
             Prompt::Messages(messages) => {
                 if messages.is_empty() {
                     return Err(RequestError::EmptyMessages);
+                }
+                if let Some(role) = self.chat.unknown_role(messages) {
+                    return Err(RequestError::UnknownRole {
+                        role: role.to_string(),
+                        known: self.chat.roles().join(", "),
+                    });
                 }
                 let text = self
                     .chat

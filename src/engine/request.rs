@@ -127,6 +127,8 @@ pub enum RequestError {
     EmptyMessages,
     #[error("the prompt is empty")]
     EmptyPrompt,
+    #[error("message role `{role}` is not one the model's chat template knows ({known})")]
+    UnknownRole { role: String, known: String },
     #[error(
         "the prompt is {tokens} tokens, the context holds {limit}: shorten it (fewer history turns, \
          a shorter system prompt) or use a model with a longer context"

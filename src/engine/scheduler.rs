@@ -51,6 +51,10 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.cfg
+    }
+
     pub fn new(cfg: SchedulerConfig, blocks: BlockManager) -> Self {
         Self {
             cfg,

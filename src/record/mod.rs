@@ -7,13 +7,17 @@
 
 pub mod checkpoint;
 mod decision;
+mod folder;
 mod manifest;
 pub mod table;
 mod writer;
 
 pub use decision::{DecisionLog, DecisionRecord};
+pub use folder::{FolderError, LOCK, RunFolder};
 pub use manifest::{Counters, Manifest, Status, peak_rss_bytes};
-pub use writer::{StepRecord, StepWriter, merge_parts, rewind as writer_rewind};
+pub use writer::{
+    StepRecord, StepWriter, merge_parts, reset as writer_reset, rewind as writer_rewind,
+};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -21,7 +25,9 @@ use std::path::{Path, PathBuf};
 
 pub const CONFIG: &str = "config.toml";
 pub const MANIFEST: &str = "manifest.json";
-pub const CELLS: &str = "cells.json";
+/// The cells' fixed data (a market's network, a population's make-up), one JSON line per
+/// cell, appended as each population size starts.
+pub const CELLS: &str = "cells.jsonl";
 /// The state table's name: `state.parquet`, written in parts under `state.parts/`.
 pub const STATE: &str = "state";
 pub const STATE_CSV: &str = "state.csv";
@@ -29,6 +35,33 @@ pub const STATE_PARQUET: &str = "state.parquet";
 pub const DECISIONS: &str = "decisions.jsonl";
 pub const STEPS: &str = "steps.csv";
 pub const AGGREGATES: &str = "aggregates.csv";
+
+/// One line of `cells.jsonl`: a cell and what its scenario says about it before it runs.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct CellRecord {
+    pub arm: String,
+    pub population: usize,
+    pub replicate: usize,
+    pub world: serde_json::Value,
+}
+
+/// The first `limit` cells of a run's `cells.jsonl`, read without touching the rest (at
+/// 100,000 replicates the file holds gigabytes).
+pub fn read_cells(dir: &Path, limit: usize) -> Result<Vec<CellRecord>, RecordError> {
+    use std::io::BufRead;
+    let path = dir.join(CELLS);
+    let file = std::fs::File::open(&path).map_err(|e| RecordError::io(&path, e))?;
+    std::io::BufReader::new(file)
+        .lines()
+        .take(limit)
+        .enumerate()
+        .map(|(i, line)| {
+            let line = line.map_err(|e| RecordError::io(&path, e))?;
+            serde_json::from_str(&line)
+                .map_err(|e| RecordError::format(&path, format!("line {}: {e}", i + 1)))
+        })
+        .collect()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {

@@ -1,7 +1,10 @@
 //! Appends each finished step to the run's files and flushes them, and remembers their
 //! lengths so that a resumed run can cut away a half-written step.
 
-use super::{AGGREGATES, DECISIONS, DecisionRecord, RecordError, STATE, STATE_CSV, STEPS, table};
+use super::{
+    AGGREGATES, CELLS, CellRecord, DECISIONS, DecisionRecord, RecordError, STATE, STATE_CSV, STEPS,
+    table,
+};
 use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -50,8 +53,12 @@ pub struct StepWriter {
     state: Option<CsvAppender>,
     aggregates: CsvAppender,
     decisions: BufWriter<File>,
+    cells: BufWriter<File>,
     steps: csv::Writer<BufWriter<File>>,
 }
+
+/// Every file a run appends to (the Parquet parts aside).
+const APPENDED: [&str; 5] = [DECISIONS, STEPS, AGGREGATES, CELLS, STATE_CSV];
 
 /// A CSV file written from record batches: the header goes into an empty file only.
 struct CsvAppender {
@@ -109,6 +116,7 @@ impl StepWriter {
                 .transpose()?,
             aggregates: CsvAppender::open(dir.join(AGGREGATES))?,
             decisions: BufWriter::new(append(&dir.join(DECISIONS))?),
+            cells: BufWriter::new(append(&dir.join(CELLS))?),
             steps: csv::WriterBuilder::new()
                 .has_headers(fresh)
                 .from_writer(BufWriter::new(append(&steps_path)?)),
@@ -152,18 +160,21 @@ impl StepWriter {
         self.aggregates.write(batches)
     }
 
-    pub fn decisions(&mut self, records: &[DecisionRecord]) -> Result<(), RecordError> {
-        let path = self.dir.join(DECISIONS);
-        for r in records {
-            serde_json::to_writer(&mut self.decisions, r)
-                .map_err(|e| RecordError::format(&path, e))?;
-            self.decisions
-                .write_all(b"\n")
-                .map_err(|e| RecordError::io(&path, e))?;
-        }
-        self.decisions
-            .flush()
-            .map_err(|e| RecordError::io(&path, e))
+    /// Appends decision records as they are made, one JSON line each, so that a step of
+    /// millions of decisions is never held in memory as records.
+    pub fn decisions(
+        &mut self,
+        records: impl IntoIterator<Item = DecisionRecord>,
+    ) -> Result<(), RecordError> {
+        json_lines(&mut self.decisions, &self.dir.join(DECISIONS), records)
+    }
+
+    /// Appends the fixed data of cells (`cells.jsonl`), one line each.
+    pub fn cells(
+        &mut self,
+        cells: impl IntoIterator<Item = CellRecord>,
+    ) -> Result<(), RecordError> {
+        json_lines(&mut self.cells, &self.dir.join(CELLS), cells)
     }
 
     pub fn step(&mut self, record: &StepRecord) -> Result<(), RecordError> {
@@ -176,12 +187,9 @@ impl StepWriter {
 
     /// The length of every appended file, for the checkpoint.
     pub fn lengths(&self) -> Result<BTreeMap<String, u64>, RecordError> {
-        let mut names = vec![DECISIONS, STEPS, AGGREGATES];
-        if self.state.is_some() {
-            names.push(STATE_CSV);
-        }
-        names
+        APPENDED
             .iter()
+            .filter(|&&name| name != STATE_CSV || self.state.is_some())
             .map(|name| {
                 let path = self.dir.join(name);
                 let len = std::fs::metadata(&path)
@@ -191,6 +199,36 @@ impl StepWriter {
             })
             .collect()
     }
+}
+
+fn json_lines<T: Serialize>(
+    out: &mut BufWriter<File>,
+    path: &Path,
+    items: impl IntoIterator<Item = T>,
+) -> Result<(), RecordError> {
+    for item in items {
+        serde_json::to_writer(&mut *out, &item).map_err(|e| RecordError::format(path, e))?;
+        out.write_all(b"\n").map_err(|e| RecordError::io(path, e))?;
+    }
+    out.flush().map_err(|e| RecordError::io(path, e))
+}
+
+/// Empties a run folder's records (appended files and Parquet parts), keeping its config
+/// and manifest: a resumed run that never finished a step starts again from nothing.
+pub fn reset(dir: &Path) -> Result<(), RecordError> {
+    for name in APPENDED {
+        let path = dir.join(name);
+        if path.exists() {
+            std::fs::remove_file(&path).map_err(|e| RecordError::io(&path, e))?;
+        }
+    }
+    for (merged, parts) in part_dirs(dir) {
+        std::fs::remove_dir_all(&parts).map_err(|e| RecordError::io(&parts, e))?;
+        if merged.exists() {
+            std::fs::remove_file(&merged).map_err(|e| RecordError::io(&merged, e))?;
+        }
+    }
+    Ok(())
 }
 
 /// The Parquet tables a run folder may hold: `state` and any tables of the scenario's own,

@@ -58,7 +58,8 @@ fn names() -> String {
 pub struct ResumePoint {
     /// Steps finished, over all population sizes.
     pub steps_done: usize,
-    /// Set when the newest checkpoint was damaged and an older one is used.
+    /// Set when the newest checkpoint was damaged and an older one is used, or when there
+    /// was none and the run starts again.
     pub warning: Option<String>,
 }
 
@@ -124,7 +125,15 @@ impl<S: Scenario> Loaded for Typed<S> {
     }
 
     fn resume_from(&mut self, dir: &Path) -> Result<ResumePoint, RunError> {
-        let loaded = runner::read_checkpoint::<S::World>(dir)?;
+        let Some(loaded) = runner::read_checkpoint::<S::World>(dir)? else {
+            self.start = None;
+            return Ok(ResumePoint {
+                steps_done: 0,
+                warning: Some(
+                    "no step had finished when the run stopped: it starts again from step 0".into(),
+                ),
+            });
+        };
         let cp = loaded.value;
         let point = ResumePoint {
             steps_done: cp.group * self.exp.config.steps.0 + cp.steps_done,

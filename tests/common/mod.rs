@@ -15,12 +15,20 @@ pub fn asset(name: &str, file: &str) -> Option<PathBuf> {
             panic!("asset {name} is required (THRONG_REQUIRE_ASSETS=1): {e}")
         }
         Err(e) => {
-            eprintln!(
-                "\n{0}\nSKIPPED: asset {name} unavailable, probably offline: {e}\n{0}\n",
-                "!".repeat(78)
-            );
+            loud_skip(&format!("asset {name} unavailable, probably offline: {e}"));
             None
         }
+    }
+}
+
+/// Says that a test skipped where the person running the tests sees it: cargo hides the
+/// output of passing tests, so the message goes to the terminal itself when there is one.
+pub fn loud_skip(why: &str) {
+    use std::io::Write;
+    let text = format!("\n{0}\nSKIPPED: {why}\n{0}\n", "!".repeat(78));
+    eprint!("{text}");
+    if let Ok(mut tty) = std::fs::OpenOptions::new().write(true).open("/dev/tty") {
+        let _ = tty.write_all(text.as_bytes());
     }
 }
 

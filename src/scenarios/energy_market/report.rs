@@ -3,7 +3,9 @@
 
 use super::Row;
 use super::config::Role;
-use crate::analysis::html::{esc, figures, fmt, fmt_seconds, page, table};
+use crate::analysis::html::{
+    esc, figures, fmt, fmt_seconds, page, table, unfinished, unfinished_note,
+};
 use crate::analysis::plot::{self, Band, Lines, Network, Panels};
 use crate::analysis::stats::{Summary, Welch, welch};
 use crate::record::{self, Manifest, StepRecord};
@@ -108,8 +110,7 @@ pub fn report(dir: &Path) -> Result<Report, String> {
     let rows: Vec<Row> = record::rows_of(&batches, dir).map_err(|e| e.to_string())?;
     drop(batches);
     let steps: Vec<StepRecord> = record::read_steps(dir).map_err(|e| e.to_string())?;
-    let cells: BTreeMap<String, serde_json::Value> =
-        record::read_json(&dir.join(record::CELLS)).map_err(|e| e.to_string())?;
+    let first_cell = record::read_cells(dir, 1).map_err(|e| e.to_string())?;
     if rows.is_empty() {
         return Err(format!(
             "{} has no state rows yet: run at least one step",
@@ -138,34 +139,8 @@ pub fn report(dir: &Path) -> Result<Report, String> {
     };
 
     // Figure 2: the network of the first cell.
-    if let Some((key, cell)) = cells.iter().next() {
-        let companies = cell["companies"].as_array().cloned().unwrap_or_default();
-        let nodes = companies
-            .iter()
-            .map(|c| {
-                (
-                    c["id"].to_string(),
-                    c["type"].as_str().unwrap_or("?").to_string(),
-                )
-            })
-            .collect();
-        let edges = companies
-            .iter()
-            .flat_map(|c| {
-                let from = c["id"].as_u64().unwrap_or(0) as usize;
-                c["links"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(move |l| (from, l.as_u64().unwrap_or(0) as usize))
-            })
-            .collect();
-        let fig = Network {
-            title: format!("Figure 2: the market's network ({key})"),
-            nodes,
-            edges,
-        };
+    if let Some(cell) = first_cell.first() {
+        let fig = network_figure(cell);
         save("fig2_network", &|p| plot::save(&fig, p))?;
     }
 
@@ -435,6 +410,9 @@ pub fn report(dir: &Path) -> Result<Report, String> {
 pub fn text(report: &Report) -> String {
     let mut out = String::new();
     let m = &report.manifest;
+    if let Some(note) = unfinished(m) {
+        let _ = writeln!(out, "NOTE: {note}");
+    }
     let _ = writeln!(
         out,
         "{} ({} policy, model {}): {} decisions, {} fallbacks ({:.1}%), {} clamped",
@@ -503,8 +481,8 @@ pub fn text(report: &Report) -> String {
 }
 
 fn html(report: &Report) -> String {
-    let mut body = String::new();
     let m = &report.manifest;
+    let mut body = unfinished_note(m);
     let _ = write!(
         body,
         "<h1>{}</h1><p>Scenario <b>{}</b>, policy <b>{}</b>, model <b>{}</b>, seed {}, {} replicates, {} steps; \
@@ -605,4 +583,91 @@ fn html(report: &Report) -> String {
 /// registry's entry).
 pub fn write(dir: &Path) -> Result<String, String> {
     report(dir).map(|r| text(&r))
+}
+
+/// The most companies Figure 2 draws: past a few hundred, a drawn network is a blot (and at
+/// 200,000 companies it was a 117 MB SVG).
+const NETWORK_DRAWN: usize = 250;
+
+/// Figure 2 for one cell: its whole network, or, for a large market, company 0's
+/// neighbourhood (breadth first: its links, their links, ...) up to [`NETWORK_DRAWN`]
+/// companies with the links among them, the title saying so.
+fn network_figure(cell: &record::CellRecord) -> Network {
+    let key = format!("{}/{}/{}", cell.arm, cell.population, cell.replicate);
+    let companies = cell.world["companies"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    let n = companies.len();
+    let links = |i: usize| -> Vec<usize> {
+        companies[i]["links"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|v| v.as_u64())
+                    .map(|v| v as usize)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut chosen: Vec<usize> = Vec::new();
+    let mut index = vec![usize::MAX; n];
+    let mut queue = std::collections::VecDeque::new();
+    let mut visit =
+        |i: usize, chosen: &mut Vec<usize>, queue: &mut std::collections::VecDeque<usize>| {
+            if i < n && index[i] == usize::MAX && chosen.len() < NETWORK_DRAWN {
+                index[i] = chosen.len();
+                chosen.push(i);
+                queue.push_back(i);
+            }
+        };
+    for start in 0..n {
+        // Company 0 first; then any part of the network it does not reach.
+        visit(start, &mut chosen, &mut queue);
+        while let Some(i) = queue.pop_front() {
+            for j in links(i) {
+                visit(j, &mut chosen, &mut queue);
+            }
+        }
+        if chosen.len() >= NETWORK_DRAWN.min(n) {
+            break;
+        }
+    }
+    // Drawn in id order, whichever were chosen.
+    chosen.sort_unstable();
+    for (k, &i) in chosen.iter().enumerate() {
+        index[i] = k;
+    }
+    let nodes = chosen
+        .iter()
+        .map(|&i| {
+            let c = &companies[i];
+            (
+                c["id"].to_string(),
+                c["type"].as_str().unwrap_or("?").to_string(),
+            )
+        })
+        .collect();
+    let index = &index;
+    let edges = chosen
+        .iter()
+        .flat_map(|&i| {
+            links(i)
+                .into_iter()
+                .filter(|&j| j < n && index[j] != usize::MAX)
+                .map(move |j| (index[i], index[j]))
+        })
+        .collect();
+    let title = if chosen.len() < n {
+        format!(
+            "Figure 2: the market's network ({key}): {} of {n} companies, company 0's neighbourhood (breadth first)",
+            chosen.len()
+        )
+    } else {
+        format!("Figure 2: the market's network ({key})")
+    };
+    Network {
+        title,
+        nodes,
+        edges,
+    }
 }

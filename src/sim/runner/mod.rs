@@ -10,6 +10,7 @@
 //! batching, so results depend on the seed alone.
 
 mod cells;
+pub mod fault;
 mod recorder;
 mod step;
 
@@ -83,16 +84,12 @@ pub enum Ended {
     Paused,
 }
 
-/// Where a resumed run stands, read before anything heavy (the model) is loaded.
+/// Where a resumed run stands, read before anything heavy (the model) is loaded: `None`
+/// when it stopped before finishing its first step (it then starts again from nothing).
 pub fn read_checkpoint<W: serde::de::DeserializeOwned>(
     dir: &Path,
-) -> Result<checkpoint::Loaded<Checkpoint<W>>, RunError> {
-    checkpoint::read(dir)?.ok_or_else(|| {
-        RunError::Resume(format!(
-            "{} has no checkpoint: the run stopped before finishing its first step; start it again (with a new --out)",
-            dir.display()
-        ))
-    })
+) -> Result<Option<checkpoint::Loaded<Checkpoint<W>>>, RunError> {
+    Ok(checkpoint::read(dir)?)
 }
 
 /// What to run and where: the experiment, its typed arms (`arms[i]` is arm `i`'s scenario),
@@ -123,6 +120,11 @@ pub fn run<S: Scenario>(
     }
     let groups = cfg.agents.0.len();
     let first_group = start.as_ref().map_or(0, |c| c.group);
+    // The checkpoint, not the manifest, says how far the run got: a kill can fall between
+    // writing one and the other.
+    manifest.steps_done = start
+        .as_ref()
+        .map_or(0, |c| c.group * cfg.steps.0 + c.steps_done);
     let mut start = start;
     for (group, &size) in cfg.agents.0.iter().enumerate().skip(first_group) {
         let mut agents = Cells::<S>::draw_agents(exp, size);
@@ -175,6 +177,8 @@ pub fn run<S: Scenario>(
             let decisions = step::decide(exp, arms, &cells, step, policies, &mut |n| {
                 progress(Progress::Decided(n))
             })?;
+            let global_step = group * cfg.steps.0 + step + 1;
+            fault::point(global_step, "decided");
             let resolve_time = step::resolve(exp, arms, &mut cells, step, &decisions);
             let timing = StepTiming {
                 seconds: started.elapsed().as_secs_f64(),
@@ -195,7 +199,8 @@ pub fn run<S: Scenario>(
                 timing,
                 policy_state,
             )?;
-            manifest.steps_done = group * cfg.steps.0 + step + 1;
+            fault::point(global_step, "checkpoint");
+            manifest.steps_done = global_step;
             manifest.status = Status::Running;
             recorder.manifest(manifest)?;
             progress(Progress::Step {

@@ -6,8 +6,8 @@ use super::RunError;
 use super::cells::Cells;
 use super::step::Decisions;
 use crate::record::{
-    self, CELLS, Counters, DecisionLog, DecisionRecord, MANIFEST, Manifest, StepRecord, StepWriter,
-    checkpoint,
+    self, CellRecord, Counters, DecisionLog, DecisionRecord, MANIFEST, Manifest, StepRecord,
+    StepWriter, checkpoint,
 };
 use crate::sim::experiment::Experiment;
 use crate::sim::policy::count;
@@ -53,52 +53,50 @@ pub struct Recorder {
     dir: PathBuf,
     writer: StepWriter,
     parts: Vec<String>,
-    cells_data: BTreeMap<String, serde_json::Value>,
     pub counters: Counters,
 }
 
 impl Recorder {
-    /// Opens `dir` for a new run, or for resuming from `from` (the checkpoint's files are
-    /// cut back to its lengths first).
+    /// Opens `dir` for a run from `from`, cutting the records back to the checkpoint's
+    /// lengths, or from nothing, emptying them (a resumed run killed in its first step, or a
+    /// new run's empty folder).
     pub fn open<W>(
         dir: &Path,
         state_csv: bool,
         from: Option<&Checkpoint<W>>,
     ) -> Result<Self, RunError> {
-        let (parts, counters, cells_data) = match from {
+        let (parts, counters) = match from {
             Some(cp) => {
                 record::writer_rewind(dir, &cp.files, &cp.parts)?;
-                (
-                    cp.parts.clone(),
-                    cp.counters,
-                    record::read_json(&dir.join(CELLS)).unwrap_or_default(),
-                )
+                (cp.parts.clone(), cp.counters)
             }
-            None => (Vec::new(), Counters::default(), BTreeMap::new()),
+            None => {
+                record::writer_reset(dir)?;
+                (Vec::new(), Counters::default())
+            }
         };
         Ok(Self {
             dir: dir.to_path_buf(),
             writer: StepWriter::open(dir, state_csv)?,
             parts,
-            cells_data,
             counters,
         })
     }
 
-    /// A new group's fixed data (`cells.json`) and its state before anyone moves.
+    /// A new group's fixed data (`cells.jsonl`) and its state before anyone moves.
     pub fn start_group<S: Scenario>(
         &mut self,
         arms: &[S],
         cells: &Cells<S>,
         group: usize,
     ) -> Result<(), RunError> {
-        for (c, info) in cells.infos.iter().enumerate() {
-            self.cells_data.insert(
-                format!("{}/{}/{}", info.arm, info.population, info.replicate),
-                arms[cells.arm_of[c]].describe(&cells.worlds[c]),
-            );
-        }
-        record::write_json_atomic(&self.dir.join(CELLS), &self.cells_data)?;
+        self.writer
+            .cells(cells.infos.iter().enumerate().map(|(c, info)| CellRecord {
+                arm: info.arm.clone(),
+                population: info.population,
+                replicate: info.replicate,
+                world: arms[cells.arm_of[c]].describe(&cells.worlds[c]),
+            }))?;
         self.state(arms, cells, group, 0)
     }
 
@@ -149,7 +147,9 @@ impl Recorder {
         policy_state: Vec<u8>,
     ) -> Result<Counters, RunError> {
         let started = Instant::now();
+        let global_step = group * exp.config.steps.0 + step + 1;
         self.state(arms, cells, group, step + 1)?;
+        super::fault::point(global_step, "state");
         let aggregates: Vec<_> = (0..cells.infos.len())
             .filter_map(|c| {
                 arms[cells.arm_of[c]].aggregates(&cells.worlds[c], &cells.infos[c], step + 1)
@@ -161,48 +161,51 @@ impl Recorder {
             ..Counters::default()
         };
         let kinds = exp.policies.kinds();
-        let mut records = Vec::new();
-        for (i, (t, d)) in decisions.turns.iter().zip(&decisions.decided).enumerate() {
+        for d in &decisions.decided {
             count(&mut counters, d);
-            if !cells.logged(exp, t.cell, t.agent) {
-                continue;
-            }
-            let info = &cells.infos[t.cell];
-            let scenario = &arms[cells.arm_of[t.cell]];
-            let world = &cells.worlds[t.cell];
-            let decision = serde_json::to_value(&d.decision).unwrap_or_default();
-            let trace = d.llm.as_deref();
-            records.push(DecisionRecord {
-                arm: info.arm.clone(),
-                population: info.population,
-                replicate: info.replicate,
-                step: step + 1,
-                agent: t.agent,
-                log: DecisionLog {
-                    // The world has moved on, but an agent's role does not change.
-                    role: scenario.role(world, t.agent).to_string(),
-                    policy: decisions
-                        .policy_of
-                        .as_ref()
-                        .map(|p| kinds[p[i] as usize].name().to_string()),
-                    prompt_hash: trace.map(|t| t.prompt_hash.clone()),
-                    text: trace.and_then(|t| t.text.clone()),
-                    value: match trace {
-                        Some(t) => t.value.clone(),
-                        None => Some(decision.clone()),
-                    },
-                    clamps: d.clamps.clone(),
-                    fallback: d.fallback.clone(),
-                    prompt_tokens: trace.map_or(0, |t| t.prompt_tokens),
-                    cached_tokens: trace.map_or(0, |t| t.cached_tokens),
-                    generated_tokens: trace.map_or(0, |t| t.generated_tokens),
-                    latency_ms: trace.and_then(|t| t.latency_ms),
-                },
-                decision,
-            });
         }
-        self.writer.decisions(&records)?;
-        drop(records);
+        let records = decisions
+            .turns
+            .iter()
+            .zip(&decisions.decided)
+            .enumerate()
+            .filter(|(_, (t, _))| cells.logged(exp, t.cell, t.agent))
+            .map(|(i, (t, d))| {
+                let info = &cells.infos[t.cell];
+                let scenario = &arms[cells.arm_of[t.cell]];
+                let world = &cells.worlds[t.cell];
+                let decision = serde_json::to_value(&d.decision).unwrap_or_default();
+                let trace = d.llm.as_deref();
+                DecisionRecord {
+                    arm: info.arm.clone(),
+                    population: info.population,
+                    replicate: info.replicate,
+                    step: step + 1,
+                    agent: t.agent,
+                    log: DecisionLog {
+                        // The world has moved on, but an agent's role does not change.
+                        role: scenario.role(world, t.agent).to_string(),
+                        policy: decisions
+                            .policy_of
+                            .as_ref()
+                            .map(|p| kinds[p[i] as usize].name().to_string()),
+                        prompt_hash: trace.map(|t| t.prompt_hash.clone()),
+                        text: trace.and_then(|t| t.text.clone()),
+                        value: match trace {
+                            Some(t) => t.value.clone(),
+                            None => Some(decision.clone()),
+                        },
+                        clamps: d.clamps.clone(),
+                        fallback: d.fallback.clone(),
+                        prompt_tokens: trace.map_or(0, |t| t.prompt_tokens),
+                        cached_tokens: trace.map_or(0, |t| t.cached_tokens),
+                        generated_tokens: trace.map_or(0, |t| t.generated_tokens),
+                        latency_ms: trace.and_then(|t| t.latency_ms),
+                    },
+                    decision,
+                }
+            });
+        self.writer.decisions(records)?;
         let n = decisions.turns.len();
         self.writer.step(&StepRecord {
             population: cells.infos.first().map_or(0, |c| c.population),
@@ -222,6 +225,7 @@ impl Recorder {
             ranks: 1,
         })?;
         self.counters.add(&counters);
+        super::fault::point(global_step, "records");
         checkpoint::write(
             &self.dir,
             &CheckpointRef {

@@ -1,0 +1,41 @@
+//! Crash points for testing that a run survives being killed anywhere: with
+//! `THRONG_CRASH_AT=STEP:POINT` the process aborts (as a `kill -9` would stop it, without
+//! unwinding or flushing) when it reaches `POINT` of step `STEP` (1-based, counted over every
+//! population size). The points lie between the writes of a step, where a crash is hardest
+//! to recover from; [`POINTS`] names them in order.
+
+use std::sync::OnceLock;
+
+/// Every crash point, in the order a step passes them.
+pub const POINTS: &[&str] = &[
+    // Decisions made, nothing of the step written.
+    "decided",
+    // The state table's part written, not the rest.
+    "state",
+    // Every record written, not the checkpoint.
+    "records",
+    // The checkpoint written, not the manifest.
+    "checkpoint",
+];
+
+fn target() -> Option<&'static (usize, String)> {
+    static TARGET: OnceLock<Option<(usize, String)>> = OnceLock::new();
+    TARGET
+        .get_or_init(|| {
+            let spec = std::env::var("THRONG_CRASH_AT").ok()?;
+            let (step, point) = spec.split_once(':')?;
+            Some((step.parse().ok()?, point.to_string()))
+        })
+        .as_ref()
+}
+
+/// Aborts the process if the run was asked to crash at `point` of `step`.
+pub fn point(step: usize, point: &str) {
+    if let Some((s, p)) = target()
+        && *s == step
+        && p == point
+    {
+        eprintln!("throng: THRONG_CRASH_AT={s}:{p}: aborting here, as a kill would");
+        std::process::abort();
+    }
+}

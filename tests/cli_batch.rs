@@ -1,0 +1,222 @@
+//! `throng generate` as a batch tool, and the command line's manners with pipes and full
+//! disks, through the built binary on a tiny random model.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use throng::testing::TinyLlama;
+
+fn throng() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+    cmd
+}
+
+fn tiny() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    TinyLlama::default().write(dir.path()).unwrap();
+    dir
+}
+
+fn requests(dir: &Path, lines: &[&str]) -> PathBuf {
+    let path = dir.join("requests.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+// One malformed line refused the whole file; a `wizard` message was accepted silently.
+#[test]
+fn bad_lines_become_error_lines_in_place_and_the_rest_are_answered() {
+    let model = tiny();
+    let path = requests(
+        model.path(),
+        &[
+            r#"{"prompt": "one", "max_tokens": 3, "tag": "a"}"#,
+            r#"{"prompt": "two", "max_tokens": 3, "tag": "b""#,
+            r#"{"messages": [{"role": "wizard", "content": "hi"}], "max_tokens": 3, "tag": "c"}"#,
+            r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "tag": "d"}"#,
+            r#"{"prompt": "x", "unknown_field": 1, "tag": "e"}"#,
+            r#"{"prompt": "five", "max_tokens": 3}"#,
+        ],
+    );
+    let out = throng()
+        .args(["generate", "--model"])
+        .arg(model.path())
+        .arg("--requests")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "some requests failed: {stderr}");
+    assert!(stderr.contains("3 of 6 requests failed"), "{stderr}");
+    let lines = json_lines(&out.stdout);
+    assert_eq!(lines.len(), 6, "one line per request, in order");
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["index"], i, "{line}");
+    }
+    let ok = |i: usize| lines[i].get("error").is_none();
+    assert!(ok(0) && ok(3) && ok(5), "{lines:?}");
+    assert_eq!(lines[0]["tag"], "a");
+    let err = |i: usize| lines[i]["error"].as_str().unwrap_or_default().to_string();
+    assert!(err(1).contains("line 2"), "{}", err(1));
+    assert_eq!(
+        lines[1]["tag"],
+        serde_json::Value::Null,
+        "an unparsable line has no tag"
+    );
+    assert!(err(2).contains("wizard"), "{}", err(2));
+    assert!(
+        err(2).contains("system") && err(2).contains("assistant"),
+        "the known roles are named: {}",
+        err(2)
+    );
+    assert_eq!(lines[2]["tag"], "c");
+    assert!(err(4).contains("unknown_field"), "{}", err(4));
+    assert_eq!(lines[4]["tag"], "e");
+}
+
+// 100,000 requests showed nothing for an hour and a kill lost all of it: the first lines must
+// come out (and be flushed) while later ones are still being generated.
+#[test]
+fn responses_are_written_as_they_finish_not_at_the_end() {
+    let model = tiny();
+    let mut child = throng()
+        .args(["generate", "--model"])
+        .arg(model.path())
+        .args(["--prompt", "count", "--n", "100000", "--max-tokens", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    let line: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(line["index"], 0);
+    // Still running: the first line did not wait for the batch.
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "all 100,000 finished first"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+// `--unordered` writes in completion order, each line naming its request.
+#[test]
+fn unordered_output_carries_every_index_once() {
+    let model = tiny();
+    let lines: Vec<String> = (0..40)
+        .map(|i| {
+            format!(
+                r#"{{"prompt": "p{i}", "max_tokens": {}, "tag": "t{i}"}}"#,
+                1 + i % 7
+            )
+        })
+        .collect();
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let path = requests(model.path(), &refs);
+    let out = throng()
+        .args(["generate", "--unordered", "--model"])
+        .arg(model.path())
+        .arg("--requests")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut seen: Vec<(u64, String)> = json_lines(&out.stdout)
+        .iter()
+        .map(|l| {
+            (
+                l["index"].as_u64().unwrap(),
+                l["tag"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    seen.sort();
+    let want: Vec<(u64, String)> = (0..40).map(|i| (i, format!("t{i}"))).collect();
+    assert_eq!(seen, want);
+}
+
+// `throng models | head -1` panicked (exit 101) when `head` closed the pipe.
+#[test]
+fn a_closed_pipe_ends_quietly_with_success() {
+    for args in [&["models"][..], &["--help"]] {
+        let mut child = throng()
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes away before a byte is read.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+    }
+    // And a generate whose reader stops after one line.
+    let model = tiny();
+    let mut child = throng()
+        .args(["generate", "--model"])
+        .arg(model.path())
+        .args(["--prompt", "x", "--n", "2000", "--max-tokens", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    drop(reader);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.status.success(), "{:?} {stderr}", out.status);
+}
+
+// Output to a full disk panicked; it must be a clear error, and a run's records stay whole.
+#[test]
+fn a_full_disk_for_stdout_is_a_clear_error() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("no /dev/full here; nothing to test");
+        return;
+    };
+    let out = throng().arg("models").stdout(full).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+
+    // A run whose final lines cannot be printed still finishes its records.
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = throng()
+        .args(["run", "tests/fixtures/energy-resume.toml", "--out"])
+        .arg(&run)
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    let manifest = std::fs::read_to_string(run.join("manifest.json")).unwrap();
+    assert!(manifest.contains("\"finished\""), "{manifest}");
+    assert!(run.join("state.parquet").exists() && run.join("report.html").exists());
+    let _ = std::io::stdout().flush();
+}
