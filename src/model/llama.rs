@@ -201,7 +201,7 @@ impl Llama {
             kv.write(l, &k, &v, &batch.slots)?;
             let (k_cache, v_cache) = kv.layer(l);
             // (T, h d)
-            let attn = batch.attention.attend(&q, k_cache, v_cache, self.heads)?;
+            let attn = batch.attend(&q, k_cache, v_cache, self.heads)?;
             x = (x + layer.o_proj.forward(&attn)?)?;
             let normed = candle_nn::ops::rms_norm(&x, &layer.mlp_norm, eps)?;
             let mlp = candle_nn::ops::swiglu(&layer.gate_up.forward(&normed)?)?;

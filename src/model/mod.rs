@@ -18,6 +18,7 @@ mod preset;
 mod rope;
 mod safetensors;
 
+pub use attention::{AttentionBackend, FLASH_BLOCK_MULTIPLE, FLASH_HEAD_DIMS};
 pub use batch::{BatchInputs, SeqChunk};
 pub use config::{Llama3RopeScaling, ModelConfig, RopeConfig, RopeStyle};
 pub use error::ModelError;
