@@ -1,8 +1,11 @@
 //! The inference engine: requests in, responses out, continuously batched on one device.
 
+mod batch_sampling;
 mod block_manager;
 pub mod chat;
 pub mod constraint;
+#[cfg(any(test, feature = "cuda"))]
+mod device_sampling;
 mod handle;
 mod llm_engine;
 mod model_runner;
