@@ -1,6 +1,7 @@
 //! Subcommands of the `throng` binary. Raw arguments become validated settings here; the
 //! library below never sees a command line.
 
+pub mod bench;
 pub mod generate;
 pub mod models;
 pub mod run;

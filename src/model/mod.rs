@@ -17,6 +17,7 @@ pub mod loader;
 mod preset;
 mod rope;
 mod safetensors;
+pub mod synthetic;
 
 pub use attention::{AttentionBackend, FLASH_BLOCK_MULTIPLE, FLASH_HEAD_DIMS};
 pub use batch::{BatchInputs, SeqChunk};
