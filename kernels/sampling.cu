@@ -19,9 +19,13 @@
 //   until the running weight exceeds uniform * total.
 // The output is the token id, or -1 when no token is a candidate.
 
+#ifndef THRONG_EMULATED
 #include <stdint.h>
+#endif
 
+#ifndef THREADS
 #define THREADS 1024
+#endif
 #define WARPS (THREADS / 32)
 // Weights exp(s - max) in (0, 1] as fixed point: 2^40 per unit. A row of 2^17 tokens sums
 // below 2^57, inside 64 bits; a weight below 2^-40 of the best counts as 0.

@@ -373,6 +373,127 @@ mod tests {
         assert_eq!(mirror(&tied, &row(k2, 0.1)), Some(0));
     }
 
+    /// The CUDA kernel itself, compiled for the CPU with a C++ compiler and a shim of the CUDA
+    /// it uses (kernels/emulate), 64 threads a block, picks exactly what its mirror picks: every
+    /// kind of row (greedy, temperature, top-k with ties, top-p, masks, NaN and infinite logits,
+    /// nothing allowed) over vocabularies that do not divide into the threads evenly.
+    #[test]
+    fn the_kernel_run_on_the_cpu_picks_what_its_mirror_picks() {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/emulate");
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("harness");
+        let compiler = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+        let built = Command::new(&compiler)
+            .args(["-std=c++20", "-O2", "-DTHREADS=64", "-pthread"])
+            .arg(root.join("sampling_harness.cpp"))
+            .arg("-o")
+            .arg(&exe)
+            .status();
+        match built {
+            Ok(s) if s.success() => {}
+            Ok(s) => panic!("{compiler} failed to build the kernel's CPU harness: {s}"),
+            Err(e) => {
+                eprintln!(
+                    "SKIPPED: no C++20 compiler ({compiler}: {e}) to run the kernel on the CPU"
+                );
+                return;
+            }
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        // 48 rows in all: every combination of temperature, top-k and top-p once.
+        let rows = 24;
+        for (v, vocab) in [77usize, 1000].into_iter().enumerate() {
+            let words = vocab.div_ceil(32);
+            let mut input = String::new();
+            let mut cases = Vec::new();
+            for r in (v * rows)..((v + 1) * rows) {
+                // Coarse logits make ties; some rows get NaN and -inf.
+                let mut logits: Vec<f32> = (0..vocab)
+                    .map(|_| (rng.random_range(-40i32..40) as f32) / 8.0)
+                    .collect();
+                if r % 7 == 0 {
+                    logits[rng.random_range(0..vocab)] = f32::NAN;
+                    logits[rng.random_range(0..vocab)] = f32::NEG_INFINITY;
+                }
+                let mask = (r % 3 != 0).then(|| {
+                    let mut m = SimpleVob::alloc(vocab);
+                    let density = if r % 11 == 0 {
+                        0.0
+                    } else {
+                        [0.02, 0.3, 0.9][r % 3]
+                    };
+                    for i in 0..vocab {
+                        if rng.random_bool(density) {
+                            m.allow_token(i as u32);
+                        }
+                    }
+                    m
+                });
+                let temperature = [0.0f32, 0.7, 1.0, 1.5][r % 4];
+                let top_k = [None, Some(1), Some(3), Some(40)][(r / 4) % 4];
+                let top_p = [1.0f32, 0.9, 0.5][(r / 16) % 3];
+                let uniform: f32 = rng.random();
+                input.push_str(&format!(
+                    "{temperature} {} {top_p} {uniform} {}\n",
+                    top_k.unwrap_or(0),
+                    u8::from(mask.is_some())
+                ));
+                if let Some(m) = &mask {
+                    for w in &m.as_slice()[..words] {
+                        input.push_str(&format!("{w:x} "));
+                    }
+                    input.push('\n');
+                }
+                for l in &logits {
+                    input.push_str(&format!("{:x} ", l.to_bits()));
+                }
+                input.push('\n');
+                cases.push((logits, mask, params(temperature, top_k, top_p), uniform));
+            }
+            let mut child = Command::new(&exe)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let header = format!("{rows} {vocab} {words}\n");
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all((header + &input).as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "the harness failed on vocabulary {vocab}"
+            );
+            let kernel: Vec<i64> = String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(|l| l.trim().parse().unwrap())
+                .collect();
+            assert_eq!(kernel.len(), rows);
+            for (r, ((logits, mask, p, u), got)) in cases.iter().zip(kernel).enumerate() {
+                let r = v * rows + r;
+                let want = mirror(
+                    logits,
+                    &DeviceRow {
+                        mask: mask.as_ref(),
+                        params: *p,
+                        uniform: *u,
+                    },
+                );
+                assert_eq!(
+                    got,
+                    want.map_or(-1, i64::from),
+                    "vocabulary {vocab}, row {r}: {p:?}, uniform {u}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_row_with_nothing_allowed_has_no_token() {
         let mask = SimpleVob::alloc(4);
