@@ -13,7 +13,7 @@ use toktrie::SimpleVob;
 
 /// One row of a step's logits to sample on the device.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct DeviceRow<'a> {
+pub struct DeviceRow<'a> {
     /// Tokens the row's grammar allows; `None`: all.
     pub mask: Option<&'a SimpleVob>,
     pub params: SamplingParams,
@@ -22,10 +22,8 @@ pub(crate) struct DeviceRow<'a> {
 }
 
 /// Fixed-point scale of the kernel's weights `exp(s - max)`.
-#[cfg(test)]
 const WEIGHT_ONE: f64 = (1u64 << 40) as f64;
 
-#[cfg(test)]
 fn order_key(s: f32) -> u32 {
     let u = s.to_bits();
     if u & 0x8000_0000 != 0 {
@@ -35,15 +33,13 @@ fn order_key(s: f32) -> u32 {
     }
 }
 
-#[cfg(test)]
 fn weight(s: f32, max: f32) -> u64 {
     ((s - max).exp() as f64 * WEIGHT_ONE) as u64
 }
 
 /// The token the device kernel picks for `row` over `logits` (one row of the vocabulary), or
 /// `None` when the mask and the logits leave no candidate. The tests hold the kernel to it.
-#[cfg(test)]
-pub(crate) fn mirror(logits: &[f32], row: &DeviceRow<'_>) -> Option<u32> {
+pub fn mirror(logits: &[f32], row: &DeviceRow<'_>) -> Option<u32> {
     // As `constraint::apply_mask`: tokens past the mask's words are not masked.
     let allowed = |i: usize| {
         row.mask
@@ -109,7 +105,7 @@ pub(crate) fn mirror(logits: &[f32], row: &DeviceRow<'_>) -> Option<u32> {
             .iter()
             .map(|c| (order_key(c.1), weight(c.1, max)))
             .collect();
-        by_key.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        by_key.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
         let mut above = 0u64;
         let mut threshold = by_key.last().map_or(0, |x| x.0);
         let mut i = 0;
@@ -148,7 +144,7 @@ pub(crate) fn mirror(logits: &[f32], row: &DeviceRow<'_>) -> Option<u32> {
 }
 
 #[cfg(feature = "cuda")]
-pub(crate) use cuda::sample_on_device;
+pub use cuda::sample_on_device;
 
 #[cfg(feature = "cuda")]
 mod cuda {
@@ -167,7 +163,7 @@ mod cuda {
     /// download is the step's one wait for the device. Returns the ids and the time spent
     /// copying; with `profile`, the device is synchronised before the download so that the
     /// download's time is the copy's alone.
-    pub(crate) fn sample_on_device(
+    pub fn sample_on_device(
         logits: &Tensor,
         rows: &[DeviceRow<'_>],
         profile: bool,

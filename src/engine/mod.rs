@@ -4,8 +4,7 @@ mod batch_sampling;
 mod block_manager;
 pub mod chat;
 pub mod constraint;
-#[cfg(any(test, feature = "cuda"))]
-mod device_sampling;
+pub mod device_sampling;
 mod handle;
 mod llm_engine;
 mod model_runner;
@@ -18,7 +17,9 @@ pub mod tokenizer;
 pub use block_manager::CacheStats;
 pub use chat::{ChatTemplate, Message};
 pub use handle::{EngineHandle, Pending};
-pub use llm_engine::{Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, StepOutput};
+pub use llm_engine::{
+    Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, StepOutput, default_kv_memory,
+};
 pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
 pub use sampler::SamplingParams;
 pub use tokenizer::Tokenizer;
