@@ -22,7 +22,7 @@ fn main() {
     }
     let nvcc = ["CUDA_HOME", "CUDA_PATH"]
         .iter()
-        .filter_map(|var| std::env::var_os(var))
+        .filter_map(std::env::var_os)
         .map(|dir| PathBuf::from(dir).join("bin").join("nvcc"))
         .find(|p| p.is_file())
         .unwrap_or_else(|| PathBuf::from("nvcc"));

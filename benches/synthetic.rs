@@ -36,7 +36,8 @@ fn device() -> candle_core::Device {
 fn shape() -> Shape {
     use clap::ValueEnum;
     let name = std::env::var("THRONG_BENCH_SHAPE").unwrap_or_else(|_| "tiny".into());
-    Shape::from_str(&name, true).expect("THRONG_BENCH_SHAPE: tiny, llama-3.2-1b, llama-3.2-3b or llama-3.1-8b")
+    Shape::from_str(&name, true)
+        .expect("THRONG_BENCH_SHAPE: tiny, llama-3.2-1b, llama-3.2-3b or llama-3.1-8b")
 }
 
 fn spec(constrained: bool) -> BenchSpec {
@@ -69,20 +70,23 @@ fn tokens_per_agent(c: &mut Criterion) {
         let mut bench = Bench::new(spec.clone(), &device).expect("the benchmark's engine");
         // Step 1 is cold; criterion measures warm steps, as a running simulation has.
         bench.step().expect("the cold step");
-        group.bench_function(format!("{}/{}_agents/{name}", spec.shape.name(), spec.agents), |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    // Each iteration is a fresh simulation once the contexts are full.
-                    if bench.report().steps.len() >= spec.steps {
-                        bench = Bench::new(spec.clone(), &device).expect("the engine");
-                        bench.step().expect("the cold step");
+        group.bench_function(
+            format!("{}/{}_agents/{name}", spec.shape.name(), spec.agents),
+            |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        // Each iteration is a fresh simulation once the contexts are full.
+                        if bench.report().steps.len() >= spec.steps {
+                            bench = Bench::new(spec.clone(), &device).expect("the engine");
+                            bench.step().expect("the cold step");
+                        }
+                        total += Duration::from_secs_f64(bench.step().expect("a step").seconds);
                     }
-                    total += Duration::from_secs_f64(bench.step().expect("a step").seconds);
-                }
-                total
-            })
-        });
+                    total
+                })
+            },
+        );
         let report = bench.report();
         let last = report.steps.last().expect("at least one step");
         let sh = &last.shares;

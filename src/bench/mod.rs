@@ -182,7 +182,7 @@ impl Bench {
 
     /// Enough KV memory for every agent's longest context without sharing, plus a tenth: the
     /// prefix cache then never has to evict a previous turn. The engine's own default (most of
-    /// the device) bounds it.
+    /// what the device has free once the weights are in) bounds it.
     fn kv_budget(spec: &BenchSpec, device: &Device) -> usize {
         let cfg = spec.shape.config();
         let dtype = activation_dtype(spec.weights, device, spec.shape);
@@ -193,12 +193,7 @@ impl Bench {
         let tokens = Workload::max_context(spec.shared, spec.own, spec.reply, spec.steps) + block;
         let blocks = spec.agents * tokens.div_ceil(block) * 11 / 10 + 1;
         let wanted = blocks * KvCache::bytes_per_block(&cfg, block, dtype);
-        if device.is_cpu() {
-            // The engine's CPU default, a quarter of free memory up to 16 GiB, caps it below.
-            wanted.min(16 << 30)
-        } else {
-            wanted
-        }
+        wanted.min(crate::engine::default_kv_memory(device))
     }
 
     pub fn engine(&self) -> &Engine {

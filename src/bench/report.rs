@@ -133,7 +133,19 @@ pub struct BenchReport {
 }
 
 fn gib(bytes: u64) -> String {
-    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+    if bytes < 1 << 30 {
+        format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+    } else {
+        format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+    }
+}
+
+fn count(n: u64) -> String {
+    if n < 1_000_000_000 {
+        format!("{:.1}M", n as f64 / 1e6)
+    } else {
+        format!("{:.2}B", n as f64 / 1e9)
+    }
 }
 
 fn pct(x: f64) -> String {
@@ -152,12 +164,12 @@ impl BenchReport {
     /// The report as a text table.
     pub fn text(&self) -> String {
         let mut out = format!(
-            "throng bench: {} ({:.2}B parameters, random weights), {} on {}, attention: {}, sampling on the {}\n\
+            "throng bench: {} ({} parameters, random weights), {} on {}, attention: {}, sampling on the {}\n\
              {} agents; step 1 prompts: {} shared + {} own tokens; later steps add each agent's reply and {} own tokens; \
              replies <= {} tokens{}\n\
              KV cache: {} ({} blocks of {} tokens); built in {:.1} s\n\n",
             self.shape,
-            self.parameters as f64 / 1e9,
+            count(self.parameters),
             self.weights,
             self.device,
             self.attention,

@@ -88,7 +88,8 @@ pub struct StepMetrics {
     pub prefill_tokens: usize,
     /// Requests still waiting for admission after the step.
     pub waiting: usize,
-    /// KV blocks held by running sequences after the step.
+    /// KV blocks the running sequences hold during the step (a block shared by several
+    /// counts once; cached blocks nobody holds are free).
     pub blocks_used: usize,
     /// Packing the batch's inputs and copying them to the device.
     pub inputs: Duration,
@@ -187,6 +188,17 @@ fn default_gpu_kv_memory(_device: &candle_core::Device) -> Option<usize> {
     None
 }
 
+/// The KV cache an engine on `device` gets unless told otherwise: a quarter of the host's
+/// available memory (at most 16 GiB) on the CPU, 90% of the device's free memory on a GPU
+/// (measured now, so after the weights are loaded).
+pub fn default_kv_memory(device: &candle_core::Device) -> usize {
+    if device.is_cpu() {
+        default_cpu_kv_memory()
+    } else {
+        default_gpu_kv_memory(device).unwrap_or(4 << 30)
+    }
+}
+
 /// What [`Engine::forward_and_masks`] produced.
 struct ForwardRun {
     /// `(sampling rows, vocab)` on the model's device.
@@ -224,13 +236,7 @@ impl Engine {
                 "block_size and max_seqs must be positive".into(),
             ));
         }
-        let kv_memory = cfg.kv_memory.unwrap_or_else(|| {
-            if device.is_cpu() {
-                default_cpu_kv_memory()
-            } else {
-                default_gpu_kv_memory(&device).unwrap_or(4 << 30)
-            }
-        });
+        let kv_memory = cfg.kv_memory.unwrap_or_else(|| default_kv_memory(&device));
         let max_context = cfg
             .max_context
             .unwrap_or(model_cfg.max_position_embeddings)
@@ -572,6 +578,8 @@ impl Engine {
         }
         // Blocks filled this step become reusable before their holders leave.
         self.scheduler.register_computed();
+        // Counted before finished sequences let go of theirs: the step's peak.
+        let blocks_used = self.scheduler.blocks.num_blocks() - self.scheduler.blocks.num_free();
         endings.sort_by_key(|e| std::cmp::Reverse(e.0));
         for (index, ending) in endings {
             let seq = self.scheduler.finish(index);
@@ -583,12 +591,7 @@ impl Engine {
             tokens: plan.iter().map(|p| p.len).sum(),
             prefill_tokens,
             waiting: self.scheduler.num_waiting(),
-            blocks_used: self
-                .scheduler
-                .running()
-                .iter()
-                .map(|s| s.blocks.len())
-                .sum(),
+            blocks_used,
             inputs: run.inputs,
             forward: run.forward,
             attention: run.attention,
