@@ -86,7 +86,7 @@ impl AttentionBackend {
                     Err(format!(
                         "paged FlashAttention is built for head sizes {FLASH_HEAD_DIMS:?}, the model has {head_dim}"
                     ))
-                } else if block_size % FLASH_BLOCK_MULTIPLE != 0 {
+                } else if !block_size.is_multiple_of(FLASH_BLOCK_MULTIPLE) {
                     Err(format!(
                         "paged FlashAttention needs KV blocks of a multiple of {FLASH_BLOCK_MULTIPLE} tokens, not {block_size}"
                     ))
