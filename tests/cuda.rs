@@ -215,13 +215,17 @@ fn device_sampling_gives_the_host_samplings_greedy_tokens() {
         tokens(&mut on_device, requests(false)),
         tokens(&mut on_host, requests(false))
     );
-    for r in on_device.generate(requests(true)) {
+    // Sampled on the device: every constrained reply that stops is a valid decision.
+    for (i, r) in on_device.generate(requests(true)).into_iter().enumerate() {
         let r = r.unwrap();
-        if r.finish_reason == throng::engine::FinishReason::Stop && r.value.is_some() {
-            let v = r.value.unwrap();
+        if i % 2 == 0 && r.finish_reason == throng::engine::FinishReason::Stop {
+            let v = r
+                .value
+                .as_ref()
+                .unwrap_or_else(|| panic!("request {i}: {:?}", r.text));
             assert!(
                 v["bid"].as_i64().is_some_and(|b| (0..=99).contains(&b)),
-                "{v}"
+                "request {i}: {v}"
             );
         }
     }
