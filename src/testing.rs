@@ -10,6 +10,39 @@ use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 use std::path::Path;
 
+/// How far bf16 logits may stray from f32 ones, as a share of the largest logit. bf16 keeps 8
+/// significant bits (a relative rounding of 2^-9), and a forward pass rounds its activations
+/// at every step; tests/model_forward.rs checks that the CPU's bf16 path stays within it, and
+/// tests/cuda.rs holds CUDA's bf16 (cuBLAS and paged FlashAttention) to the same bound.
+pub const BF16_LOGIT_TOLERANCE: f32 = 0.03;
+
+/// The first CUDA device, for tests that compare the CUDA path with the CPU. Without one the
+/// test is skipped with a banner written straight to stderr (libtest captures only `eprintln!`,
+/// so the skip shows even when the test passes), unless `THRONG_REQUIRE_CUDA=1` (as
+/// scripts/gpu-check sets), where a missing device is a failure.
+pub fn cuda_device_or_skip() -> Option<Device> {
+    use std::io::Write;
+    // libtest runs each test on a thread named after it.
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a CUDA test");
+    match Device::new_cuda(0) {
+        Ok(device) => Some(device),
+        Err(e) if std::env::var("THRONG_REQUIRE_CUDA").is_ok_and(|v| v == "1") => {
+            panic!("{test}: a CUDA device is required (THRONG_REQUIRE_CUDA=1): {e}")
+        }
+        Err(e) => {
+            let line = "!".repeat(78);
+            let reason = e.to_string();
+            let reason = reason.lines().next().unwrap_or_default();
+            let _ = writeln!(
+                std::io::stderr(),
+                "{line}\nSKIPPED {test}: no CUDA device ({reason})\n{line}"
+            );
+            None
+        }
+    }
+}
+
 /// Shape of a tiny model. The vocabulary is the byte tokenizer's (256 bytes + specials).
 #[derive(Debug, Clone)]
 pub struct TinyLlama {

@@ -131,7 +131,7 @@ fn alone(model: &dyn CausalLm, toks: &[u32], from: usize) -> Vec<Tensor> {
     let cfg = model.config();
     let block_size = 16;
     let blocks: Vec<u32> = (0..toks.len().div_ceil(block_size) as u32).collect();
-    let mut kv = KvCache::new(cfg, blocks.len(), block_size, DType::F32, &Device::Cpu).unwrap();
+    let mut kv = KvCache::new(cfg, blocks.len(), block_size, model.dtype(), &Device::Cpu).unwrap();
     let mut out = Vec::new();
     let batch = BatchInputs::new(
         &[SeqChunk {
@@ -323,5 +323,60 @@ fn a_sequence_leaving_and_another_reusing_its_blocks_leaves_the_others_untouched
     for (step, (g, e)) in got_a.iter().zip(&expected_a).enumerate() {
         let diff = max_abs_diff(g, e);
         assert!(diff < 1e-4, "sequence a step {step}: differs by {diff}");
+    }
+}
+
+/// The bf16 tolerance the CUDA checks use (`BF16_LOGIT_TOLERANCE`) is what bf16 costs on the
+/// CPU too: the tiny models in bf16 (gathered attention) against f32, on ragged batches.
+#[test]
+fn bf16_logits_stay_within_the_stated_bf16_tolerance_of_f32() {
+    use throng::testing::BF16_LOGIT_TOLERANCE;
+    let wide = TinyLlama {
+        hidden_size: 256,
+        intermediate_size: 512,
+        ..TinyLlama::default()
+    };
+    for spec in [TinyLlama::default(), wide] {
+        let dir = tempfile::tempdir().unwrap();
+        spec.write(dir.path()).unwrap();
+        let load = |weights| {
+            let opts = LoadOptions {
+                weights,
+                ..LoadOptions::default()
+            };
+            throng::model::loader::load(dir.path().to_str().unwrap(), &opts)
+                .unwrap()
+                .model
+        };
+        let (f32_model, bf16_model) = (load(WeightFormat::F32), load(WeightFormat::Bf16));
+        let lengths = [1usize, 17, 33, 100];
+        let seqs: Vec<Vec<u32>> = lengths
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| tokens(n + 4, i as u32))
+            .collect();
+        let (mut worst, mut scale) = (0f32, 0f32);
+        for (s, &n) in seqs.iter().zip(&lengths) {
+            for (a, b) in alone(&f32_model, s, n).iter().zip(alone(&bf16_model, s, n)) {
+                worst = worst.max(max_abs_diff(a, &b));
+                scale = scale.max(
+                    a.abs()
+                        .unwrap()
+                        .max_all()
+                        .unwrap()
+                        .to_scalar::<f32>()
+                        .unwrap(),
+                );
+            }
+        }
+        eprintln!(
+            "hidden {}: bf16 differs from f32 by {worst} ({:.4} of the largest logit {scale})",
+            spec.hidden_size,
+            worst / scale
+        );
+        assert!(
+            worst <= BF16_LOGIT_TOLERANCE * scale,
+            "bf16 logits differ by {worst}, over {BF16_LOGIT_TOLERANCE} of {scale}"
+        );
     }
 }

@@ -10,6 +10,7 @@ macro_rules! out {
     }};
 }
 
+pub mod bench;
 pub mod generate;
 pub mod models;
 pub mod run;
@@ -74,8 +75,12 @@ pub fn parse_device(spec: &str) -> Result<candle_core::Device> {
             "device `{spec}`: this throng was built without CUDA; rebuild with `--features cuda`"
         );
     }
-    candle_core::Device::new_cuda(ordinal)
-        .with_context(|| format!("cannot open CUDA device {ordinal}"))
+    candle_core::Device::new_cuda(ordinal).with_context(|| {
+        format!(
+            "cannot open CUDA device {ordinal}: is there an NVIDIA GPU with its driver here \
+             (`nvidia-smi` lists them)?"
+        )
+    })
 }
 
 impl ModelArgs {

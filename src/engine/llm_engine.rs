@@ -4,23 +4,21 @@
 //! touches is owned here and moves one way: request -> sequence -> scheduler -> batch ->
 //! model -> constrained sampler -> response.
 
+use super::batch_sampling::{self, Mask, PickOn};
 use super::block_manager::{BlockManager, CacheStats};
 use super::chat::ChatTemplate;
-use super::constraint::{Grammars, apply_mask};
+use super::constraint::Grammars;
 use super::model_runner::ModelRunner;
 use super::request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
 use super::sampler::Sampler;
 use super::scheduler::{Scheduled, Scheduler, SchedulerConfig};
 use super::sequence::{SeqId, Sequence};
 use super::tokenizer::Tokenizer;
-use crate::model::{CausalLm, KvCache, LoadedModel, ModelError};
+use crate::model::{AttentionBackend, CausalLm, KvCache, LoadedModel, ModelError};
+use candle_core::Tensor;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use toktrie::SimpleVob;
-
-/// A sequence's grammar mask for this step, or why it could not be computed.
-type Mask = Result<SimpleVob, String>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -35,8 +33,9 @@ pub enum EngineError {
 /// Engine settings; `None` fields are derived from the device and the model.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Tokens per KV block.
-    pub block_size: usize,
+    /// Tokens per KV block (default: 16 on the CPU; 32 on a GPU, the multiple of 32 paged
+    /// FlashAttention needs).
+    pub block_size: Option<usize>,
     /// Bytes of device memory for the KV cache (default: a quarter of free host memory on the
     /// CPU, up to 16 GiB; on a GPU, 90% of what the weights leave free).
     pub kv_memory: Option<usize>,
@@ -51,18 +50,29 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// Append the tokens a grammar forces without sampling them one per step.
     pub fast_forward: bool,
+    /// The attention implementation (default: the fastest that runs on the device with the
+    /// model's dtype, head size and block size).
+    pub attention: Option<AttentionBackend>,
+    /// On a GPU, copy logits to the host and sample there instead of on the device.
+    pub host_sampling: bool,
+    /// Measure each phase of a step exactly (inputs, forward, attention, sampling, copies):
+    /// on a GPU this waits for the device at every phase boundary, a few times per step.
+    pub profile: bool,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
-            block_size: 16,
+            block_size: None,
             kv_memory: None,
             max_batch_tokens: None,
             max_seqs: 256,
             max_context: None,
             prefix_caching: true,
             fast_forward: true,
+            attention: None,
+            host_sampling: false,
+            profile: false,
         }
     }
 }
@@ -78,14 +88,21 @@ pub struct StepMetrics {
     pub prefill_tokens: usize,
     /// Requests still waiting for admission after the step.
     pub waiting: usize,
-    /// KV blocks held by running sequences after the step.
+    /// KV blocks the running sequences hold during the step (a block shared by several
+    /// counts once; cached blocks nobody holds are free).
     pub blocks_used: usize,
+    /// Packing the batch's inputs and copying them to the device.
+    pub inputs: Duration,
     pub forward: Duration,
+    /// Of `forward`, the time in attention (measured with `EngineConfig::profile`).
+    pub attention: Option<Duration>,
     /// Computing grammar masks (overlapped with `forward` on a GPU).
     pub masks: Duration,
     /// Masks computed.
     pub num_masks: usize,
     pub sampling: Duration,
+    /// Copies of logits, masks, draws or token ids between device and host.
+    pub copies: Duration,
 }
 
 /// Totals over the engine's life.
@@ -97,10 +114,14 @@ pub struct EngineTotals {
     pub generated_tokens: u64,
     /// Tokens appended because the grammar forced them.
     pub forced_tokens: u64,
+    pub inputs: Duration,
     pub forward: Duration,
+    /// Attention time of the steps that measured it.
+    pub attention: Duration,
     pub masks: Duration,
     pub num_masks: u64,
     pub sampling: Duration,
+    pub copies: Duration,
     pub preemptions: u64,
     pub cache: CacheStats,
 }
@@ -122,6 +143,7 @@ pub struct StepOutput {
 
 pub struct Engine {
     runner: ModelRunner,
+    pick_on: PickOn,
     tokenizer: Tokenizer,
     chat: ChatTemplate,
     grammars: Option<Grammars>,
@@ -166,6 +188,29 @@ fn default_gpu_kv_memory(_device: &candle_core::Device) -> Option<usize> {
     None
 }
 
+/// The KV cache an engine on `device` gets unless told otherwise: a quarter of the host's
+/// available memory (at most 16 GiB) on the CPU, 90% of the device's free memory on a GPU
+/// (measured now, so after the weights are loaded).
+pub fn default_kv_memory(device: &candle_core::Device) -> usize {
+    if device.is_cpu() {
+        default_cpu_kv_memory()
+    } else {
+        default_gpu_kv_memory(device).unwrap_or(4 << 30)
+    }
+}
+
+/// What [`Engine::forward_and_masks`] produced.
+struct ForwardRun {
+    /// `(sampling rows, vocab)` on the model's device.
+    logits: Tensor,
+    /// Per running sequence: its mask and the time it took, if it samples under a grammar.
+    masks: Vec<Option<(Mask, Duration)>>,
+    inputs: Duration,
+    forward: Duration,
+    attention: Option<Duration>,
+    mask_time: Duration,
+}
+
 /// Internal outcome of a finished sequence.
 enum Ending {
     Finished(FinishReason),
@@ -181,32 +226,33 @@ impl Engine {
             ..
         } = loaded;
         let model_cfg = model.config().clone();
-        if cfg.block_size == 0 || cfg.max_seqs == 0 {
+        let device = model.device().clone();
+        let dtype = model.dtype();
+        let block_size = cfg
+            .block_size
+            .unwrap_or(if device.is_cpu() { 16 } else { 32 });
+        if block_size == 0 || cfg.max_seqs == 0 {
             return Err(EngineError::Settings(
                 "block_size and max_seqs must be positive".into(),
             ));
         }
-        let device = model.device().clone();
-        let dtype = model.dtype();
-        let kv_memory = cfg.kv_memory.unwrap_or_else(|| {
-            if device.is_cpu() {
-                default_cpu_kv_memory()
-            } else {
-                default_gpu_kv_memory(&device).unwrap_or(4 << 30)
-            }
-        });
+        let kv_memory = cfg.kv_memory.unwrap_or_else(|| default_kv_memory(&device));
         let max_context = cfg
             .max_context
             .unwrap_or(model_cfg.max_position_embeddings)
             .min(model_cfg.max_position_embeddings);
-        let num_blocks = KvCache::blocks_for_budget(&model_cfg, cfg.block_size, dtype, kv_memory);
+        let num_blocks = KvCache::blocks_for_budget(&model_cfg, block_size, dtype, kv_memory);
         if num_blocks == 0 {
             return Err(EngineError::Settings(format!(
                 "a KV memory budget of {kv_memory} bytes holds no block of {} bytes; raise --kv-memory",
-                KvCache::bytes_per_block(&model_cfg, cfg.block_size, dtype)
+                KvCache::bytes_per_block(&model_cfg, block_size, dtype)
             )));
         }
-        let kv = KvCache::new(&model_cfg, num_blocks, cfg.block_size, dtype, &device)?;
+        let mut kv = KvCache::new(&model_cfg, num_blocks, block_size, dtype, &device)?;
+        if let Some(attention) = cfg.attention {
+            kv.set_attention(attention)
+                .map_err(|e| EngineError::Settings(e.to_string()))?;
+        }
         let max_batch_tokens =
             cfg.max_batch_tokens
                 .unwrap_or(if device.is_cpu() { 512 } else { 8192 });
@@ -220,11 +266,17 @@ impl Engine {
                 max_batch_tokens,
                 max_seqs: cfg.max_seqs,
             },
-            BlockManager::new(num_blocks, cfg.block_size, cfg.prefix_caching),
+            BlockManager::new(num_blocks, block_size, cfg.prefix_caching),
         );
         let tokenizer = Tokenizer::new(tokenizer, model_cfg.eos_token_ids.clone());
+        let pick_on = if device.is_cpu() || cfg.host_sampling {
+            PickOn::Host
+        } else {
+            PickOn::Device
+        };
         Ok(Self {
-            runner: ModelRunner::new(Box::new(model), kv),
+            runner: ModelRunner::new(Box::new(model), kv, cfg.profile),
+            pick_on,
             tokenizer,
             chat: ChatTemplate::new(&chat)?,
             grammars: None,
@@ -291,6 +343,16 @@ impl Engine {
 
     pub fn num_kv_blocks(&self) -> usize {
         self.scheduler.blocks.num_blocks()
+    }
+
+    /// The KV cache: its size, layout and attention implementation.
+    pub fn kv_cache(&self) -> &KvCache {
+        self.runner.kv()
+    }
+
+    /// Whether tokens are sampled on the device (a GPU) rather than on the host.
+    pub fn samples_on_device(&self) -> bool {
+        self.pick_on == PickOn::Device
     }
 
     /// Whether any request is waiting or running.
@@ -445,17 +507,28 @@ impl Engine {
 
     /// One scheduling step: plan, forward (with grammar masks alongside), sample, retire.
     /// A failure of the forward pass fails the requests in flight, not the engine.
+    ///
+    /// On a GPU the host waits for the device once per step: when it downloads the sampled
+    /// token ids, which it needs to advance grammars, detokenise, and plan the next step. That
+    /// wait covers the forward pass and the sampling kernel. Nothing else in a step
+    /// synchronises: the batch's inputs, masks and draws go up as asynchronous copies from
+    /// host memory (the host waits only until the driver has staged them), kernels are queued,
+    /// and no logits come back. With `EngineConfig::host_sampling` the download is the logits
+    /// instead. With `EngineConfig::profile` the device is also synchronised after the inputs,
+    /// after the forward pass and before the download, so that each phase's time is its own,
+    /// and attention is timed with CUDA events read after the step's wait.
     pub fn step(&mut self) -> StepOutput {
         let plan = self.scheduler.schedule();
         if plan.is_empty() {
             return self
                 .fail_all("no waiting request fits in the KV cache; raise --kv-memory".into());
         }
-        let (rows, timed_masks, forward, mask_time) = match self.forward_and_masks(&plan) {
+        let run = match self.forward_and_masks(&plan) {
             Ok(r) => r,
             Err(e) => return self.fail_all(e.to_string()),
         };
-        let masks: Vec<Option<Mask>> = timed_masks
+        let masks: Vec<Option<Mask>> = run
+            .masks
             .into_iter()
             .map(|m| {
                 m.map(|(mask, took)| {
@@ -465,30 +538,23 @@ impl Engine {
             })
             .collect();
 
-        let start = Instant::now();
-        let mut row_of: Vec<Option<Vec<f32>>> = vec![None; self.scheduler.running().len()];
-        for (p, row) in plan.iter().filter(|p| p.wants_logits).zip(rows) {
+        // Logits row of each running sequence that samples, in plan order.
+        let mut row_of: Vec<Option<usize>> = vec![None; self.scheduler.running().len()];
+        for (row, p) in plan.iter().filter(|p| p.wants_logits).enumerate() {
             row_of[p.index] = Some(row);
         }
-        let sampled: Vec<Option<Result<u32, String>>> = self
-            .scheduler
-            .running_mut()
-            .par_iter_mut()
-            .zip(row_of.par_iter_mut())
-            .zip(masks.par_iter())
-            .map(|((seq, row), mask)| {
-                let row = row.as_mut()?;
-                match mask {
-                    Some(Err(e)) => return Some(Err(format!("the grammar failed: {e}"))),
-                    Some(Ok(mask)) => apply_mask(row, mask),
-                    None => {}
-                }
-                Some(seq.sampler.sample(row).ok_or_else(|| {
-                    "the grammar allowed no token (the schema may be unsatisfiable)".to_string()
-                }))
-            })
-            .collect();
-        let sampling = start.elapsed();
+        let picked = match batch_sampling::pick(
+            run.logits,
+            &row_of,
+            self.scheduler.running_mut(),
+            &masks,
+            self.pick_on,
+            self.runner.profiles(),
+        ) {
+            Ok(p) => p,
+            Err(e) => return self.fail_all(e.to_string()),
+        };
+        let sampled = picked.tokens;
 
         let mut out = StepOutput::default();
         let mut endings = Vec::new();
@@ -523,6 +589,8 @@ impl Engine {
         }
         // Blocks filled this step become reusable before their holders leave.
         self.scheduler.register_computed();
+        // Counted before finished sequences let go of theirs: the step's peak.
+        let blocks_used = self.scheduler.blocks.num_blocks() - self.scheduler.blocks.num_free();
         endings.sort_by_key(|e| std::cmp::Reverse(e.0));
         for (index, ending) in endings {
             let seq = self.scheduler.finish(index);
@@ -534,16 +602,14 @@ impl Engine {
             tokens: plan.iter().map(|p| p.len).sum(),
             prefill_tokens,
             waiting: self.scheduler.num_waiting(),
-            blocks_used: self
-                .scheduler
-                .running()
-                .iter()
-                .map(|s| s.blocks.len())
-                .sum(),
-            forward,
-            masks: mask_time,
+            blocks_used,
+            inputs: run.inputs,
+            forward: run.forward,
+            attention: run.attention,
+            masks: run.mask_time,
             num_masks: masks.iter().filter(|m| m.is_some()).count(),
-            sampling,
+            sampling: picked.sampling,
+            copies: picked.copies,
         };
         self.record(metrics);
         out
@@ -555,29 +621,22 @@ impl Engine {
         let t = &mut self.totals;
         t.steps += 1;
         t.prefill_tokens += m.prefill_tokens as u64;
+        t.inputs += m.inputs;
         t.forward += m.forward;
+        t.attention += m.attention.unwrap_or_default();
         t.masks += m.masks;
         t.num_masks += m.num_masks as u64;
         t.sampling += m.sampling;
+        t.copies += m.copies;
     }
 
     /// Runs the forward pass and computes the grammar masks of the sequences that sample
     /// this step: in parallel across sequences, and on a GPU at the same time as the forward
     /// pass (on the CPU the forward pass already uses every core).
-    #[allow(clippy::type_complexity)]
-    fn forward_and_masks(
-        &mut self,
-        plan: &[Scheduled],
-    ) -> Result<
-        (
-            Vec<Vec<f32>>,
-            Vec<Option<(Mask, Duration)>>,
-            Duration,
-            Duration,
-        ),
-        ModelError,
-    > {
+    fn forward_and_masks(&mut self, plan: &[Scheduled]) -> Result<ForwardRun, ModelError> {
+        let start = Instant::now();
         let batch = self.runner.prepare(self.scheduler.running(), plan)?;
+        let inputs = start.elapsed();
         let mut sampling = vec![false; self.scheduler.running().len()];
         for p in plan.iter().filter(|p| p.wants_logits) {
             sampling[p.index] = true;
@@ -603,26 +662,33 @@ impl Engine {
                 (masks, start.elapsed())
             };
         let runner = &mut self.runner;
-        let forward_only =
-            |runner: &mut ModelRunner| -> Result<(Vec<Vec<f32>>, Duration), ModelError> {
-                let start = Instant::now();
-                let rows = runner.forward(&batch)?;
-                Ok((rows, start.elapsed()))
-            };
-        if runner.model().device().is_cpu() {
+        let forward_only = |runner: &mut ModelRunner| -> Result<(Tensor, Duration), ModelError> {
+            let start = Instant::now();
+            let logits = runner.forward(&batch)?;
+            Ok((logits, start.elapsed()))
+        };
+        let (logits, forward, masks, mask_time) = if runner.model().device().is_cpu() {
             let (masks, mask_time) = compute_masks(running);
-            let (rows, forward) = forward_only(runner)?;
-            Ok((rows, masks, forward, mask_time))
+            let (logits, forward) = forward_only(runner)?;
+            (logits, forward, masks, mask_time)
         } else {
             std::thread::scope(|s| {
                 let handle = s.spawn(|| forward_only(runner));
                 let (masks, mask_time) = compute_masks(running);
-                let (rows, forward) = handle
+                let (logits, forward) = handle
                     .join()
                     .expect("invariant: the forward pass does not panic")?;
-                Ok((rows, masks, forward, mask_time))
-            })
-        }
+                Ok::<_, ModelError>((logits, forward, masks, mask_time))
+            })?
+        };
+        Ok(ForwardRun {
+            logits,
+            masks,
+            inputs,
+            forward,
+            attention: batch.attention_time()?,
+            mask_time,
+        })
     }
 
     /// Ends every request in flight with `message`.

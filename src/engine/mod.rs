@@ -1,8 +1,10 @@
 //! The inference engine: requests in, responses out, continuously batched on one device.
 
+mod batch_sampling;
 mod block_manager;
 pub mod chat;
 pub mod constraint;
+pub mod device_sampling;
 mod handle;
 mod llm_engine;
 mod model_runner;
@@ -16,7 +18,9 @@ pub mod tokenizer;
 pub use block_manager::CacheStats;
 pub use chat::{ChatTemplate, Message};
 pub use handle::{EngineHandle, Pending};
-pub use llm_engine::{Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, StepOutput};
+pub use llm_engine::{
+    Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, StepOutput, default_kv_memory,
+};
 pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
 pub use sampler::SamplingParams;
 pub use shared_prefix::{PromptCost, SharedPrefix};

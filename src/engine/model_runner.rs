@@ -4,19 +4,38 @@
 use super::scheduler::Scheduled;
 use super::sequence::Sequence;
 use crate::model::{BatchInputs, CausalLm, KvCache, ModelError, SeqChunk};
+use candle_core::Tensor;
 
 pub struct ModelRunner {
     model: Box<dyn CausalLm>,
     kv: KvCache,
+    /// Time attention, and wait for the device after the inputs and the forward pass so that
+    /// each phase's time is its own.
+    profile: bool,
 }
 
 impl ModelRunner {
-    pub fn new(model: Box<dyn CausalLm>, kv: KvCache) -> Self {
-        Self { model, kv }
+    pub fn new(model: Box<dyn CausalLm>, kv: KvCache, profile: bool) -> Self {
+        Self { model, kv, profile }
     }
 
     pub fn model(&self) -> &dyn CausalLm {
         self.model.as_ref()
+    }
+
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
+    pub fn profiles(&self) -> bool {
+        self.profile
+    }
+
+    fn synchronize(&self) -> Result<(), ModelError> {
+        self.model
+            .device()
+            .synchronize()
+            .map_err(|e| ModelError::during("waiting for the device", e))
     }
 
     /// Packs `plan` over `running` into device inputs. The batch owns its data, so the
@@ -38,12 +57,21 @@ impl ModelRunner {
                 }
             })
             .collect();
-        BatchInputs::new(&chunks, &self.kv)
+        let mut batch = BatchInputs::new(&chunks, &self.kv)?;
+        if self.profile {
+            batch.time_attention();
+            self.synchronize()?;
+        }
+        Ok(batch)
     }
 
-    /// Runs the batch; returns the logits rows in plan order, one per chunk that wants them.
-    pub fn forward(&mut self, batch: &BatchInputs) -> Result<Vec<Vec<f32>>, ModelError> {
+    /// Runs the batch; returns the logits `(rows, vocab)` in plan order, one row per chunk
+    /// that wants them, on the model's device.
+    pub fn forward(&mut self, batch: &BatchInputs) -> Result<Tensor, ModelError> {
         let logits = self.model.forward(batch, &mut self.kv)?;
-        Ok(logits.to_vec2::<f32>()?)
+        if self.profile {
+            self.synchronize()?;
+        }
+        Ok(logits)
     }
 }

@@ -76,6 +76,12 @@ impl Sampler {
         &self.params
     }
 
+    /// The next uniform draw in `[0, 1)` of this sequence's RNG, for a sampler that runs
+    /// elsewhere (on the device); [`Sampler::sample`] takes exactly one per non-greedy token.
+    pub fn draw(&mut self) -> f32 {
+        self.rng.random::<f32>()
+    }
+
     /// Picks a token. Disallowed tokens carry `-inf` logits (a grammar mask); `None` when
     /// every token is disallowed.
     pub fn sample(&mut self, logits: &[f32]) -> Option<u32> {

@@ -1,17 +1,110 @@
 //! Causal attention of packed queries against each sequence's own blocks in the paged KV cache.
 //!
-//! Two implementations of one contract, chosen per device when a batch is planned:
-//! - `Paged` (CPU, f32): a kernel reads keys and values straight out of the blocks, one
+//! Three implementations of one contract, one chosen per KV cache ([`AttentionBackend`]):
+//! - `PagedCpu` (CPU, f32): a kernel reads keys and values straight out of the blocks, one
 //!   `(sequence, kv head, query rows)` work item per rayon task. Each output row is computed by
 //!   the same sequence of floating-point operations whatever else is in the batch, so results
 //!   are batch invariant by construction.
+//! - `FlashPaged` (CUDA, bf16, feature `flash-attn`): candle-flash-attn's paged varlen
+//!   FlashAttention-2 reads the blocks in place through a block table; nothing is gathered and
+//!   no score matrix is written to memory. See [`flash`].
 //! - `Gathered` (any device, any dtype): each sequence's keys and values are gathered from the
 //!   cache with `index_select` and attention runs as dense matmuls: all single-token decodes as
-//!   one padded batch, each multi-token prefill chunk on its own. This is the CUDA path until a
-//!   fused paged kernel replaces it; the tests run it on the CPU against `Paged`.
+//!   one padded batch, each multi-token prefill chunk on its own. The fallback wherever the
+//!   others do not apply; the tests run it on the CPU against `PagedCpu`.
+
+mod flash;
+mod timer;
+
+#[cfg(feature = "flash-attn")]
+pub(crate) use flash::FlashInputs;
+pub(crate) use timer::AttentionTimer;
 
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
+
+/// Which attention implementation a KV cache's forward passes use.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttentionBackend {
+    /// The paged CPU kernel: f32 on the CPU, batch invariant.
+    PagedCpu,
+    /// Gathered keys and values with dense matmuls: any device and dtype.
+    Gathered,
+    /// Paged FlashAttention-2 on CUDA: bf16, head size 64 or 128, blocks a multiple of 32
+    /// (built with the `flash-attn` feature).
+    FlashPaged,
+}
+
+/// Head sizes the trimmed FlashAttention build has kernels for (see vendor/candle-flash-attn).
+pub const FLASH_HEAD_DIMS: [usize; 2] = [64, 128];
+/// The paged kernel reads keys in tiles of 32 rows that must not straddle two blocks
+/// (`kBlockN = 32` in `run_mha_fwd_splitkv_paged_dispatch`; candle-flash-attn checks it).
+pub const FLASH_BLOCK_MULTIPLE: usize = 32;
+
+impl AttentionBackend {
+    /// The fastest implementation that runs on `device` with these settings.
+    pub fn best(device: &Device, dtype: DType, head_dim: usize, block_size: usize) -> Self {
+        if device.is_cpu() && dtype == DType::F32 {
+            AttentionBackend::PagedCpu
+        } else if AttentionBackend::FlashPaged
+            .check(device, dtype, head_dim, block_size)
+            .is_ok()
+        {
+            AttentionBackend::FlashPaged
+        } else {
+            AttentionBackend::Gathered
+        }
+    }
+
+    /// Why this implementation cannot run with these settings, if it cannot.
+    pub fn check(
+        self,
+        device: &Device,
+        dtype: DType,
+        head_dim: usize,
+        block_size: usize,
+    ) -> Result<(), String> {
+        match self {
+            AttentionBackend::Gathered => Ok(()),
+            AttentionBackend::PagedCpu if device.is_cpu() && dtype == DType::F32 => Ok(()),
+            AttentionBackend::PagedCpu => Err(format!(
+                "the paged CPU attention kernel runs f32 on the CPU, not {dtype:?} on {device:?}; use `gathered`"
+            )),
+            AttentionBackend::FlashPaged => {
+                if !cfg!(feature = "flash-attn") {
+                    Err("paged FlashAttention is not in this build; rebuild with `--features flash-attn`".into())
+                } else if !device.is_cuda() {
+                    Err(format!("paged FlashAttention runs on CUDA, not {device:?}"))
+                } else if dtype != DType::BF16 {
+                    Err(format!(
+                        "paged FlashAttention is built for bf16 only, the cache is {dtype:?}; use `--weights bf16`"
+                    ))
+                } else if !FLASH_HEAD_DIMS.contains(&head_dim) {
+                    Err(format!(
+                        "paged FlashAttention is built for head sizes {FLASH_HEAD_DIMS:?}, the model has {head_dim}"
+                    ))
+                } else if !block_size.is_multiple_of(FLASH_BLOCK_MULTIPLE) {
+                    Err(format!(
+                        "paged FlashAttention needs KV blocks of a multiple of {FLASH_BLOCK_MULTIPLE} tokens, not {block_size}"
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionBackend::PagedCpu => "paged CPU kernel",
+            AttentionBackend::Gathered => "gathered matmuls",
+            AttentionBackend::FlashPaged => "paged FlashAttention-2",
+        }
+    }
+}
 
 /// Where one sequence's queries sit in the packed batch and which blocks hold its context.
 #[derive(Debug, Clone)]
@@ -26,7 +119,7 @@ pub(crate) struct SeqSpan {
 
 impl SeqSpan {
     /// Keys visible to the last query.
-    fn context_len(&self) -> usize {
+    pub(crate) fn context_len(&self) -> usize {
         self.start + self.q_len
     }
 }
@@ -55,25 +148,43 @@ pub(crate) enum AttentionPlan {
         block_size: usize,
     },
     Gathered(GatherPlan),
+    #[cfg(feature = "flash-attn")]
+    Flash(flash::FlashPlan),
+}
+
+/// `(num_blocks, block_size, kv_heads, head_dim)` viewed as `(slots, kv_heads * head_dim)`.
+fn as_rows(cache: &Tensor) -> candle_core::Result<Tensor> {
+    let (blocks, block_size, kvh, d) = cache.dims4()?;
+    cache.reshape((blocks * block_size, kvh * d))
 }
 
 impl AttentionPlan {
     pub fn new(
         spans: Vec<SeqSpan>,
         block_size: usize,
+        backend: AttentionBackend,
         device: &Device,
     ) -> candle_core::Result<Self> {
-        if device.is_cpu() {
-            Ok(AttentionPlan::Paged { spans, block_size })
-        } else {
-            Ok(AttentionPlan::Gathered(GatherPlan::new(
+        match backend {
+            AttentionBackend::PagedCpu => Ok(AttentionPlan::Paged { spans, block_size }),
+            AttentionBackend::Gathered => Ok(AttentionPlan::Gathered(GatherPlan::new(
                 &spans, block_size, device,
-            )?))
+            )?)),
+            #[cfg(feature = "flash-attn")]
+            AttentionBackend::FlashPaged => Ok(AttentionPlan::Flash(flash::FlashPlan::new(
+                &FlashInputs::new(&spans, block_size),
+                block_size,
+                device,
+            )?)),
+            #[cfg(not(feature = "flash-attn"))]
+            AttentionBackend::FlashPaged => {
+                candle_core::bail!("paged FlashAttention is not in this build")
+            }
         }
     }
 
     /// Attends packed queries `q` `(T, heads, head_dim)` to the cached keys and values
-    /// `(slots, kv_heads * head_dim)`; returns `(T, heads * head_dim)`.
+    /// `(num_blocks, block_size, kv_heads, head_dim)`; returns `(T, heads * head_dim)`.
     pub fn attend(
         &self,
         q: &Tensor,
@@ -82,13 +193,26 @@ impl AttentionPlan {
         heads: Heads,
     ) -> candle_core::Result<Tensor> {
         match self {
-            AttentionPlan::Paged { spans, block_size } if q.dtype() == DType::F32 => {
-                paged_cpu(q, k_cache, v_cache, spans, *block_size, heads)
+            AttentionPlan::Paged { spans, block_size } if q.dtype() == DType::F32 => paged_cpu(
+                q,
+                &as_rows(k_cache)?,
+                &as_rows(v_cache)?,
+                spans,
+                *block_size,
+                heads,
+            ),
+            // Queries of another dtype than the f32 cache (a caller mixing them): gather.
+            AttentionPlan::Paged { spans, block_size } => GatherPlan::new(
+                spans,
+                *block_size,
+                q.device(),
+            )?
+            .attend(q, &as_rows(k_cache)?, &as_rows(v_cache)?, heads),
+            AttentionPlan::Gathered(plan) => {
+                plan.attend(q, &as_rows(k_cache)?, &as_rows(v_cache)?, heads)
             }
-            AttentionPlan::Paged { spans, block_size } => {
-                GatherPlan::new(spans, *block_size, q.device())?.attend(q, k_cache, v_cache, heads)
-            }
-            AttentionPlan::Gathered(plan) => plan.attend(q, k_cache, v_cache, heads),
+            #[cfg(feature = "flash-attn")]
+            AttentionPlan::Flash(plan) => plan.attend(q, k_cache, v_cache, heads),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The explicit context of one forward pass: which tokens of which sequences, where they sit,
 //! where their keys and values go, and which rows need logits.
 
-use super::attention::{AttentionPlan, SeqSpan};
+use super::attention::{AttentionPlan, AttentionTimer, Heads, SeqSpan};
 use super::{KvCache, ModelError};
 use candle_core::Tensor;
 
@@ -33,6 +33,8 @@ pub struct BatchInputs {
     pub(crate) logit_rows: Tensor,
     num_logit_rows: usize,
     pub(crate) attention: AttentionPlan,
+    /// Set by [`BatchInputs::time_attention`].
+    attention_timer: Option<AttentionTimer>,
 }
 
 impl BatchInputs {
@@ -105,8 +107,42 @@ impl BatchInputs {
             slots,
             logit_rows: Tensor::from_vec(logit_rows, num_logit_rows, device)?,
             num_logit_rows,
-            attention: AttentionPlan::new(spans, block_size, device)?,
+            attention: AttentionPlan::new(spans, block_size, kv.attention(), device)?,
+            attention_timer: None,
         })
+    }
+
+    /// Measures the time the forward pass spends in attention (see
+    /// [`BatchInputs::attention_time`]).
+    pub fn time_attention(&mut self) {
+        self.attention_timer = Some(AttentionTimer::default());
+    }
+
+    /// Time spent in attention by the forward passes over this batch, if measured. On CUDA
+    /// this waits for them to finish.
+    pub fn attention_time(&self) -> Result<Option<std::time::Duration>, ModelError> {
+        self.attention_timer
+            .as_ref()
+            .map(|t| t.total())
+            .transpose()
+            .map_err(|e| ModelError::during("timing attention", e))
+    }
+
+    /// One layer's attention: packed queries `(T, heads, head_dim)` against the cached keys and
+    /// values `(num_blocks, block_size, kv_heads, head_dim)`; returns `(T, heads * head_dim)`.
+    pub(crate) fn attend(
+        &self,
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        heads: Heads,
+    ) -> candle_core::Result<Tensor> {
+        match &self.attention_timer {
+            None => self.attention.attend(q, k_cache, v_cache, heads),
+            Some(timer) => timer.time(q.device(), || {
+                self.attention.attend(q, k_cache, v_cache, heads)
+            }),
+        }
     }
 
     /// Number of packed tokens in the batch.

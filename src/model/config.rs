@@ -108,6 +108,12 @@ impl ModelConfig {
             .map_err(|message| ModelError::from_config_problem(path, message))
     }
 
+    /// Reads and validates the contents of a Hugging Face `config.json`.
+    pub fn from_hf_json(json: &serde_json::Value) -> Result<Self, String> {
+        let raw: RawHfConfig = serde_json::from_value(json.clone()).map_err(|e| e.to_string())?;
+        raw.validate()
+    }
+
     pub(crate) fn check(self) -> Result<Self, String> {
         let positive = [
             ("vocab_size", self.vocab_size),

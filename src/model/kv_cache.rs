@@ -1,21 +1,27 @@
 //! The paged key/value store: one preallocated pool of fixed-size blocks per layer.
 //!
 //! Which block belongs to which sequence is the engine's business (its block manager);
-//! the cache only stores rows. A row (slot) is `block * block_size + offset` and holds one
-//! token's keys or values for all kv heads: `(slots, kv_heads * head_dim)` per layer.
+//! the cache only stores rows. Each layer's keys (and values) are one tensor in the layout
+//! paged FlashAttention reads, `(num_blocks, block_size, kv_heads, head_dim)`. Flattened, the
+//! same memory is `(slots, kv_heads * head_dim)`: a row (slot) is `block * block_size + offset`
+//! and holds one token's keys or values for all kv heads, which is how new keys are written
+//! and how the CPU kernel and the gathered path read them.
 
+use super::attention::AttentionBackend;
 use super::{ModelConfig, ModelError};
 use candle_core::{DType, Device, Tensor};
 
 #[derive(Debug)]
 pub struct KvCache {
-    /// `(keys, values)` per layer, each `(num_blocks * block_size, kv_heads * head_dim)`.
+    /// `(keys, values)` per layer, each `(num_blocks, block_size, kv_heads, head_dim)`.
     layers: Vec<(Tensor, Tensor)>,
     block_size: usize,
     num_blocks: usize,
-    row_width: usize,
+    kv_heads: usize,
+    head_dim: usize,
     device: Device,
     dtype: DType,
+    attention: AttentionBackend,
 }
 
 impl KvCache {
@@ -48,14 +54,13 @@ impl KvCache {
                 "a KV cache needs at least one block of at least one token (got {num_blocks} blocks of {block_size})"
             )));
         }
-        let row_width = cfg.num_kv_heads * cfg.head_dim;
-        let slots = num_blocks * block_size;
+        let shape = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim);
         let alloc = || -> candle_core::Result<Vec<(Tensor, Tensor)>> {
             (0..cfg.num_layers)
                 .map(|_| {
                     Ok((
-                        Tensor::zeros((slots, row_width), dtype, device)?,
-                        Tensor::zeros((slots, row_width), dtype, device)?,
+                        Tensor::zeros(shape, dtype, device)?,
+                        Tensor::zeros(shape, dtype, device)?,
                     ))
                 })
                 .collect()
@@ -65,9 +70,11 @@ impl KvCache {
             layers,
             block_size,
             num_blocks,
-            row_width,
+            kv_heads: cfg.num_kv_heads,
+            head_dim: cfg.head_dim,
             device: device.clone(),
             dtype,
+            attention: AttentionBackend::best(device, dtype, cfg.head_dim, block_size),
         })
     }
 
@@ -87,9 +94,48 @@ impl KvCache {
         self.dtype
     }
 
+    /// The attention implementation forward passes over this cache use (the fastest that
+    /// applies, unless [`KvCache::set_attention`] chose another).
+    pub fn attention(&self) -> AttentionBackend {
+        self.attention
+    }
+
+    /// Uses `backend` for attention, if it can run on this cache's device, dtype, head size
+    /// and block size.
+    pub fn set_attention(&mut self, backend: AttentionBackend) -> Result<(), ModelError> {
+        backend
+            .check(&self.device, self.dtype, self.head_dim, self.block_size)
+            .map_err(ModelError::InvalidRequest)?;
+        self.attention = backend;
+        Ok(())
+    }
+
+    pub fn kv_heads(&self) -> usize {
+        self.kv_heads
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
     /// Elements in one slot: `kv_heads * head_dim`.
     pub(crate) fn row_width(&self) -> usize {
-        self.row_width
+        self.kv_heads * self.head_dim
+    }
+
+    /// Bytes the whole pool takes on its device.
+    pub fn bytes(&self) -> usize {
+        2 * self.layers.len()
+            * self.num_blocks
+            * self.block_size
+            * self.row_width()
+            * self.dtype.size_in_bytes()
+    }
+
+    /// `(num_blocks, block_size, kv_heads, head_dim)` viewed as `(slots, kv_heads * head_dim)`:
+    /// the same memory, no copy.
+    fn rows(&self, t: &Tensor) -> candle_core::Result<Tensor> {
+        t.reshape((self.num_blocks * self.block_size, self.row_width()))
     }
 
     /// Stores one layer's new keys and values `(T, row_width)` at `slots` `(T, row_width)`.
@@ -101,10 +147,13 @@ impl KvCache {
         slots: &Tensor,
     ) -> candle_core::Result<()> {
         let (kc, vc) = &self.layers[layer];
-        kc.scatter_set(slots, &k.to_dtype(self.dtype)?, 0)?;
-        vc.scatter_set(slots, &v.to_dtype(self.dtype)?, 0)
+        self.rows(kc)?
+            .scatter_set(slots, &k.to_dtype(self.dtype)?, 0)?;
+        self.rows(vc)?
+            .scatter_set(slots, &v.to_dtype(self.dtype)?, 0)
     }
 
+    /// One layer's keys and values, each `(num_blocks, block_size, kv_heads, head_dim)`.
     pub(crate) fn layer(&self, layer: usize) -> (&Tensor, &Tensor) {
         let (k, v) = &self.layers[layer];
         (k, v)

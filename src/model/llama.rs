@@ -242,7 +242,7 @@ impl Llama {
             let (k_cache, v_cache) = kv.layer(l);
             // (T, h d)
             let attn = timed(p, Op::Attention, || {
-                batch.attention.attend(&q, k_cache, v_cache, self.heads)
+                batch.attend(&q, k_cache, v_cache, self.heads)
             })?;
             let o = timed(p, Op::OProj, || layer.o_proj.forward(&attn))?;
             macs(Op::OProj, t, h * d * hidden);

@@ -141,7 +141,8 @@ pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedMod
     }
 }
 
-fn parameter_count(cfg: &ModelConfig) -> usize {
+/// Parameters of a model of `cfg`'s shape (norms aside).
+pub(crate) fn parameter_count(cfg: &ModelConfig) -> usize {
     let (h, i, d) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
     let attn = h * (cfg.num_heads + 2 * cfg.num_kv_heads) * d + cfg.num_heads * d * h;
     let per_layer = attn + 3 * h * i;

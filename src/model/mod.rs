@@ -20,7 +20,9 @@ mod preset;
 pub mod profile;
 mod rope;
 mod safetensors;
+pub mod synthetic;
 
+pub use attention::{AttentionBackend, FLASH_BLOCK_MULTIPLE, FLASH_HEAD_DIMS};
 pub use batch::{BatchInputs, SeqChunk};
 pub use config::{Llama3RopeScaling, ModelConfig, RopeConfig, RopeStyle};
 pub use error::ModelError;

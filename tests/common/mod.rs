@@ -1,6 +1,9 @@
 //! Shared test fixtures: the downloaded real assets and tiny random models.
 #![allow(dead_code)]
 
+pub mod constrained;
+pub mod ragged;
+
 use std::path::PathBuf;
 use throng::engine::{Engine, EngineConfig};
 use throng::model::{LoadOptions, WeightFormat, loader};

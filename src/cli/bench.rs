@@ -1,0 +1,137 @@
+//! `throng bench`: the engine on a random-weight model of a preset's shape, stepped as a
+//! simulation steps its agents; prints a table and writes the same as JSON.
+
+use super::parse_device;
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use throng::bench::{Bench, BenchSpec};
+use throng::engine::EngineConfig;
+use throng::model::synthetic::Shape;
+use throng::model::{AttentionBackend, WeightFormat};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// The model's shape (its weights are random): `tiny` (the test model) or a preset's.
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub shape: Shape,
+    /// `cpu` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Agents deciding every step, all in one continuous batch.
+    #[arg(long, default_value_t = 64)]
+    pub agents: usize,
+    /// Prompt tokens every agent shares (the rules).
+    #[arg(long, default_value_t = 400)]
+    pub shared: usize,
+    /// Prompt tokens of its own each agent adds every step (its state).
+    #[arg(long, default_value_t = 200)]
+    pub own: usize,
+    /// Most reply tokens per agent and step.
+    #[arg(long, default_value_t = 40)]
+    pub reply: usize,
+    /// Simulation steps; step 1 is cold, later ones reuse each agent's previous turn.
+    #[arg(long, default_value_t = 3)]
+    pub steps: usize,
+    /// Free replies instead of JSON decisions (no grammar masks).
+    #[arg(long)]
+    pub no_schema: bool,
+    /// Sampling temperature (0 is greedy).
+    #[arg(long, default_value_t = 0.7)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Seeds the weights, the prompts and the sampling.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Format of the weights (auto: f32 on the CPU, bf16 on CUDA).
+    #[arg(long, value_enum, default_value_t = WeightFormat::Auto)]
+    pub weights: WeightFormat,
+    /// Attention implementation (default: the fastest the device runs).
+    #[arg(long, value_enum)]
+    pub attention: Option<AttentionBackend>,
+    /// On a GPU, copy logits to the host and sample there (for comparison).
+    #[arg(long)]
+    pub host_sampling: bool,
+    /// Tokens per KV block (default: 16 on the CPU, 32 on a GPU).
+    #[arg(long)]
+    pub block_size: Option<usize>,
+    /// Memory for the KV cache, e.g. `40GiB` (default: what the agents' contexts need).
+    #[arg(long)]
+    pub kv_memory: Option<bytesize::ByteSize>,
+    /// Tokens per forward pass (default: 512 on the CPU, 8192 on a GPU).
+    #[arg(long)]
+    pub max_batch_tokens: Option<usize>,
+    /// Sequences running at once (default: every agent).
+    #[arg(long)]
+    pub max_seqs: Option<usize>,
+    /// Turn off prefix caching (for comparisons).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
+    /// Where to write the JSON report (default: runs/bench-SHAPE-AGENTS-TIME.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let device = parse_device(&args.device)?;
+    let spec = BenchSpec {
+        shape: args.shape,
+        agents: args.agents,
+        shared: args.shared,
+        own: args.own,
+        reply: args.reply,
+        steps: args.steps,
+        constrained: !args.no_schema,
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        seed: args.seed,
+        weights: args.weights,
+        engine: EngineConfig {
+            block_size: args.block_size,
+            kv_memory: args.kv_memory.map(|b| b.as_u64() as usize),
+            max_batch_tokens: args.max_batch_tokens,
+            max_seqs: args.max_seqs.unwrap_or(0),
+            prefix_caching: !args.no_prefix_cache,
+            attention: args.attention,
+            host_sampling: args.host_sampling,
+            ..EngineConfig::default()
+        },
+    };
+    eprintln!(
+        "throng bench: building a random {} model on {}",
+        spec.shape.name(),
+        args.device
+    );
+    let mut bench = Bench::new(spec, &device).context("setting up the benchmark")?;
+    for _ in 0..args.steps {
+        let step = bench.step()?;
+        eprintln!(
+            "throng bench: step {} took {:.3} s ({:.0} decode tok/s, {:.0}% prefix-cache hits)",
+            step.step,
+            step.seconds,
+            step.decode_tokens_per_s,
+            100.0 * step.prefix_cache_hit_rate
+        );
+    }
+    let report = bench.report();
+    print!("{}", report.text());
+    let path = args.json.unwrap_or_else(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        PathBuf::from("runs").join(format!(
+            "bench-{}-{}-{now}.json",
+            report.shape, report.agents
+        ))
+    });
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("throng bench: wrote {}", path.display());
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! The next token of every sequence that samples this step, picked from the step's logits:
+//! on the host (the CPU path, or on request on a GPU), or on the device (GPUs), where the
+//! logits stay and only one token id per row comes back.
+
+use super::constraint::apply_mask;
+use super::sequence::Sequence;
+use crate::model::ModelError;
+use candle_core::Tensor;
+use rayon::prelude::*;
+use std::time::{Duration, Instant};
+use toktrie::SimpleVob;
+
+/// A sequence's grammar mask for this step, or why it could not be computed.
+pub(crate) type Mask = Result<SimpleVob, String>;
+
+/// Where the tokens are picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PickOn {
+    /// Logits are copied to the host and sampled there, every row on its own thread.
+    Host,
+    /// Masks and draws go to the device; the kernel in kernels/sampling.cu picks the tokens.
+    Device,
+}
+
+/// What [`pick`] found, per running sequence.
+pub(crate) struct Picked {
+    /// The token, or why there is none; `None` for sequences that do not sample this step.
+    pub tokens: Vec<Option<Result<u32, String>>>,
+    /// Applying masks and sampling (on the device: uploading, launching and waiting for it).
+    pub sampling: Duration,
+    /// Copies between host and device: logits down (host), or masks and draws up and token
+    /// ids down (device; the wait for the device counts as sampling only when `profile`
+    /// synchronises before the download).
+    pub copies: Duration,
+}
+
+const NO_TOKEN: &str = "the grammar allowed no token (the schema may be unsatisfiable)";
+
+/// Picks a token for every running sequence `i` with `row_of[i] = Some(r)`, from row `r` of
+/// `logits` `(rows, vocab)`, under its mask `masks[i]`.
+pub(crate) fn pick(
+    logits: Tensor,
+    row_of: &[Option<usize>],
+    running: &mut [Sequence],
+    masks: &[Option<Mask>],
+    on: PickOn,
+    profile: bool,
+) -> Result<Picked, ModelError> {
+    match on {
+        PickOn::Host => pick_on_host(logits, row_of, running, masks),
+        PickOn::Device => pick_on_device(logits, row_of, running, masks, profile),
+    }
+}
+
+fn pick_on_host(
+    logits: Tensor,
+    row_of: &[Option<usize>],
+    running: &mut [Sequence],
+    masks: &[Option<Mask>],
+) -> Result<Picked, ModelError> {
+    let start = Instant::now();
+    let mut rows: Vec<Option<Vec<f32>>> = logits.to_vec2::<f32>()?.into_iter().map(Some).collect();
+    let copies = start.elapsed();
+    let start = Instant::now();
+    let mut row_of_seq: Vec<Option<Vec<f32>>> = row_of
+        .iter()
+        .map(|r| r.and_then(|r| rows[r].take()))
+        .collect();
+    let tokens = running
+        .par_iter_mut()
+        .zip(row_of_seq.par_iter_mut())
+        .zip(masks.par_iter())
+        .map(|((seq, row), mask)| {
+            let row = row.as_mut()?;
+            match mask {
+                Some(Err(e)) => return Some(Err(format!("the grammar failed: {e}"))),
+                Some(Ok(mask)) => apply_mask(row, mask),
+                None => {}
+            }
+            Some(seq.sampler.sample(row).ok_or_else(|| NO_TOKEN.to_string()))
+        })
+        .collect();
+    Ok(Picked {
+        tokens,
+        sampling: start.elapsed(),
+        copies,
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn pick_on_device(
+    logits: Tensor,
+    row_of: &[Option<usize>],
+    running: &mut [Sequence],
+    masks: &[Option<Mask>],
+    _profile: bool,
+) -> Result<Picked, ModelError> {
+    // Without CUDA every device is the host's.
+    pick_on_host(logits, row_of, running, masks)
+}
+
+#[cfg(feature = "cuda")]
+fn pick_on_device(
+    logits: Tensor,
+    row_of: &[Option<usize>],
+    running: &mut [Sequence],
+    masks: &[Option<Mask>],
+    profile: bool,
+) -> Result<Picked, ModelError> {
+    use super::device_sampling::{DeviceRow, sample_on_device};
+    let start = Instant::now();
+    let num_rows = row_of.iter().flatten().count();
+    // (running index, row) in logits order.
+    let mut order: Vec<(usize, usize)> = row_of
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.map(|r| (i, r)))
+        .collect();
+    order.sort_by_key(|&(_, r)| r);
+    debug_assert!(order.iter().enumerate().all(|(k, &(_, r))| k == r));
+    let mut rows = Vec::with_capacity(num_rows);
+    for &(i, _) in &order {
+        let seq = &mut running[i];
+        let params = *seq.sampler.params();
+        let uniform = if params.is_greedy() {
+            0.0
+        } else {
+            seq.sampler.draw()
+        };
+        // A row whose grammar failed is still sampled (unmasked) to keep the rows aligned;
+        // its result is discarded below.
+        let mask = match &masks[i] {
+            Some(Ok(mask)) => Some(mask),
+            _ => None,
+        };
+        rows.push(DeviceRow {
+            mask,
+            params,
+            uniform,
+        });
+    }
+    let (ids, copies) = sample_on_device(&logits, &rows, profile)
+        .map_err(|e| ModelError::during("sampling on the device", e))?;
+    let mut tokens: Vec<Option<Result<u32, String>>> = vec![None; running.len()];
+    for (&(i, _), id) in order.iter().zip(ids) {
+        tokens[i] = Some(match &masks[i] {
+            Some(Err(e)) => Err(format!("the grammar failed: {e}")),
+            _ => id.ok_or_else(|| NO_TOKEN.to_string()),
+        });
+    }
+    Ok(Picked {
+        tokens,
+        sampling: start.elapsed().saturating_sub(copies),
+        copies,
+    })
+}

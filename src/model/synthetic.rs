@@ -1,0 +1,203 @@
+//! Random-weight Llama models with the exact shape of a preset, for benchmarks that must not
+//! need a download (`throng bench`): every matrix has the size, and so the cost, of the real
+//! model's; only the numbers are random. Weights are drawn on the target device, so an 8B model
+//! on a GPU never passes through host memory.
+
+use super::linear::{SourceWeight, Target};
+use super::llama::{Part, WeightSource};
+use super::loader::parameter_count;
+use super::{Llama, ModelConfig, ModelError, WeightFormat};
+use candle_core::{DType, Device, Tensor};
+use rand::{Rng, SeedableRng};
+
+/// A model shape: one of the presets' architectures, or the tiny test model.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+pub enum Shape {
+    /// The tiny test model (`throng::testing::TinyLlama`): 2 layers, hidden 64, a byte vocabulary.
+    #[value(name = "tiny")]
+    #[serde(rename = "tiny")]
+    Tiny,
+    /// Llama 3.2 1B: 16 layers, hidden 2048, head size 64, tied embeddings.
+    #[value(name = "llama-3.2-1b")]
+    #[serde(rename = "llama-3.2-1b")]
+    Llama32_1b,
+    /// Llama 3.2 3B: 28 layers, hidden 3072, head size 128, tied embeddings.
+    #[value(name = "llama-3.2-3b")]
+    #[serde(rename = "llama-3.2-3b")]
+    Llama32_3b,
+    /// Llama 3.1 8B: 32 layers, hidden 4096, head size 128.
+    #[value(name = "llama-3.1-8b")]
+    #[serde(rename = "llama-3.1-8b")]
+    Llama31_8b,
+}
+
+impl Shape {
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Tiny => "tiny",
+            Shape::Llama32_1b => "llama-3.2-1b",
+            Shape::Llama32_3b => "llama-3.2-3b",
+            Shape::Llama31_8b => "llama-3.1-8b",
+        }
+    }
+
+    /// The preset whose architecture this is, if any.
+    pub fn preset(self) -> Option<&'static str> {
+        match self {
+            Shape::Tiny => None,
+            Shape::Llama32_1b => Some("llama-3.2-1b-instruct"),
+            Shape::Llama32_3b => Some("llama-3.2-3b-instruct"),
+            Shape::Llama31_8b => Some("llama-3.1-8b-instruct"),
+        }
+    }
+
+    /// The model's `config.json`, as its Hugging Face repository has it.
+    pub fn config_json(self) -> serde_json::Value {
+        // (hidden, intermediate, layers, heads, head_dim, tied, rope factor)
+        let (hidden, intermediate, layers, heads, head_dim, tied, factor) = match self {
+            Shape::Tiny => {
+                // Room for a benchmark's long contexts; the rest is the test model's.
+                let mut cfg = crate::testing::TinyLlama::default().config_json();
+                cfg["max_position_embeddings"] = 8192.into();
+                return cfg;
+            }
+            Shape::Llama32_1b => (2048, 8192, 16, 32, 64, true, 32.0),
+            Shape::Llama32_3b => (3072, 8192, 28, 24, 128, true, 32.0),
+            Shape::Llama31_8b => (4096, 14336, 32, 32, 128, false, 8.0),
+        };
+        serde_json::json!({
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "vocab_size": 128256,
+            "hidden_size": hidden,
+            "intermediate_size": intermediate,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": 8,
+            "head_dim": head_dim,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0,
+            "rope_scaling": {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+            "max_position_embeddings": 131072,
+            "tie_word_embeddings": tied,
+            "bos_token_id": 128000,
+            "eos_token_id": [128001, 128008, 128009],
+        })
+    }
+
+    pub fn config(self) -> ModelConfig {
+        ModelConfig::from_hf_json(&self.config_json())
+            .expect("invariant: the built-in shapes are valid configs")
+    }
+
+    /// Token ids that are ordinary text in the shape's tokenizer (no special tokens).
+    pub fn text_vocab(self) -> u32 {
+        match self {
+            Shape::Tiny => 256,
+            _ => 128_000,
+        }
+    }
+}
+
+/// Draws each weight as it is asked for: uniform, scaled by `1 / sqrt(fan_in)` (norms near 1),
+/// so that activations stay of order one through every layer, as in a trained model.
+struct RandomWeights {
+    device: Device,
+    seed: u64,
+    drawn: u64,
+}
+
+impl RandomWeights {
+    fn tensor(&mut self, shape: &[usize], scale: f32, offset: f32) -> candle_core::Result<Tensor> {
+        self.drawn += 1;
+        let seed = crate::seed::derive(self.seed, &[self.drawn]);
+        let t = if self.device.is_cpu() {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let n: usize = shape.iter().product();
+            let data: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+            Tensor::from_vec(data, shape, &self.device)?
+        } else {
+            self.device.set_seed(seed)?;
+            Tensor::rand(-1.0f32, 1.0, shape, &self.device)?
+        };
+        (t * f64::from(scale))? + f64::from(offset)
+    }
+}
+
+impl WeightSource for RandomWeights {
+    fn get(&mut self, part: Part, cfg: &ModelConfig) -> Result<SourceWeight, ModelError> {
+        let shape = part.shape(cfg);
+        let t = match part {
+            Part::FinalNorm | Part::AttnNorm(_) | Part::MlpNorm(_) => self.tensor(&shape, 0.1, 1.0),
+            Part::Embedding => self.tensor(&shape, 1.0, 0.0),
+            _ => self.tensor(&shape, 1.7 / (shape[1] as f32).sqrt(), 0.0),
+        }
+        .map_err(|e| ModelError::during("drawing random weights", e))?;
+        Ok(SourceWeight::Dense(t))
+    }
+
+    fn contains(&self, _part: Part) -> bool {
+        true
+    }
+}
+
+/// A Llama of `shape` with random weights (seeded by `seed`) in `weights` format on `device`.
+///
+/// The model never ends a reply on its own (no end-of-turn ids): a benchmark's replies run to
+/// their token limit unless a grammar completes them first.
+pub fn random_llama(
+    shape: Shape,
+    weights: WeightFormat,
+    device: &Device,
+    seed: u64,
+) -> Result<Llama, ModelError> {
+    let mut cfg = shape.config();
+    cfg.eos_token_ids.clear();
+    let target = weights.target(device, parameter_count(&cfg))?;
+    let mut source = RandomWeights {
+        device: match target {
+            // Quantized and int8 weights are made on the host, as from a file.
+            Target::Quantized(_) | Target::Int8 | Target::Native => Device::Cpu,
+            Target::Dense(_) => device.clone(),
+        },
+        seed,
+        drawn: 0,
+    };
+    Llama::load(cfg, &mut source, target, device)
+}
+
+/// The dtype activations and the KV cache take for `weights` on `device`.
+pub fn activation_dtype(weights: WeightFormat, device: &Device, shape: Shape) -> DType {
+    match weights.target(device, parameter_count(&shape.config())) {
+        Ok(Target::Dense(dtype)) => dtype,
+        // Loading refuses a format the device cannot hold; until then, f32.
+        Ok(Target::Quantized(_) | Target::Int8 | Target::Native) | Err(_) => DType::F32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shapes are the published models' sizes.
+    #[test]
+    fn shapes_have_the_published_parameter_counts() {
+        let billions = |s: Shape| parameter_count(&s.config()) as f64 / 1e9;
+        assert!((billions(Shape::Llama32_1b) - 1.24).abs() < 0.01);
+        assert!((billions(Shape::Llama32_3b) - 3.21).abs() < 0.01);
+        assert!((billions(Shape::Llama31_8b) - 8.03).abs() < 0.01);
+        let tiny = Shape::Tiny.config();
+        assert_eq!((tiny.num_layers, tiny.hidden_size), (2, 64));
+    }
+
+    #[test]
+    fn a_random_tiny_model_runs_and_never_ends_a_reply() {
+        let model = random_llama(Shape::Tiny, WeightFormat::F32, &Device::Cpu, 3).unwrap();
+        use super::super::CausalLm;
+        assert!(model.config().eos_token_ids.is_empty());
+        assert_eq!(model.config().vocab_size, 260);
+    }
+}

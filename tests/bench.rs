@@ -1,0 +1,153 @@
+//! `throng bench` on the CPU: the tiny shape runs three simulation steps, its JSON report has
+//! every field, and from step 2 on the prefix cache serves each agent's previous turn.
+
+use serde_json::Value;
+use std::process::Command;
+
+const STEP_FIELDS: [&str; 18] = [
+    "step",
+    "seconds",
+    "engine_steps",
+    "prompt_tokens",
+    "cached_tokens",
+    "prefill_tokens",
+    "reply_tokens",
+    "prefill_tokens_per_s",
+    "decode_tokens_per_s",
+    "decode_tokens_per_s_per_agent",
+    "prefix_cache_hit_rate",
+    "kv_blocks_peak",
+    "kv_bytes_peak",
+    "finished_stop",
+    "finished_length",
+    "failed",
+    "phases",
+    "shares",
+];
+
+const PHASES: [&str; 8] = [
+    "inputs",
+    "forward",
+    "attention",
+    "matmuls_and_rest",
+    "masks",
+    "sampling",
+    "copies",
+    "other",
+];
+
+const RUN_FIELDS: [&str; 21] = [
+    "shape",
+    "parameters",
+    "device",
+    "weights",
+    "attention",
+    "sampling_on",
+    "block_size",
+    "kv_blocks",
+    "kv_bytes",
+    "agents",
+    "shared_tokens",
+    "own_tokens",
+    "reply_tokens",
+    "constrained",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "masks_overlap_forward",
+    "load_seconds",
+    "steps",
+];
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    k.sort();
+    k
+}
+
+fn sorted(names: &[&str]) -> Vec<String> {
+    let mut k: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn bench_on_the_tiny_shape_reports_every_field_and_reuses_previous_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let (shared, own) = (64, 48);
+    let out = Command::new(env!("CARGO_BIN_EXE_throng"))
+        .args([
+            "bench", "--shape", "tiny", "--device", "cpu", "--agents", "8",
+        ])
+        .args(["--shared", &shared.to_string(), "--own", &own.to_string()])
+        .args(["--reply", "32", "--steps", "3", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "throng bench failed: {stderr}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("prefill tok/s"), "{table}");
+
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(keys(&report), sorted(&RUN_FIELDS));
+    assert_eq!(report["shape"], "tiny");
+    assert_eq!(report["device"], "cpu");
+    assert_eq!(report["attention"], "paged CPU kernel");
+    assert_eq!(report["sampling_on"], "host");
+    let steps = report["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 3);
+    for (i, step) in steps.iter().enumerate() {
+        assert_eq!(keys(step), sorted(&STEP_FIELDS), "step {}", i + 1);
+        assert_eq!(step["step"], i + 1);
+        assert_eq!(step["failed"], 0);
+        for group in ["phases", "shares"] {
+            assert_eq!(keys(&step[group]), sorted(&PHASES));
+            for phase in PHASES {
+                let x = step[group][phase].as_f64().unwrap();
+                assert!(
+                    x.is_finite() && x >= 0.0,
+                    "step {} {group}.{phase} = {x}",
+                    i + 1
+                );
+            }
+        }
+        for rate in ["prefill_tokens_per_s", "decode_tokens_per_s", "seconds"] {
+            assert!(step[rate].as_f64().unwrap() > 0.0, "step {} {rate}", i + 1);
+        }
+        // The CPU kernel's attention is measured inside the forward pass.
+        assert!(step["phases"]["attention"].as_f64().unwrap() > 0.0);
+        assert!(
+            step["phases"]["attention"].as_f64().unwrap()
+                <= step["phases"]["forward"].as_f64().unwrap()
+        );
+    }
+    // Step 2 extends each agent's step-1 prompt and reply: the cache serves more than the
+    // shared rules alone.
+    let shared_share = shared as f64 / (shared + own) as f64;
+    let hit2 = steps[1]["prefix_cache_hit_rate"].as_f64().unwrap();
+    assert!(
+        hit2 > shared_share,
+        "step-2 hit rate {hit2} is not above the shared share {shared_share}"
+    );
+    // Step 1 is cold: at most the shared prefix hits.
+    assert!(steps[0]["prefix_cache_hit_rate"].as_f64().unwrap() <= shared_share);
+}
+
+#[test]
+fn bench_refuses_contexts_longer_than_the_model_with_the_fix() {
+    let out = Command::new(env!("CARGO_BIN_EXE_throng"))
+        .args([
+            "bench", "--shape", "tiny", "--shared", "9000", "--steps", "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("lower --steps, --shared, --own or --reply"),
+        "{stderr}"
+    );
+}
