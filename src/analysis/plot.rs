@@ -201,6 +201,34 @@ impl Figure for Panels {
     }
 }
 
+/// Line charts in a grid, filled row by row (e.g. a row per arm, a column per population).
+#[derive(Debug, Clone)]
+pub struct Grid {
+    pub columns: usize,
+    pub panels: Vec<Lines>,
+}
+
+impl Grid {
+    fn shape(&self) -> (usize, usize) {
+        let columns = self.columns.clamp(1, self.panels.len().max(1));
+        (self.panels.len().max(1).div_ceil(columns), columns)
+    }
+}
+
+impl Figure for Grid {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        for (panel, area) in self.panels.iter().zip(root.split_evenly(self.shape())) {
+            panel.draw_on(&area)?;
+        }
+        Ok(())
+    }
+    fn size(&self) -> (u32, u32) {
+        let (rows, columns) = self.shape();
+        let width = if columns == 1 { 1000 } else { 640 * columns };
+        (width as u32, 430 * rows as u32)
+    }
+}
+
 /// A network on a circle: nodes grouped (and coloured) by kind, directed links as lines.
 #[derive(Debug, Clone)]
 pub struct Network {
