@@ -3,14 +3,46 @@
 
 use super::Row;
 use super::config::Role;
+use super::config::{MarketConfig, Rules};
 use crate::analysis::html::{esc, figures, fmt, fmt_seconds, page, table};
 use crate::analysis::plot::{self, Band, Lines, Network, Panels};
 use crate::analysis::stats::{Summary, Welch, welch};
 use crate::record::{self, Manifest, StepRecord};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
+
+/// What the report needs to know of a cell's arm, kept in `cells.json` (older runs, which
+/// lack it, read as the fixed rules with personas).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CellSettings {
+    pub rules: Rules,
+    pub regulated: bool,
+    /// Step 1 of the records is the reference's hidden round (demand 0).
+    pub hidden_round: bool,
+    pub use_personas: bool,
+    pub max_renewable_mix: f64,
+}
+
+impl Default for CellSettings {
+    fn default() -> Self {
+        Self::of(&MarketConfig::default())
+    }
+}
+
+impl CellSettings {
+    pub fn of(cfg: &MarketConfig) -> Self {
+        Self {
+            rules: cfg.rules,
+            regulated: cfg.regulated,
+            hidden_round: cfg.hidden_round(),
+            use_personas: cfg.use_personas,
+            max_renewable_mix: cfg.max_renewable_mix,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PersonaStats {
