@@ -419,3 +419,27 @@ fn the_reference_keeps_fractional_production_changes() {
         producer(100.0, 0.0).unwrap()
     );
 }
+
+#[test]
+fn scripted_utilities_act_on_their_persona_only_when_told_it() {
+    // A greedy utility marks up 30% and ignores renewables; in a control arm, where its
+    // prompt would not name its persona, it follows the neutral rule (15%, preference 2).
+    let mut cfg = MarketConfig::default();
+    let mut market = Market::new(&cfg, 2, &mut ChaCha8Rng::seed_from_u64(0));
+    let greedy = cfg.personas.keys().position(|p| p == "greedy").unwrap();
+    market.companies[0].persona = greedy as u16;
+    market.companies[0].role = Role::Utility;
+    market.companies[0].bought = 100.0;
+    market.companies[0].costs = 5000.0;
+    let decide = |cfg: &MarketConfig| {
+        throng::scenarios::energy_market::scripted::decide(
+            cfg,
+            &market,
+            0,
+            &mut ChaCha8Rng::seed_from_u64(0),
+        )
+    };
+    assert_eq!(decide(&cfg), utility(65.0, 0).unwrap());
+    cfg.use_personas = false;
+    assert_eq!(decide(&cfg), utility(57.5, 2).unwrap());
+}

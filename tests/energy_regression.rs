@@ -10,6 +10,10 @@
 //!   cell is that round (utilities buy nothing and charge 0; producers are paid for what they
 //!   make) and demand first moves after step 2. Its decisions are unchanged: the scripted
 //!   policy decides the same with or without that round.
+//! - the fixed fixture's records (issue 9): in a control arm (use_personas = false) the
+//!   scripted policy no longer acts on personas its prompt would not mention, so every
+//!   control utility follows the neutral rule (margin 15%, renewable preference 2). Only the
+//!   control arm's rows and decisions changed; the personas arm's are identical.
 
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -54,9 +58,9 @@ fn fixed_rules_records_are_unchanged() {
     check(
         "energy-fixed.toml",
         [
-            "0e6dd9b5c4e74dc83c539d93267cd053375807da4dd7ba574562c53b3f0e69eb",
-            "04749e0c1c71e566c074b97c6967c4653fd443da776f59c512107a53fbd759f1",
-            "3fa3a57c2b157c8d074e0e49db9b86b9e8ab8193acdc07ca5a00256efd7b3e7f",
+            "09f34685b28f7f0c0e1c8242097845dc7de9984210b976ff857f067a87efdb22",
+            "042c0423f77ed62ef68a8a7e8be2f2aa79ffd66822cab3e70a3bb186abb59094",
+            "f981774d2c04d23cb7fba82afdf164f689bca32972d6b12714c1e0a9c3a5e0d6",
         ],
     );
 }

@@ -10,15 +10,19 @@ use rand_chacha::ChaCha8Rng;
 /// Producers chase sales: sold out raises price and output, unsold output lowers both;
 /// capacity is bought when output is at capacity and resources allow it twice over.
 /// Utilities mark up their purchase price by a margin that depends on the persona, and the
-/// environmentally conscious favour renewables.
+/// environmentally conscious favour renewables. Without personas in the prompts (a control
+/// arm) nobody is told its persona, so every utility follows the neutral rule.
 pub fn decide(cfg: &MarketConfig, market: &Market, agent: usize, rng: &mut ChaCha8Rng) -> Decision {
     let c = &market.companies[agent];
-    let persona = cfg
-        .personas
-        .keys()
-        .nth(c.persona as usize)
-        .map(String::as_str)
-        .unwrap_or("");
+    let persona = if cfg.use_personas {
+        cfg.personas
+            .keys()
+            .nth(c.persona as usize)
+            .map(String::as_str)
+            .unwrap_or("")
+    } else {
+        ""
+    };
     match c.role {
         Role::Producer => {
             let first_step = market.steps == 0;
