@@ -100,7 +100,13 @@ fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     if !lo.is_finite() {
         return (0.0, 1.0);
     }
-    let pad = ((hi - lo) * 0.05).max(1e-9 + lo.abs() * 0.01);
+    // A flat series (no bankruptcies, a fixed price) gets a readable span around its value
+    // rather than one of a billionth.
+    let pad = if hi - lo > 1e-12 {
+        (hi - lo) * 0.05
+    } else {
+        (lo.abs() * 0.1).max(1.0)
+    };
     (lo - pad, hi + pad)
 }
 

@@ -160,9 +160,6 @@ impl EnergyMarket {
             .collect()
     }
 
-    /// What a company sees of a linked one: the state the reference passes to every
-    /// neighbour (`connected_companies`): resources and profit; a producer's output, capacity
-    /// and price; a utility's price, unmet demand and suppliers.
     /// The purchases of the step that led to `world`: one row per utility and supplier.
     pub fn trades(&self, world: &Market, cell: &CellInfo, step: usize) -> Vec<Trade> {
         world
@@ -189,6 +186,9 @@ impl EnergyMarket {
             .collect()
     }
 
+    /// What a company sees of a linked one: the state the reference passes to every
+    /// neighbour (`connected_companies`): resources and profit; a producer's output, capacity
+    /// and price; a utility's price, unmet demand and suppliers.
     fn neighbour(&self, market: &Market, id: u32) -> Value {
         let c = &market.companies[id as usize];
         let mut v = json!({
