@@ -251,6 +251,7 @@ fn the_shipped_experiments_load() {
         "exp2-regulated",
         "exp3-scaling",
         "exp4-personas",
+        "exp4-personas-800",
     ] {
         let exp = scenarios::load(
             &repo().join(format!("experiments/{name}.toml")),
