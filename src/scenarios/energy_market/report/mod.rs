@@ -177,11 +177,14 @@ pub(crate) fn weighted(r: &Row) -> f64 {
     r.renewable_fraction * r.renewable_mix
 }
 
-/// The persona quantities, their tests' names and intervals.
-const QUANTITIES: [(&str, fn(&Row) -> f64, Method); 3] = [
-    ("utility profit", profit, Method::StudentT),
-    ("renewable mix", mix, Method::BootstrapPercentile),
-    ("renewable share", share, Method::BootstrapPercentile),
+/// A utility's value in one step.
+type Quantity = fn(&Row) -> f64;
+
+/// The persona quantities the tests compare, by the name the tests carry.
+const QUANTITIES: [(&str, Quantity); 3] = [
+    ("utility profit", profit),
+    ("renewable mix", mix),
+    ("renewable share", share),
 ];
 
 fn personas_of(cells: &[&Cell]) -> Vec<String> {
@@ -346,7 +349,7 @@ fn tests(run: &Run) -> Vec<TestRow> {
                     .collect::<Vec<_>>(),
             )
         };
-        for (quantity, f, _) in QUANTITIES {
+        for (quantity, f) in QUANTITIES {
             for i in 0..personas.len() {
                 for j in i + 1..personas.len() {
                     out.push(test(
@@ -369,7 +372,7 @@ fn tests(run: &Run) -> Vec<TestRow> {
             if base.is_empty() {
                 continue;
             }
-            for (quantity, f, _) in QUANTITIES {
+            for (quantity, f) in QUANTITIES {
                 for p in &personas {
                     out.push(test(
                         population,
