@@ -63,6 +63,16 @@ fn seconds(s: f64) -> String {
     }
 }
 
+/// A number at the last step, or why there is none (every such company was bankrupt by
+/// then).
+fn at_end(text: String, role: &str) -> String {
+    if text == "-" {
+        format!("- (no {role} trading in the last step)")
+    } else {
+        text
+    }
+}
+
 fn share_text(k: usize, n: usize) -> String {
     if n == 0 {
         "-".into()
@@ -120,9 +130,9 @@ pub fn html(report: &Report) -> String {
                 g.population.to_string(),
                 g.replicates.to_string(),
                 fmt_nested(&g.consumer_price_start),
-                fmt_nested(&g.consumer_price_end),
+                at_end(fmt_nested(&g.consumer_price_end), "utility"),
                 fmt_nested(&g.producer_price_start),
-                fmt_nested(&g.producer_price_end),
+                at_end(fmt_nested(&g.producer_price_end), "producer"),
                 bankrupt_text(g),
             ]
         }),
@@ -360,13 +370,13 @@ pub fn text(report: &Report) -> String {
             out,
             "  consumer price: start {} -> end {}",
             fmt(&g.consumer_price_start.replicates),
-            fmt(&g.consumer_price_end.replicates)
+            at_end(fmt(&g.consumer_price_end.replicates), "utility")
         );
         let _ = writeln!(
             out,
             "  producer price: start {} -> end {}",
             fmt(&g.producer_price_start.replicates),
-            fmt(&g.producer_price_end.replicates)
+            at_end(fmt(&g.producer_price_end.replicates), "producer")
         );
         let _ = writeln!(out, "  bankrupt at the end: {}", bankrupt_text(g));
         for p in &g.personas {
