@@ -409,6 +409,9 @@ fn a_price_rise_that_loses_sales_is_counted_with_its_lag() {
         (d.episodes, d.walked_back, d.lags.clone()),
         (2, 2, vec![1, 1])
     );
+    assert_eq!(d.episodes_by_replicate, [2]);
+    assert_eq!(d.producers_with_episodes.len(), 1);
+    assert_eq!(d.producers_with_episodes[0].episodes, a.episodes);
     assert_eq!(
         (d.single_supplier_steps, d.single_supplier_profitable),
         (7, 7)

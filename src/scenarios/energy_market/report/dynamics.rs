@@ -179,6 +179,14 @@ pub fn cell_utility_steps(cell: &Cell) -> Vec<UtilityStep> {
     out
 }
 
+/// One producer's episodes of (a) in one market.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProducerEpisodes {
+    pub replicate: usize,
+    pub raises: usize,
+    pub episodes: Vec<Episode>,
+}
+
 /// The three dynamics over the replicates of one arm and population.
 #[derive(Debug, Clone, Serialize)]
 pub struct Dynamics {
@@ -187,6 +195,11 @@ pub struct Dynamics {
     /// (a) rises that lost sales, and of those the ones walked back.
     pub episodes: usize,
     pub walked_back: usize,
+    /// (a) rises that lost sales in each replicate, in the replicates' order.
+    pub episodes_by_replicate: Vec<usize>,
+    /// (a) every producer with at least one such episode: which market, which producer, and
+    /// each episode's steps (in `summary.json`, for a reader who wants the series).
+    pub producers_with_episodes: Vec<ProducerEpisodes>,
     /// (a) per producer, replicate means with their interval.
     pub episodes_per_producer: Option<Summary>,
     /// (a) producers with at least one walked-back episode.
@@ -265,6 +278,23 @@ pub fn dynamics(cells: &[&Cell]) -> Dynamics {
             .iter()
             .filter(|e| e.walked_back_at.is_some())
             .count(),
+        episodes_by_replicate: moves
+            .iter()
+            .map(|m| m.iter().map(|p| p.episodes.len()).sum())
+            .collect(),
+        producers_with_episodes: cells
+            .iter()
+            .zip(&moves)
+            .flat_map(|(c, m)| {
+                m.iter()
+                    .filter(|p| !p.episodes.is_empty())
+                    .map(|p| ProducerEpisodes {
+                        replicate: c.replicate,
+                        raises: p.raises,
+                        episodes: p.episodes.clone(),
+                    })
+            })
+            .collect(),
         episodes_per_producer: Summary::with(Method::BootstrapPercentile, &per_producer),
         producers_walking_back: all()
             .filter(|m| m.episodes.iter().any(|e| e.walked_back_at.is_some()))

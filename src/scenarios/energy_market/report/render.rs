@@ -63,6 +63,15 @@ fn seconds(s: f64) -> String {
     }
 }
 
+/// Counts per replicate: `5, 4, 5`.
+fn by_market(counts: &[usize]) -> String {
+    counts
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A number at the last step, or why there is none (every such company was bankrupt by
 /// then).
 fn at_end(text: String, role: &str) -> String {
@@ -223,7 +232,11 @@ pub fn html(report: &Report) -> String {
                 esc(&group_label(g)),
                 d.producers.to_string(),
                 d.raises.to_string(),
-                d.episodes.to_string(),
+                format!(
+                    "{} (by market: {})",
+                    d.episodes,
+                    by_market(&d.episodes_by_replicate)
+                ),
                 share_text(d.walked_back, d.episodes),
                 fmt(&d.episodes_per_producer),
                 lags_text(&d.lags),
@@ -394,9 +407,10 @@ pub fn text(report: &Report) -> String {
         let d = &g.dynamics;
         let _ = writeln!(
             out,
-            "  exp2 (a) rises that lost sales: {} of {} rises, {} walked back (lags: {}), per producer {}",
+            "  exp2 (a) rises that lost sales: {} of {} rises (by market: {}), {} walked back (lags: {}), per producer {}",
             d.episodes,
             d.raises,
+            by_market(&d.episodes_by_replicate),
             d.walked_back,
             lags_text(&d.lags),
             fmt(&d.episodes_per_producer)
