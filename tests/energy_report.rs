@@ -410,6 +410,10 @@ fn a_price_rise_that_loses_sales_is_counted_with_its_lag() {
         (2, 2, vec![1, 1])
     );
     assert_eq!(d.episodes_by_replicate, [2]);
+    assert_eq!(
+        d.to_rival, 2,
+        "both times the utility bought from B instead"
+    );
     assert_eq!(d.producers_with_episodes.len(), 1);
     assert_eq!(d.producers_with_episodes[0].episodes, a.episodes);
     assert_eq!(

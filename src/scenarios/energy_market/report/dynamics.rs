@@ -21,6 +21,10 @@ pub struct Episode {
     pub lost_at: usize,
     /// The first step that cut the price again, if it came before any further rise.
     pub walked_back_at: Option<usize>,
+    /// Whether the sales went to a rival: a utility that bought from this producer the step
+    /// before bought from another producer in `lost_at`. False when the buyers simply left
+    /// (bankrupt, or demand fell), which is not the competition the study describes.
+    pub to_rival: bool,
 }
 
 impl Episode {
@@ -69,6 +73,7 @@ pub fn price_moves(
             walked_back_at: next_change
                 .filter(|&u| prices[u] < prices[u - 1])
                 .map(|u| first + u),
+            to_rival: false,
         });
     }
     moves
@@ -90,9 +95,25 @@ pub fn cell_price_moves(cell: &Cell) -> Vec<PriceMoves> {
                 .map(|&s| cell.steps[s][a].energy_price)
                 .collect();
             let sales: Vec<f64> = steps.iter().map(|&s| cell.sales(s, a)).collect();
-            price_moves(a, first, &prices, &sales, cell.response_delay())
+            let mut moves = price_moves(a, first, &prices, &sales, cell.response_delay());
+            for e in &mut moves.episodes {
+                e.to_rival = lost_to_rival(cell, a, e.lost_at);
+            }
+            moves
         })
         .collect()
+}
+
+/// Whether a utility that bought from `producer` in the step before `step` bought from
+/// another producer in `step`.
+fn lost_to_rival(cell: &Cell, producer: usize, step: usize) -> bool {
+    let (Some(now), Some(before)) = (cell.trades.get(step), cell.trades.get(step - 1)) else {
+        return false;
+    };
+    before.iter().filter(|t| t.producer == producer).any(|t| {
+        now.iter()
+            .any(|x| x.utility == t.utility && x.producer != producer)
+    })
 }
 
 /// (b) in one cell: steps in which the market's cheapest producer (alone at the lowest
@@ -195,6 +216,8 @@ pub struct Dynamics {
     /// (a) rises that lost sales, and of those the ones walked back.
     pub episodes: usize,
     pub walked_back: usize,
+    /// (a) of the episodes, those whose sales went to a rival (not to buyers leaving).
+    pub to_rival: usize,
     /// (a) rises that lost sales in each replicate, in the replicates' order.
     pub episodes_by_replicate: Vec<usize>,
     /// (a) every producer with at least one such episode: which market, which producer, and
@@ -278,6 +301,7 @@ pub fn dynamics(cells: &[&Cell]) -> Dynamics {
             .iter()
             .filter(|e| e.walked_back_at.is_some())
             .count(),
+        to_rival: episodes.iter().filter(|e| e.to_rival).count(),
         episodes_by_replicate: moves
             .iter()
             .map(|m| m.iter().map(|p| p.episodes.len()).sum())
@@ -342,7 +366,8 @@ mod tests {
                 producer: 7,
                 raised_at: 5,
                 lost_at: 5,
-                walked_back_at: None
+                walked_back_at: None,
+                to_rival: false,
             }]
         );
         // Seen a step later (the reference's clearing): the rise at 1 loses at 2 and is cut

@@ -204,7 +204,7 @@ pub fn html(report: &Report) -> String {
         }),
     ));
 
-    body.push_str("<h2>Experiment 2's dynamics</h2><p>(a) A price rise whose buyers bought less in the first step that saw it (the same step under the fixed rules, the next under the reference's), walked back if the producer's next price change was a cut; lag = steps from the rise to the cut. (b) Steps in which the market's single cheapest producer raised its price and stayed no dearer than any other. (c) Utility-steps with one supplier: how many were profitable, and whether that supplier also sold to others (indirect competition).</p>");
+    body.push_str("<h2>Experiment 2's dynamics</h2><p>(a) A price rise whose buyers bought less in the first step that saw it (the same step under the fixed rules, the next under the reference's), walked back if the producer's next price change was a cut; lag = steps from the rise to the cut; to a rival = a utility that bought from it the step before bought from another producer instead (the rest are buyers leaving: bankrupt, or less demand). (b) Steps in which the market's single cheapest producer raised its price and stayed no dearer than any other. (c) Utility-steps with one supplier: how many were profitable, and whether that supplier also sold to others (indirect competition).</p>");
     body.push_str(&table(
         &[
             "arm",
@@ -233,9 +233,10 @@ pub fn html(report: &Report) -> String {
                 d.producers.to_string(),
                 d.raises.to_string(),
                 format!(
-                    "{} (by market: {})",
+                    "{} (by market: {}); {} to a rival",
                     d.episodes,
-                    by_market(&d.episodes_by_replicate)
+                    by_market(&d.episodes_by_replicate),
+                    d.to_rival
                 ),
                 share_text(d.walked_back, d.episodes),
                 fmt(&d.episodes_per_producer),
@@ -407,10 +408,11 @@ pub fn text(report: &Report) -> String {
         let d = &g.dynamics;
         let _ = writeln!(
             out,
-            "  exp2 (a) rises that lost sales: {} of {} rises (by market: {}), {} walked back (lags: {}), per producer {}",
+            "  exp2 (a) rises that lost sales: {} of {} rises (by market: {}; {} to a rival), {} walked back (lags: {}), per producer {}",
             d.episodes,
             d.raises,
             by_market(&d.episodes_by_replicate),
+            d.to_rival,
             d.walked_back,
             lags_text(&d.lags),
             fmt(&d.episodes_per_producer)
