@@ -1,5 +1,5 @@
 //! The market's rules, specified by their invariants over many random steps, and the
-//! reference rules' documented quirks.
+//! reference rules' documented quirks, each against a step computed by hand.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -19,7 +19,7 @@ fn random_decisions(market: &Market, rng: &mut ChaCha8Rng) -> Vec<Option<Decisio
             }
             Some(match c.role {
                 Role::Producer => Decision::Producer(ProducerDecision {
-                    production_change: rng.random_range(-150..=150),
+                    production_change: rng.random_range(-150..=150) as f64,
                     energy_price_change: rng.random_range(-40.0..40.0),
                     upgrade_capacity: rng.random_bool(0.2),
                 }),
@@ -134,9 +134,11 @@ fn fixed_rules_never_sell_what_was_not_made_and_keep_the_books() {
 
 #[test]
 fn reference_rules_keep_the_reference_quirks() {
+    // A real step, not the hidden round (tested on its own below).
     let cfg = MarketConfig {
         rules: Rules::Reference,
         regulated: true,
+        hidden_round: Some(false),
         ..MarketConfig::default()
     };
     let mut rng = ChaCha8Rng::seed_from_u64(0);
@@ -162,7 +164,7 @@ fn reference_rules_keep_the_reference_quirks() {
             adjust_renewable_mix: 0,
         })),
         Some(Decision::Producer(ProducerDecision {
-            production_change: 0,
+            production_change: 0.0,
             energy_price_change: 0.0,
             upgrade_capacity: false,
         })),
@@ -220,12 +222,12 @@ fn in_the_fixed_market_renewable_preference_ranks_renewables_cheaper() {
                 adjust_renewable_mix: mix,
             })),
             Some(Decision::Producer(ProducerDecision {
-                production_change: 0,
+                production_change: 0.0,
                 energy_price_change: 0.0,
                 upgrade_capacity: false,
             })),
             Some(Decision::Producer(ProducerDecision {
-                production_change: 0,
+                production_change: 0.0,
                 energy_price_change: 0.0,
                 upgrade_capacity: false,
             })),
@@ -245,4 +247,199 @@ fn in_the_fixed_market_renewable_preference_ranks_renewables_cheaper() {
     assert_eq!(market.companies[1].sold, 0.0, "unsold energy earns nothing");
     assert_eq!(market.companies[1].revenue, 0.0);
     assert!(market.companies[1].profit < 0.0, "but was paid for");
+}
+
+/// A reference market of one utility (0) linked to a fossil producer (1) and a renewable
+/// one (2), both at price 50 and output 100.
+fn reference_trio(regulated: bool) -> (MarketConfig, Market) {
+    let cfg = MarketConfig {
+        rules: Rules::Reference,
+        regulated,
+        ..MarketConfig::default()
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let mut market = Market::new(&cfg, 3, &mut rng);
+    for (i, c) in market.companies.iter_mut().enumerate() {
+        c.role = if i == 0 {
+            Role::Utility
+        } else {
+            Role::Producer
+        };
+        c.renewable = i == 2;
+        c.links = if i == 0 { vec![1, 2] } else { vec![] };
+        c.energy_price = if i == 0 { 0.0 } else { 50.0 };
+    }
+    (cfg, market)
+}
+
+fn producer(change: f64, price: f64) -> Option<Decision> {
+    Some(Decision::Producer(ProducerDecision {
+        production_change: change,
+        energy_price_change: price,
+        upgrade_capacity: false,
+    }))
+}
+
+fn utility(price: f64, mix: i64) -> Option<Decision> {
+    Some(Decision::Utility(UtilityDecision {
+        cost_to_consumer: price,
+        adjust_renewable_mix: mix,
+    }))
+}
+
+#[test]
+fn the_reference_hidden_round_has_demand_zero_and_pays_producers() {
+    let (cfg, mut market) = reference_trio(true);
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    assert!(market.in_hidden_round(&cfg));
+    rules::resolve(
+        &cfg,
+        &mut market,
+        &[utility(40.0, 0), producer(10.5, 5.0), producer(0.0, 0.0)],
+        &mut rng,
+    );
+    let [u, p, _] = [
+        &market.companies[0],
+        &market.companies[1],
+        &market.companies[2],
+    ];
+    // By hand: the utility serves demand 0, buys nothing, and its price is capped at
+    // 0.25 x 0 = 0; the producer makes 110.5 units at 55, paid for all: 6077.5 - 3315.
+    assert_eq!(
+        (u.production, u.bought, u.cost_to_consumer),
+        (0.0, 0.0, 0.0)
+    );
+    assert_eq!((u.profit, u.resources), (0.0, 1000.0));
+    assert_eq!((p.production, p.energy_price), (110.5, 55.0));
+    assert_eq!((p.revenue, p.costs, p.profit), (6077.5, 3315.0, 2762.5));
+    assert_eq!(p.resources, 3762.5);
+    assert_eq!(
+        market.demand, 1000.0,
+        "the hidden round leaves demand alone"
+    );
+    assert!(!market.in_hidden_round(&cfg), "there is only one");
+
+    // Step 1 proper: the utility buys by last step's prices and outputs (the fossil producer
+    // at 50 first, then the other at 55, 210.5 units in all) and is paid for the whole
+    // demand of 1000, 789.5 of which went unmet.
+    rules::resolve(
+        &cfg,
+        &mut market,
+        &[utility(40.0, 0), producer(0.0, 0.0), producer(0.0, 0.0)],
+        &mut rng,
+    );
+    let u = &market.companies[0];
+    assert_eq!(u.bought, 210.5);
+    assert_eq!(u.costs, 50.0 * 100.0 + 55.0 * 110.5);
+    assert_eq!(u.unmet_demand, 789.5);
+    assert_eq!(u.revenue, 40.0 * 1000.0, "paid for demand it did not serve");
+    assert_ne!(market.demand, 1000.0, "demand moves after every real step");
+}
+
+#[test]
+fn without_the_hidden_round_the_first_step_is_a_real_one() {
+    let (mut cfg, mut market) = reference_trio(true);
+    cfg.hidden_round = Some(false);
+    rules::resolve(
+        &cfg,
+        &mut market,
+        &[utility(40.0, 0), producer(0.0, 0.0), producer(0.0, 0.0)],
+        &mut ChaCha8Rng::seed_from_u64(0),
+    );
+    assert_eq!(market.companies[0].bought, 200.0);
+}
+
+#[test]
+fn the_reference_clips_the_renewable_mix_to_a_hundred_either_way() {
+    let (mut cfg, market) = reference_trio(false);
+    cfg.hidden_round = Some(false);
+    // The renewable producer (2) is dearer than the fossil one by 1 per unit.
+    let mut market = market;
+    market.companies[2].energy_price = 51.0;
+    let run = |mix: i64| {
+        let mut m = market.clone();
+        rules::resolve(
+            &cfg,
+            &mut m,
+            &[utility(40.0, mix), producer(0.0, 0.0), producer(0.0, 0.0)],
+            &mut ChaCha8Rng::seed_from_u64(0),
+        );
+        m.companies[0].clone()
+    };
+    // A mix of -150 is clipped to -100: 51 x (1 - 100) < 0 ranks the renewable first.
+    let negative = run(-150);
+    assert_eq!(negative.renewable_mix, -100.0);
+    assert_eq!(negative.suppliers[0].0, 2, "renewable first");
+    // A mix of 150 is clipped to 100 (not to the prompt's 10): 51 x 101 ranks it last.
+    let positive = run(150);
+    assert_eq!(positive.renewable_mix, 100.0);
+    assert_eq!(positive.suppliers[0].0, 1);
+    // The same clip when a model's reply is parsed; the fixed rules keep 0 to 10.
+    let world = market.clone();
+    let value = serde_json::json!({"cost_to_consumer": 10.0, "adjust_renewable_mix": 50});
+    let (d, clamps) = throng::scenarios::energy_market::decision::parse(
+        &cfg,
+        &world.companies[0],
+        1000.0,
+        &value,
+    )
+    .unwrap();
+    assert_eq!(d, utility(10.0, 50).unwrap());
+    assert!(clamps.is_empty());
+    let fixed = MarketConfig::default();
+    let (d, clamps) = throng::scenarios::energy_market::decision::parse(
+        &fixed,
+        &world.companies[0],
+        1000.0,
+        &value,
+    )
+    .unwrap();
+    assert_eq!(d, utility(10.0, 10).unwrap());
+    assert_eq!(clamps.len(), 1);
+}
+
+#[test]
+fn the_reference_keeps_fractional_production_changes() {
+    let (cfg, market) = reference_trio(false);
+    // Parsed from a model: 12.25 units stay 12.25; past capacity, the change is cut to what
+    // fits, fraction and all (100.5 + 99.5 = 200).
+    let mut c = market.companies[1].clone();
+    c.production = 100.5;
+    let parse = |cfg: &MarketConfig, change: f64| {
+        let value = serde_json::json!({"production_change": change, "energy_price_change": 0.0, "upgrade_capacity": false});
+        throng::scenarios::energy_market::decision::parse(cfg, &c, 1000.0, &value)
+            .unwrap()
+            .0
+    };
+    assert_eq!(parse(&cfg, 12.25), producer(12.25, 0.0).unwrap());
+    assert_eq!(parse(&cfg, 150.0), producer(99.5, 0.0).unwrap());
+    // The fixed rules deal in whole units.
+    assert_eq!(
+        parse(&MarketConfig::default(), 150.0),
+        producer(100.0, 0.0).unwrap()
+    );
+}
+
+#[test]
+fn scripted_utilities_act_on_their_persona_only_when_told_it() {
+    // A greedy utility marks up 30% and ignores renewables; in a control arm, where its
+    // prompt would not name its persona, it follows the neutral rule (15%, preference 2).
+    let mut cfg = MarketConfig::default();
+    let mut market = Market::new(&cfg, 2, &mut ChaCha8Rng::seed_from_u64(0));
+    let greedy = cfg.personas.keys().position(|p| p == "greedy").unwrap();
+    market.companies[0].persona = greedy as u16;
+    market.companies[0].role = Role::Utility;
+    market.companies[0].bought = 100.0;
+    market.companies[0].costs = 5000.0;
+    let decide = |cfg: &MarketConfig| {
+        throng::scenarios::energy_market::scripted::decide(
+            cfg,
+            &market,
+            0,
+            &mut ChaCha8Rng::seed_from_u64(0),
+        )
+    };
+    assert_eq!(decide(&cfg), utility(65.0, 0).unwrap());
+    cfg.use_personas = false;
+    assert_eq!(decide(&cfg), utility(57.5, 2).unwrap());
 }

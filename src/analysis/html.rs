@@ -1,7 +1,7 @@
 //! The pieces of every report page: escaping, tables, the page itself, and numbers with
 //! their intervals in a readable form.
 
-use super::stats::Summary;
+use super::stats::{Nested, Summary};
 use crate::record::{Manifest, Status};
 use std::fmt::Write as _;
 
@@ -54,18 +54,39 @@ pub fn page(title: &str, body: &str) -> String {
     )
 }
 
-/// `mean [low, high] (n=..)`, or `-`.
+/// `mean [low, high] (n=..)`; `mean (n=1, no interval)` for a sample too small for one;
+/// or `-`.
 pub fn fmt(s: &Option<Summary>) -> String {
     match s {
-        Some(s) => format!(
-            "{:.2} [{:.2}, {:.2}] (n={})",
-            s.mean, s.ci_low, s.ci_high, s.n
-        ),
+        Some(s) => match s.interval() {
+            Some((lo, hi)) => format!("{:.2} [{lo:.2}, {hi:.2}] (n={})", s.mean, s.n),
+            None => format!("{:.2} (n={}, no interval)", s.mean, s.n),
+        },
         None => "-".into(),
     }
 }
 
-/// Seconds in a readable unit: `1.39 ms`, `12.3 s`, with the interval.
+/// A nested quantity: the replicate-level mean and interval, then the agents' spread
+/// (`12.30 [10.10, 14.50] (3 replicates; agents: sd 4.10, 2.00 to 20.00, n=40)`).
+pub fn fmt_nested(x: &Nested) -> String {
+    let Some(r) = x.replicates else {
+        return "-".into();
+    };
+    let head = match r.interval() {
+        Some((lo, hi)) => format!("{:.2} [{lo:.2}, {hi:.2}]", r.mean),
+        None => format!("{:.2} (no interval)", r.mean),
+    };
+    let replicates = if r.n == 1 { "replicate" } else { "replicates" };
+    match x.agents {
+        Some(a) => format!(
+            "{head} ({} {replicates}; agents: sd {:.2}, {:.2} to {:.2}, n={})",
+            r.n, a.sd, a.min, a.max, a.n
+        ),
+        None => format!("{head} ({} {replicates})", r.n),
+    }
+}
+
+/// Seconds in a readable unit: `1.39 ms`, `12.3 s`, with the interval when there is one.
 pub fn fmt_seconds(s: &Option<Summary>) -> String {
     let Some(s) = s else { return "-".into() };
     let (scale, unit) = if s.mean.abs() < 1.0 {
@@ -73,13 +94,25 @@ pub fn fmt_seconds(s: &Option<Summary>) -> String {
     } else {
         (1.0, "s")
     };
-    format!(
-        "{:.3} [{:.3}, {:.3}] {unit} (n={})",
-        s.mean * scale,
-        s.ci_low * scale,
-        s.ci_high * scale,
-        s.n
-    )
+    match s.interval() {
+        Some((lo, hi)) => format!(
+            "{:.3} [{:.3}, {:.3}] {unit} (n={})",
+            s.mean * scale,
+            lo * scale,
+            hi * scale,
+            s.n
+        ),
+        None => format!("{:.3} {unit} (n={}, no interval)", s.mean * scale, s.n),
+    }
+}
+
+/// A p-value as journals print it: `0.0312`, `< 0.0001`.
+pub fn fmt_p(p: f64) -> String {
+    if p < 1e-4 {
+        "< 0.0001".into()
+    } else {
+        format!("{p:.4}")
+    }
 }
 
 /// A line saying that the run is not finished (steps done out of those planned), or `None`

@@ -101,7 +101,13 @@ fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     if !lo.is_finite() {
         return (0.0, 1.0);
     }
-    let pad = ((hi - lo) * 0.05).max(1e-9 + lo.abs() * 0.01);
+    // A flat series (no bankruptcies, a fixed price) gets a readable span around its value
+    // rather than one of a billionth.
+    let pad = if hi - lo > 1e-12 {
+        (hi - lo) * 0.05
+    } else {
+        (lo.abs() * 0.1).max(1.0)
+    };
     (lo - pad, hi + pad)
 }
 
@@ -199,6 +205,34 @@ impl Figure for Panels {
     }
     fn size(&self) -> (u32, u32) {
         (1000, 450 * self.0.len().max(1) as u32)
+    }
+}
+
+/// Line charts in a grid, filled row by row (e.g. a row per arm, a column per population).
+#[derive(Debug, Clone)]
+pub struct Grid {
+    pub columns: usize,
+    pub panels: Vec<Lines>,
+}
+
+impl Grid {
+    fn shape(&self) -> (usize, usize) {
+        let columns = self.columns.clamp(1, self.panels.len().max(1));
+        (self.panels.len().max(1).div_ceil(columns), columns)
+    }
+}
+
+impl Figure for Grid {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        for (panel, area) in self.panels.iter().zip(root.split_evenly(self.shape())) {
+            panel.draw_on(&area)?;
+        }
+        Ok(())
+    }
+    fn size(&self) -> (u32, u32) {
+        let (rows, columns) = self.shape();
+        let width = if columns == 1 { 1000 } else { 640 * columns };
+        (width as u32, 430 * rows as u32)
     }
 }
 

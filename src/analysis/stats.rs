@@ -1,9 +1,27 @@
-//! Means with 95% confidence intervals, and Welch's t-test.
+//! Means with 95% confidence intervals, statistics of agents nested in independent
+//! replicates, Welch's t-test and Holm's correction: what every scenario's report needs.
+//!
+//! Two intervals: Student's t for quantities without bounds (profits), and the bootstrap
+//! percentile interval for quantities with bounds (prices, counts, shares, times), which
+//! never leaves the range of the data and so never gives a price a negative bound.
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-/// A sample's mean with its 95% confidence interval (Student's t).
+/// How an interval was computed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// Mean +/- t(0.975, n - 1) x sd / sqrt(n).
+    #[default]
+    StudentT,
+    /// The 2.5th and 97.5th percentiles of the means of resamples drawn with replacement.
+    BootstrapPercentile,
+}
+
+/// A sample's mean with its 95% confidence interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Summary {
     pub n: usize,
@@ -11,30 +29,28 @@ pub struct Summary {
     pub sd: f64,
     pub ci_low: f64,
     pub ci_high: f64,
+    pub method: Method,
 }
 
+/// Resamples of a bootstrap interval: enough that the percentiles move by well under a
+/// percent of the spread between reports, few enough for thousands of intervals per report.
+const RESAMPLES: usize = 10_000;
+
 impl Summary {
-    /// `None` for an empty sample; a single value has a zero-width interval.
+    /// Student's t interval. `None` for an empty sample; a single value has no interval
+    /// ([`Summary::interval`] is `None`).
     pub fn of(values: &[f64]) -> Option<Self> {
         let n = values.len();
         if n == 0 {
             return None;
         }
         let mean = values.iter().sum::<f64>() / n as f64;
-        if n == 1 {
-            return Some(Self {
-                n,
-                mean,
-                sd: 0.0,
-                ci_low: mean,
-                ci_high: mean,
-            });
-        }
         let m2 = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>();
         Self::from_moments(n, mean, m2)
     }
 
-    /// From a sample's size, mean and sum of squared deviations (Welford's `M2`).
+    /// From a sample's size, mean and sum of squared deviations (Welford's `M2`), with
+    /// Student's t interval.
     pub fn from_moments(n: usize, mean: f64, m2: f64) -> Option<Self> {
         if n == 0 {
             return None;
@@ -46,26 +62,139 @@ impl Summary {
                 sd: 0.0,
                 ci_low: mean,
                 ci_high: mean,
+                method: Method::StudentT,
             });
         }
         let sd = (m2 / (n - 1) as f64).sqrt();
-        let t = StudentsT::new(0.0, 1.0, (n - 1) as f64)
-            .map(|d| d.inverse_cdf(0.975))
-            .unwrap_or(1.96);
-        let half = t * sd / (n as f64).sqrt();
+        let half = t_quantile(n - 1) * sd / (n as f64).sqrt();
         Some(Self {
             n,
             mean,
             sd,
             ci_low: mean - half,
             ci_high: mean + half,
+            method: Method::StudentT,
         })
+    }
+
+    /// The mean of a bounded quantity (a price, a count, a share, a time) with the bootstrap
+    /// percentile interval, which lies within the sample's range and so respects any bound
+    /// the quantity has. Resampling is seeded, so a report is the same every time.
+    pub fn of_bounded(values: &[f64]) -> Option<Self> {
+        let mut s = Self::of(values)?;
+        s.method = Method::BootstrapPercentile;
+        if let Some((lo, hi)) = bootstrap_mean_interval(values) {
+            s.ci_low = lo;
+            s.ci_high = hi;
+        }
+        Some(s)
+    }
+
+    /// `of` or `of_bounded`, as `method` says.
+    pub fn with(method: Method, values: &[f64]) -> Option<Self> {
+        match method {
+            Method::StudentT => Self::of(values),
+            Method::BootstrapPercentile => Self::of_bounded(values),
+        }
     }
 
     /// The 95% interval, or `None` for a sample too small to have one (n < 2).
     pub fn interval(&self) -> Option<(f64, f64)> {
         (self.n >= 2).then_some((self.ci_low, self.ci_high))
     }
+}
+
+fn t_quantile(df: usize) -> f64 {
+    StudentsT::new(0.0, 1.0, df as f64)
+        .map(|d| d.inverse_cdf(0.975))
+        .unwrap_or(1.96)
+}
+
+/// The 95% bootstrap percentile interval of the mean of `values` (`None` when n < 2).
+pub fn bootstrap_mean_interval(values: &[f64]) -> Option<(f64, f64)> {
+    let n = values.len();
+    if n < 2 {
+        return None;
+    }
+    if values.iter().all(|&v| v == values[0]) {
+        return Some((values[0], values[0]));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(0x5eed_b007);
+    let mut means: Vec<f64> = (0..RESAMPLES)
+        .map(|_| (0..n).map(|_| values[rng.random_range(0..n)]).sum::<f64>() / n as f64)
+        .collect();
+    means.sort_by(f64::total_cmp);
+    Some((quantile(&means, 0.025), quantile(&means, 0.975)))
+}
+
+/// The `q` quantile of sorted `values`, interpolating between order statistics (the
+/// definition R and numpy use by default).
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let h = (sorted.len() - 1) as f64 * q;
+    let (lo, hi) = (h.floor() as usize, h.ceil() as usize);
+    sorted[lo] + (h - h.floor()) * (sorted[hi] - sorted[lo])
+}
+
+/// Where pooled values lie: for description only, never for inference about a population
+/// whose members are not independent.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    pub n: usize,
+    pub mean: f64,
+    pub sd: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub fn of(values: &[f64]) -> Option<Self> {
+        let s = Summary::of(values)?;
+        Some(Self {
+            n: s.n,
+            mean: s.mean,
+            sd: s.sd,
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// A quantity measured on agents that live in independent replicates (markets, games).
+/// Agents of one replicate influence each other, so the replicate is the unit of
+/// independence: the interval is computed over replicate means, and the agents' values are
+/// kept as descriptive spread.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Nested {
+    /// Over replicate means: n is the number of replicates with at least one agent.
+    pub replicates: Option<Summary>,
+    /// Over every agent's value, pooled.
+    pub agents: Option<Spread>,
+}
+
+impl Nested {
+    /// `groups` holds each replicate's agent values; empty groups (a replicate without such
+    /// agents) are left out.
+    pub fn of<G: AsRef<[f64]>>(groups: &[G], method: Method) -> Self {
+        let means = replicate_means(groups);
+        let pooled: Vec<f64> = groups
+            .iter()
+            .flat_map(|g| g.as_ref().iter().copied())
+            .collect();
+        Self {
+            replicates: Summary::with(method, &means),
+            agents: Spread::of(&pooled),
+        }
+    }
+}
+
+/// Each non-empty group's mean: what tests between replicate-level quantities compare.
+pub fn replicate_means<G: AsRef<[f64]>>(groups: &[G]) -> Vec<f64> {
+    groups
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|g| !g.is_empty())
+        .map(|g| g.iter().sum::<f64>() / g.len() as f64)
+        .collect()
 }
 
 /// Welch's unequal-variances t-test of two samples' means.
@@ -77,6 +206,7 @@ pub struct Welch {
     pub p: f64,
 }
 
+/// `None` when either sample has fewer than two values, or neither varies.
 pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
     let (sa, sb) = (Summary::of(a)?, Summary::of(b)?);
     if sa.n < 2 || sb.n < 2 {
@@ -95,6 +225,22 @@ pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
     Some(Welch { t, df, p })
 }
 
+/// Holm's step-down adjustment of a family of p-values, in their order: the smallest p is
+/// multiplied by m, the next by m - 1, and so on, each kept at least as large as the one
+/// before and at most 1. Controls the family-wise error rate under any dependence.
+pub fn holm(p: &[f64]) -> Vec<f64> {
+    let m = p.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| p[a].total_cmp(&p[b]));
+    let mut adjusted = vec![0.0; m];
+    let mut running = 0.0f64;
+    for (rank, &i) in order.iter().enumerate() {
+        running = running.max(((m - rank) as f64 * p[i]).min(1.0));
+        adjusted[i] = running;
+    }
+    adjusted
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +254,51 @@ mod tests {
     }
 
     #[test]
+    fn a_single_value_has_no_interval() {
+        assert_eq!(Summary::of(&[4.0]).unwrap().interval(), None);
+        assert_eq!(Summary::of_bounded(&[4.0]).unwrap().interval(), None);
+        assert!(Summary::of(&[]).is_none());
+    }
+
+    #[test]
+    fn a_bounded_quantity_never_gets_a_bound_outside_its_data() {
+        // A step time with one slow step: Student's t dips below zero, the bootstrap cannot.
+        let times = [0.5, 0.6, 0.4, 0.5, 0.7, 0.5, 0.6, 0.4, 0.5, 200.0];
+        let t = Summary::of(&times).unwrap();
+        assert!(t.ci_low < 0.0, "{t:?}");
+        let b = Summary::of_bounded(&times).unwrap();
+        let (lo, hi) = b.interval().unwrap();
+        assert!(
+            lo >= 0.4 && hi <= 200.0 && lo < b.mean && b.mean < hi,
+            "{b:?}"
+        );
+        assert_eq!(b.method, Method::BootstrapPercentile);
+        // Three values: 1 resample in 27 is all the smallest, more than 2.5%, so the interval
+        // is the range.
+        let b = Summary::of_bounded(&[10.0, 11.0, 15.0]).unwrap();
+        assert_eq!(b.interval(), Some((10.0, 15.0)));
+        // Seeded: the same data give the same interval.
+        assert_eq!(Summary::of_bounded(&times), Summary::of_bounded(&times));
+    }
+
+    #[test]
+    fn nested_intervals_come_from_replicate_means() {
+        // Three replicates with 3, 1 and 2 agents: means 2, 10, 5 (mean 17/3, sd 4.0415);
+        // t(0.975, 2) = 4.302653 -> half-width 10.039523. Pooled over 6 agents it would be
+        // far narrower, as if the agents were independent.
+        let groups = vec![vec![1.0, 2.0, 3.0], vec![10.0], vec![4.0, 6.0], vec![]];
+        let n = Nested::of(&groups, Method::StudentT);
+        let r = n.replicates.unwrap();
+        assert_eq!(r.n, 3);
+        assert!((r.mean - 17.0 / 3.0).abs() < 1e-12);
+        assert!((r.sd - 4.041452).abs() < 1e-6, "{r:?}");
+        assert!((r.ci_high - r.mean - 10.039523).abs() < 1e-5, "{r:?}");
+        let a = n.agents.unwrap();
+        assert_eq!((a.n, a.min, a.max), (6, 1.0, 10.0));
+        assert_eq!(replicate_means(&groups), vec![2.0, 10.0, 5.0]);
+    }
+
+    #[test]
     fn welch_matches_scipy() {
         // scipy.stats.ttest_ind(a, b, equal_var=False): t = -3.4425, df = 6.5691, p = 0.011928
         let a = [19.1, 20.3, 21.0, 18.7, 20.0];
@@ -116,5 +307,18 @@ mod tests {
         assert!((w.t + 3.4425).abs() < 1e-3, "{w:?}");
         assert!((w.df - 6.5691).abs() < 1e-3, "{w:?}");
         assert!((w.p - 0.011928).abs() < 1e-5, "{w:?}");
+    }
+
+    #[test]
+    fn holm_matches_a_hand_computation() {
+        // Sorted: 0.005 x 4 = 0.02; 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04, raised
+        // to 0.06 so that adjusted p-values keep the order of the raw ones.
+        let adjusted = holm(&[0.01, 0.04, 0.03, 0.005]);
+        let expected = [0.03, 0.06, 0.06, 0.02];
+        for (a, e) in adjusted.iter().zip(expected) {
+            assert!((a - e).abs() < 1e-12, "{adjusted:?}");
+        }
+        assert_eq!(holm(&[0.6, 0.5]), vec![1.0, 1.0]);
+        assert!(holm(&[]).is_empty());
     }
 }

@@ -6,10 +6,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// How the market clears (see the README, "Energy market rules").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Rules {
     /// Sound clearing: sales bounded by output, unsold energy earns nothing, a per-unit cap.
+    #[default]
     Fixed,
     /// The reference code's rules, bugs included, for comparison with the published figures.
     Reference,
@@ -22,6 +23,46 @@ pub enum Role {
     Producer,
     Utility,
 }
+
+/// A bound on decisions that the reference code does not have: a number, or `"none"`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "LimitSpec", into = "LimitSpec")]
+pub enum Limit {
+    Unbounded,
+    At(f64),
+}
+
+/// A [`Limit`] as written in a config.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+enum LimitSpec {
+    Number(f64),
+    Word(String),
+}
+
+impl TryFrom<LimitSpec> for Limit {
+    type Error = String;
+    fn try_from(spec: LimitSpec) -> Result<Self, String> {
+        match spec {
+            LimitSpec::Number(v) if v.is_finite() && v >= 0.0 => Ok(Limit::At(v)),
+            LimitSpec::Word(w) if w == "none" => Ok(Limit::Unbounded),
+            LimitSpec::Number(v) => Err(format!("must be a number >= 0 or \"none\", got {v}")),
+            LimitSpec::Word(w) => Err(format!("must be a number >= 0 or \"none\", got \"{w}\"")),
+        }
+    }
+}
+
+impl From<Limit> for LimitSpec {
+    fn from(limit: Limit) -> Self {
+        match limit {
+            Limit::Unbounded => LimitSpec::Word("none".into()),
+            Limit::At(v) => LimitSpec::Number(v),
+        }
+    }
+}
+
+/// The reference's `np.clip` of `adjust_renewable_mix`, whatever its prompt asks for.
+pub const REFERENCE_MIX_CLIP: i64 = 100;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,8 +90,10 @@ pub struct MarketConfig {
     pub first_type: String,
     /// Types drawn, uniformly, for every other company.
     pub type_mix: Vec<String>,
-    /// Personas by name, each with the sentence its prompt carries.
+    /// Personas by name, each with a one-sentence definition, which prompts carry only when
+    /// `describe_personas` is set (the study deliberately left its personas undefined).
     pub personas: BTreeMap<String, String>,
+    pub describe_personas: bool,
     /// Personas drawn, uniformly, for every company.
     pub persona_mix: Vec<String>,
     /// Whether prompts carry the persona (false: a control arm; personas are still drawn,
@@ -77,11 +120,23 @@ pub struct MarketConfig {
     /// Fixed rules: a renewable producer's price, as a utility ranks it, is divided by
     /// `1 + renewable_discount * adjust_renewable_mix`.
     pub renewable_discount: f64,
-    /// Bounds of the decision schemas, which the decoder enforces.
-    pub max_production_change: f64,
-    pub max_price_change: f64,
-    pub max_consumer_price: f64,
+    /// Throng's bounds on decisions, which the reference code does not have (each a number
+    /// or `"none"`; unset, the fixed rules' value below, or none under the reference rules).
+    /// The decoder enforces them through the decision schemas. A producer's output change
+    /// per step (100):
+    pub max_production_change: Option<Limit>,
+    /// A producer's price change per step (25).
+    pub max_price_change: Option<Limit>,
+    /// The highest consumer price, cap or no cap (1000).
+    pub max_consumer_price: Option<Limit>,
+    /// The top of the renewable preference the prompts ask for (0 to this). The fixed rules
+    /// enforce it; the reference rules, as the published code, clip to +/-100 only.
     pub max_renewable_mix: f64,
+    /// Reference rules: before step 1, the published code's `get_network_data` runs a round
+    /// with demand 0 and no neighbour data, in which every company decides and producers
+    /// are paid. Set, the first step of a run is that round (default: on under the reference
+    /// rules; the fixed rules have none).
+    pub hidden_round: Option<bool>,
 }
 
 impl Default for MarketConfig {
@@ -129,6 +184,7 @@ impl Default for MarketConfig {
             .iter()
             .map(|(n, d)| (n.to_string(), d.to_string()))
             .collect(),
+            describe_personas: false,
             persona_mix: vec![
                 "environmentally conscious".into(),
                 "greedy".into(),
@@ -149,10 +205,11 @@ impl Default for MarketConfig {
             min_connections: 2,
             max_connections: 8,
             renewable_discount: 0.1,
-            max_production_change: 100.0,
-            max_price_change: 25.0,
-            max_consumer_price: 1000.0,
+            max_production_change: None,
+            max_price_change: None,
+            max_consumer_price: None,
             max_renewable_mix: 10.0,
+            hidden_round: None,
         }
     }
 }
@@ -242,9 +299,6 @@ impl MarketConfig {
             ("starting_demand", self.starting_demand),
             ("demand_step", self.demand_step),
             ("renewable_discount", self.renewable_discount),
-            ("max_production_change", self.max_production_change),
-            ("max_price_change", self.max_price_change),
-            ("max_consumer_price", self.max_consumer_price),
             ("max_renewable_mix", self.max_renewable_mix),
         ];
         if let Some((field, value)) = non_negative
@@ -256,7 +310,60 @@ impl MarketConfig {
                 format!("must be a number >= 0, got {value}"),
             ));
         }
+        if self.hidden_round == Some(true) && self.rules != Rules::Reference {
+            return Err(ScenarioProblem::new(
+                "hidden_round",
+                "the hidden round is a quirk of the reference code: it needs rules = \"reference\"",
+            ));
+        }
         Ok(())
+    }
+
+    fn limit(&self, knob: Option<Limit>, fixed_default: f64) -> Option<f64> {
+        match (knob, self.rules) {
+            (Some(Limit::At(v)), _) => Some(v),
+            (Some(Limit::Unbounded), _) | (None, Rules::Reference) => None,
+            (None, Rules::Fixed) => Some(fixed_default),
+        }
+    }
+
+    /// The most a producer's output may change in one step, if bounded.
+    pub fn production_change_limit(&self) -> Option<f64> {
+        self.limit(self.max_production_change, 100.0)
+    }
+
+    /// The most a producer's price may change in one step, if bounded.
+    pub fn price_change_limit(&self) -> Option<f64> {
+        self.limit(self.max_price_change, 25.0)
+    }
+
+    /// The highest consumer price whatever the regulation, if bounded.
+    pub fn consumer_price_ceiling(&self) -> Option<f64> {
+        self.limit(self.max_consumer_price, 1000.0)
+    }
+
+    /// The most a utility may charge per unit at `demand`: the cap when regulated, and the
+    /// ceiling.
+    pub fn consumer_price_max(&self, demand: f64) -> Option<f64> {
+        match (self.cap(demand), self.consumer_price_ceiling()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The values `adjust_renewable_mix` may take: 0 to `max_renewable_mix` under the fixed
+    /// rules; the reference clips to +/-100 only (so a negative mix is possible, and ranks
+    /// renewables first).
+    pub fn renewable_mix_range(&self) -> (i64, i64) {
+        match self.rules {
+            Rules::Fixed => (0, self.max_renewable_mix.floor() as i64),
+            Rules::Reference => (-REFERENCE_MIX_CLIP, REFERENCE_MIX_CLIP),
+        }
+    }
+
+    /// Whether the first step is the reference's hidden round (demand 0).
+    pub fn hidden_round(&self) -> bool {
+        self.hidden_round.unwrap_or(self.rules == Rules::Reference)
     }
 
     /// The consumer price cap per unit at `demand`, when regulated.
@@ -309,5 +416,39 @@ mod tests {
         assert_eq!(e.field, "min_connections");
         let e = MarketConfig::from_table(&table("rules = \"fair\"")).unwrap_err();
         assert_eq!(e.field, "rules");
+        let e = MarketConfig::from_table(&table("max_price_change = \"lots\"")).unwrap_err();
+        assert_eq!(e.field, "max_price_change");
+        assert!(e.message.contains("\"none\""), "{e:?}");
+        let e = MarketConfig::from_table(&table("max_price_change = -3")).unwrap_err();
+        assert_eq!(e.field, "max_price_change");
+        let e = MarketConfig::from_table(&table("hidden_round = true")).unwrap_err();
+        assert_eq!(e.field, "hidden_round");
+        assert!(e.message.contains("reference"), "{e:?}");
+    }
+
+    #[test]
+    fn throngs_limits_default_by_rules_and_can_be_set_or_lifted() {
+        // Fixed rules: throng's bounds. Reference rules: the published code's (none).
+        let fixed = MarketConfig::from_table(&toml::Table::new()).unwrap();
+        assert_eq!(fixed.price_change_limit(), Some(25.0));
+        assert_eq!(fixed.production_change_limit(), Some(100.0));
+        assert_eq!(fixed.consumer_price_ceiling(), Some(1000.0));
+        assert_eq!(fixed.renewable_mix_range(), (0, 10));
+        assert!(!fixed.hidden_round());
+        let reference = MarketConfig::from_table(&table("rules = \"reference\"")).unwrap();
+        assert_eq!(reference.price_change_limit(), None);
+        assert_eq!(reference.production_change_limit(), None);
+        assert_eq!(reference.consumer_price_ceiling(), None);
+        assert_eq!(reference.renewable_mix_range(), (-100, 100));
+        assert!(reference.hidden_round());
+        let set = MarketConfig::from_table(&table(
+            "rules = \"reference\"\nmax_price_change = 10\nhidden_round = false",
+        ))
+        .unwrap();
+        assert_eq!(set.price_change_limit(), Some(10.0));
+        assert!(!set.hidden_round());
+        let lifted = MarketConfig::from_table(&table("max_consumer_price = \"none\"")).unwrap();
+        assert_eq!(lifted.consumer_price_ceiling(), None);
+        assert_eq!(lifted.consumer_price_max(1000.0), None);
     }
 }

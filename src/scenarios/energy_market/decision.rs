@@ -2,7 +2,7 @@
 //! derived from the type (so the two cannot disagree) and then given the domain's bounds,
 //! which the constrained decoder enforces.
 
-use super::config::MarketConfig;
+use super::config::{MarketConfig, Rules};
 use super::world::Company;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -12,8 +12,11 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProducerDecision {
-    /// Units of production to add (negative to cut).
-    pub production_change: i64,
+    /// Units of production to add (negative to cut). Whole units under the fixed rules; a
+    /// float under the reference rules, as in the published code.
+    #[serde(serialize_with = "whole_as_integer")]
+    #[schemars(with = "f64")]
+    pub production_change: f64,
     /// Change of your price per unit.
     pub energy_price_change: f64,
     /// Whether to buy more capacity this step.
@@ -37,11 +40,25 @@ pub enum Decision {
     Utility(UtilityDecision),
 }
 
-/// `schema` with `field` bounded to `[min, max]` in steps of `step`.
-fn bound(schema: &mut Value, field: &str, min: f64, max: f64, step: Option<f64>) {
+/// Writes a whole number of units as a JSON integer (`10`, not `10.0`), so that records
+/// read as they did when the field was an integer, and fractions as they are.
+fn whole_as_integer<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if x.fract() == 0.0 && x.abs() < 9.0e15 {
+        s.serialize_i64(*x as i64)
+    } else {
+        s.serialize_f64(*x)
+    }
+}
+
+/// `schema` with `field` bounded to `[min, max]` (either side optional) in steps of `step`.
+fn bound(schema: &mut Value, field: &str, min: Option<f64>, max: Option<f64>, step: Option<f64>) {
     let prop = &mut schema["properties"][field];
-    prop["minimum"] = json!(min);
-    prop["maximum"] = json!(max);
+    if let Some(min) = min {
+        prop["minimum"] = json!(min);
+    }
+    if let Some(max) = max {
+        prop["maximum"] = json!(max);
+    }
     if let Some(step) = step {
         // JSON numbers may have endless decimals, which small models write; a step keeps
         // replies short and the decoder finishing.
@@ -61,15 +78,18 @@ fn derived<T: JsonSchema>() -> Value {
 
 pub fn producer_schema(cfg: &MarketConfig) -> Value {
     let mut s = derived::<ProducerDecision>();
-    let m = cfg.max_production_change.round();
-    bound(&mut s, "production_change", -m, m, None);
-    bound(
-        &mut s,
-        "energy_price_change",
-        -cfg.max_price_change,
-        cfg.max_price_change,
-        Some(0.5),
-    );
+    let m = cfg.production_change_limit().map(f64::round);
+    match cfg.rules {
+        // Whole units, as models and the scripted policy write them.
+        Rules::Fixed => {
+            s["properties"]["production_change"]["type"] = json!("integer");
+            s["properties"]["production_change"]["format"] = json!("int64");
+            bound(&mut s, "production_change", m.map(|m| -m), m, None);
+        }
+        Rules::Reference => bound(&mut s, "production_change", m.map(|m| -m), m, Some(0.1)),
+    }
+    let p = cfg.price_change_limit();
+    bound(&mut s, "energy_price_change", p.map(|p| -p), p, Some(0.5));
     s
 }
 
@@ -77,21 +97,15 @@ pub fn producer_schema(cfg: &MarketConfig) -> Value {
 pub fn utility_schema(cfg: &MarketConfig, demand: f64) -> Value {
     let mut s = derived::<UtilityDecision>();
     let top = cfg
-        .cap(demand)
-        .unwrap_or(cfg.max_consumer_price)
-        .min(cfg.max_consumer_price);
-    bound(
-        &mut s,
-        "cost_to_consumer",
-        0.0,
-        (top * 100.0).floor() / 100.0,
-        Some(0.01),
-    );
+        .consumer_price_max(demand)
+        .map(|top| (top * 100.0).floor() / 100.0);
+    bound(&mut s, "cost_to_consumer", Some(0.0), top, Some(0.01));
+    let (lo, hi) = cfg.renewable_mix_range();
     bound(
         &mut s,
         "adjust_renewable_mix",
-        0.0,
-        cfg.max_renewable_mix.floor(),
+        Some(lo as f64),
+        Some(hi as f64),
         None,
     );
     s
@@ -110,10 +124,13 @@ pub fn parse(
         super::config::Role::Producer => {
             let mut d: ProducerDecision =
                 serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
-            let wanted = company.production + d.production_change as f64;
+            let wanted = company.production + d.production_change;
             let fitted = wanted.clamp(0.0, company.max_capacity);
             if fitted != wanted {
-                let change = (fitted - company.production).round() as i64;
+                let change = match cfg.rules {
+                    Rules::Fixed => (fitted - company.production).round(),
+                    Rules::Reference => fitted - company.production,
+                };
                 clamps.push(format!(
                     "production_change {} -> {change} (production stays within 0..={})",
                     d.production_change, company.max_capacity
@@ -141,10 +158,7 @@ pub fn parse(
         super::config::Role::Utility => {
             let mut d: UtilityDecision =
                 serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
-            let top = cfg
-                .cap(demand)
-                .unwrap_or(f64::INFINITY)
-                .min(cfg.max_consumer_price);
+            let top = cfg.consumer_price_max(demand).unwrap_or(f64::INFINITY);
             if d.cost_to_consumer > top || d.cost_to_consumer < 0.0 {
                 let fitted = d.cost_to_consumer.clamp(0.0, top);
                 clamps.push(format!(
@@ -153,9 +167,9 @@ pub fn parse(
                 ));
                 d.cost_to_consumer = fitted;
             }
-            let max_mix = cfg.max_renewable_mix as i64;
-            if !(0..=max_mix).contains(&d.adjust_renewable_mix) {
-                let fitted = d.adjust_renewable_mix.clamp(0, max_mix);
+            let (lo, hi) = cfg.renewable_mix_range();
+            if !(lo..=hi).contains(&d.adjust_renewable_mix) {
+                let fitted = d.adjust_renewable_mix.clamp(lo, hi);
                 clamps.push(format!(
                     "adjust_renewable_mix {} -> {fitted}",
                     d.adjust_renewable_mix
@@ -190,5 +204,48 @@ mod tests {
             unregulated["properties"]["cost_to_consumer"]["maximum"],
             1000.0
         );
+        assert_eq!(p["properties"]["energy_price_change"]["maximum"], 25.0);
+        assert_eq!(p["properties"]["production_change"]["maximum"], 100.0);
+    }
+
+    #[test]
+    fn reference_schemas_have_the_reference_bounds_only() {
+        // No per-step limits, a float production change, the mix clipped to +/-100, and no
+        // consumer price ceiling without regulation.
+        let cfg = MarketConfig {
+            rules: Rules::Reference,
+            ..MarketConfig::default()
+        };
+        let p = producer_schema(&cfg);
+        let change = &p["properties"]["production_change"];
+        assert_eq!(change["type"], "number");
+        assert!(change.get("maximum").is_none() && change.get("minimum").is_none());
+        assert!(
+            p["properties"]["energy_price_change"]
+                .get("maximum")
+                .is_none()
+        );
+        let u = utility_schema(&cfg, 1000.0);
+        assert!(u["properties"]["cost_to_consumer"].get("maximum").is_none());
+        assert_eq!(u["properties"]["adjust_renewable_mix"]["minimum"], -100.0);
+        assert_eq!(u["properties"]["adjust_renewable_mix"]["maximum"], 100.0);
+    }
+
+    #[test]
+    fn whole_production_changes_are_written_as_integers() {
+        let d = ProducerDecision {
+            production_change: 10.0,
+            energy_price_change: 0.0,
+            upgrade_capacity: false,
+        };
+        assert_eq!(
+            serde_json::to_string(&d).unwrap(),
+            r#"{"production_change":10,"energy_price_change":0.0,"upgrade_capacity":false}"#
+        );
+        let d = ProducerDecision {
+            production_change: 2.5,
+            ..d
+        };
+        assert!(serde_json::to_string(&d).unwrap().contains(":2.5,"));
     }
 }

@@ -34,6 +34,28 @@ pub struct EnergyMarket {
     utility_schema: Arc<Value>,
     /// The state table's columns, traced once from [`Row`].
     fields: Vec<FieldRef>,
+    /// The trades table's, from [`Trade`].
+    trade_fields: Vec<FieldRef>,
+}
+
+/// The scenario's own table of purchases: `trades.parquet`.
+pub const TRADES: &str = "trades";
+
+/// One purchase in one step: a row of `trades.parquet`. A utility's rows of a step are its
+/// suppliers; a producer's, who bought from it and how much.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trade {
+    pub arm: String,
+    pub population: usize,
+    pub replicate: usize,
+    pub step: usize,
+    pub utility: usize,
+    pub producer: usize,
+    pub producer_type: String,
+    pub renewable: bool,
+    pub units: f64,
+    /// Per unit, as the utility paid it.
+    pub price: f64,
 }
 
 /// One company after one step: a row of `state.csv` / `state.parquet`.
@@ -71,17 +93,20 @@ pub struct Row {
 impl EnergyMarket {
     pub fn new(cfg: MarketConfig) -> Self {
         use serde_arrow::schema::{SchemaLike, TracingOptions};
+        let tracing = || {
+            TracingOptions::default()
+                .allow_null_fields(true)
+                .enums_without_data_as_strings(true)
+        };
         Self {
             type_names: cfg.company_types.keys().cloned().collect(),
             persona_names: cfg.personas.keys().cloned().collect(),
             producer_schema: Arc::new(decision::producer_schema(&cfg)),
             utility_schema: Arc::new(decision::utility_schema(&cfg, cfg.starting_demand)),
-            fields: Vec::<FieldRef>::from_type::<Row>(
-                TracingOptions::default()
-                    .allow_null_fields(true)
-                    .enums_without_data_as_strings(true),
-            )
-            .expect("invariant: the row type traces"),
+            fields: Vec::<FieldRef>::from_type::<Row>(tracing())
+                .expect("invariant: the row type traces"),
+            trade_fields: Vec::<FieldRef>::from_type::<Trade>(tracing())
+                .expect("invariant: the trade type traces"),
             cfg,
         }
     }
@@ -135,30 +160,91 @@ impl EnergyMarket {
             .collect()
     }
 
+    /// The purchases of the step that led to `world`: one row per utility and supplier.
+    pub fn trades(&self, world: &Market, cell: &CellInfo, step: usize) -> Vec<Trade> {
+        world
+            .companies
+            .iter()
+            .enumerate()
+            .flat_map(|(u, c)| {
+                c.suppliers.iter().map(move |&(p, units, price)| {
+                    let producer = &world.companies[p as usize];
+                    Trade {
+                        arm: cell.arm.clone(),
+                        population: cell.population,
+                        replicate: cell.replicate,
+                        step,
+                        utility: u,
+                        producer: p as usize,
+                        producer_type: self.type_name(producer.kind).to_string(),
+                        renewable: producer.renewable,
+                        units,
+                        price,
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// What a company sees of a linked one: the state the reference passes to every
+    /// neighbour (`connected_companies`): resources and profit; a producer's output, capacity
+    /// and price; a utility's price, unmet demand and suppliers.
     fn neighbour(&self, market: &Market, id: u32) -> Value {
         let c = &market.companies[id as usize];
         let mut v = json!({
             "id": id,
             "type": self.type_name(c.kind),
             "role": c.role,
-            "resources": round2(c.resources),
-            "profit": round2(c.profit),
+            "resources": num(c.resources),
+            "profit": num(c.profit),
             "bankrupt": c.bankrupt,
         });
         match c.role {
             Role::Producer => {
-                v["production"] = json!(round2(c.production));
-                v["energy_price"] = json!(round2(c.energy_price));
+                v["production"] = num(c.production);
+                v["max_capacity"] = num(c.max_capacity);
+                v["energy_price"] = num(c.energy_price);
             }
-            Role::Utility => v["cost_to_consumer"] = json!(round2(c.cost_to_consumer)),
+            Role::Utility => {
+                v["cost_to_consumer"] = num(c.cost_to_consumer);
+                v["unmet_demand"] = num(c.unmet_demand);
+                v["suppliers"] = Value::Array(
+                    c.suppliers
+                        .iter()
+                        .map(|&(p, amount, _)| json!({"id": p, "amount": num(amount)}))
+                        .collect(),
+                );
+            }
         }
         v
+    }
+
+    /// The consumer price cap a utility's prompt shows. The reference prints
+    /// `regulator_max * self.production`, and a utility's production is the demand of its
+    /// last update, so the cap it reads lags demand by a step (and reads 25, from the starting
+    /// production, before anything happened; 0 after the hidden round).
+    fn shown_cap(&self, world: &Market, c: &world::Company) -> Option<f64> {
+        match self.cfg.rules {
+            Rules::Fixed => self.cfg.cap(world.demand),
+            Rules::Reference => self.cfg.cap(c.production),
+        }
     }
 }
 
 /// Prompts show money to the cent: long float tails only cost tokens.
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
+}
+
+/// A number for a prompt: to the cent, and whole values without a decimal point
+/// (`50000`, not `50000.0`).
+fn num(x: f64) -> Value {
+    let x = round2(x);
+    if x.fract() == 0.0 && x.abs() < 9.0e15 {
+        json!(x as i64)
+    } else {
+        json!(x)
+    }
 }
 
 /// The population attribute that sets companies' personas.
@@ -225,12 +311,15 @@ impl Scenario for EnergyMarket {
         minijinja::Value::from(minijinja::value::Serde(json!({
             "rules": c.rules,
             "regulated": c.regulated,
-            "consumer_price_cap": c.consumer_price_cap,
-            "regulator_max": c.regulator_max,
-            "capacity_upgrade_cost": c.capacity_upgrade_cost,
-            "capacity_upgrade_amount": c.capacity_upgrade_amount,
-            "production_cost_penalty": c.production_cost_penalty,
-            "max_renewable_mix": c.max_renewable_mix,
+            "consumer_price_cap": num(c.consumer_price_cap),
+            "regulator_max": num(c.regulator_max),
+            "capacity_upgrade_cost": num(c.capacity_upgrade_cost),
+            "capacity_upgrade_amount": num(c.capacity_upgrade_amount),
+            "production_cost_penalty": num(c.production_cost_penalty),
+            "max_renewable_mix": num(c.max_renewable_mix),
+            "max_price_change": c.price_change_limit().map(num),
+            "max_production_change": c.production_change_limit().map(num),
+            "max_consumer_price": c.consumer_price_ceiling().map(num),
             "use_personas": c.use_personas,
         })))
     }
@@ -269,14 +358,30 @@ impl Scenario for EnergyMarket {
     fn turn(&self, world: &Market, _population: &Population, agent: usize, step: usize) -> Turn {
         let c = &world.companies[agent];
         let persona = self.persona_name(c.persona);
+        // The reference's hidden round passes no market conditions, and nobody has been
+        // told about its neighbours yet.
+        let hidden = world.in_hidden_round(&self.cfg);
+        let demand = if hidden { 0.0 } else { world.demand };
         let mut me = json!({
             "id": agent,
             "type": self.type_name(c.kind),
             "renewable": c.renewable,
-            "resources": round2(c.resources),
-            "profit": round2(c.profit),
-            "revenue": round2(c.revenue),
-            "costs": round2(c.costs),
+            "resources": num(c.resources),
+            "profit": num(c.profit),
+            "revenue": num(c.revenue),
+            "costs": num(c.costs),
+        });
+        let mut context = json!({
+            "step": step + 1,
+            "demand": num(demand),
+            "persona": self.cfg.use_personas.then_some(persona),
+            "persona_description": (self.cfg.use_personas && self.cfg.describe_personas)
+                .then(|| self.cfg.personas[persona].clone()),
+            "neighbours": if hidden {
+                Vec::new()
+            } else {
+                c.links.iter().map(|&id| self.neighbour(world, id)).collect::<Vec<_>>()
+            },
         });
         match c.role {
             Role::Producer => {
@@ -287,8 +392,20 @@ impl Scenario for EnergyMarket {
                     ("production_cost", c.production_cost),
                     ("sold", c.sold),
                 ] {
-                    me[k] = json!(round2(v));
+                    me[k] = num(v);
                 }
+                context["buyers"] = Value::Array(
+                    c.buyers
+                        .iter()
+                        .map(|&(u, amount, price)| {
+                            json!({"id": u, "amount": num(amount), "price": num(price),
+                                   "unmet_demand": num(world.companies[u as usize].unmet_demand)})
+                        })
+                        .collect(),
+                );
+                context["max_price_change"] = json!(self.cfg.price_change_limit().map(num));
+                context["max_production_change"] =
+                    json!(self.cfg.production_change_limit().map(num));
             }
             Role::Utility => {
                 for (k, v) in [
@@ -305,33 +422,40 @@ impl Scenario for EnergyMarket {
                         },
                     ),
                 ] {
-                    me[k] = json!(round2(v));
+                    me[k] = num(v);
                 }
                 me["suppliers"] = Value::Array(
                     c.suppliers
                         .iter()
                         .map(|&(p, amount, price)| {
-                            json!({"id": p, "type": self.type_name(world.companies[p as usize].kind),
-                                   "amount": round2(amount), "price": round2(price)})
+                            let s = &world.companies[p as usize];
+                            json!({"id": p, "type": self.type_name(s.kind),
+                                   "amount": num(amount), "price": num(price),
+                                   "max_capacity": num(s.max_capacity)})
                         })
                         .collect(),
                 );
+                // Under the fixed rules the active utilities split demand equally; under the
+                // reference's, each serves all of it.
+                let utilities = world.active_utilities();
+                let share = match self.cfg.rules {
+                    Rules::Fixed => demand / utilities.max(1) as f64,
+                    Rules::Reference => demand,
+                };
+                context["split_demand"] = json!(self.cfg.rules == Rules::Fixed);
+                context["utilities"] = json!(utilities);
+                context["demand_share"] = num(share);
+                context["price_cap"] = json!(self.shown_cap(world, c).map(num));
+                context["max_consumer_price"] = json!(self.cfg.consumer_price_ceiling().map(num));
+                context["max_renewable_mix"] = num(self.cfg.max_renewable_mix);
             }
         }
-        let context = json!({
-            "step": step + 1,
-            "demand": round2(world.demand),
-            "price_cap": self.cfg.cap(world.demand).map(round2),
-            "company": me,
-            "persona": self.cfg.use_personas.then_some(persona),
-            "persona_description": self.cfg.use_personas.then(|| self.cfg.personas[persona].clone()),
-            "neighbours": c.links.iter().map(|&id| self.neighbour(world, id)).collect::<Vec<_>>(),
-        });
+        context["company"] = me;
         let schema = match c.role {
             Role::Producer => self.producer_schema.clone(),
             // The reference cap follows demand, so its schema changes every step.
             Role::Utility if self.cfg.regulated && self.cfg.rules == Rules::Reference => {
-                Arc::new(decision::utility_schema(&self.cfg, world.demand))
+                Arc::new(decision::utility_schema(&self.cfg, demand))
             }
             Role::Utility => self.utility_schema.clone(),
         };
@@ -356,7 +480,7 @@ impl Scenario for EnergyMarket {
         let c = &world.companies[agent];
         match c.role {
             Role::Producer => Decision::Producer(decision::ProducerDecision {
-                production_change: 0,
+                production_change: 0.0,
                 energy_price_change: 0.0,
                 upgrade_capacity: false,
             }),
@@ -392,8 +516,27 @@ impl Scenario for EnergyMarket {
             .expect("invariant: rows fit the traced schema")
     }
 
+    fn tables() -> &'static [&'static str] {
+        &[TRADES]
+    }
+
+    fn table(
+        &self,
+        name: &str,
+        world: &Market,
+        cell: &CellInfo,
+        step: usize,
+    ) -> Option<RecordBatch> {
+        (name == TRADES).then(|| {
+            serde_arrow::to_record_batch(&self.trade_fields, &self.trades(world, cell, step))
+                .expect("invariant: trades fit the traced schema")
+        })
+    }
+
+    /// The network, and the arm's settings that the report needs to read the records.
     fn describe(&self, world: &Market) -> Value {
         json!({
+            "market": report::CellSettings::of(&self.cfg),
             "companies": world.companies.iter().enumerate().map(|(i, c)| json!({
                 "id": i,
                 "type": self.type_name(c.kind),

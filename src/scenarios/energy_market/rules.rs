@@ -1,7 +1,7 @@
 //! How a step's decisions change the market: the fixed rules (throng's default) and the
 //! reference code's rules, side by side. The README lists the differences rule by rule.
 
-use super::config::{MarketConfig, Role, Rules};
+use super::config::{MarketConfig, REFERENCE_MIX_CLIP, Role, Rules};
 use super::decision::{Decision, ProducerDecision};
 use super::world::{Company, Market};
 use rand::Rng;
@@ -15,12 +15,18 @@ pub fn resolve(
     decisions: &[Option<Decision>],
     rng: &mut ChaCha8Rng,
 ) {
+    let hidden = market.in_hidden_round(cfg);
     match cfg.rules {
         Rules::Fixed => fixed(cfg, market, decisions, rng),
-        Rules::Reference => reference(cfg, market, decisions),
+        Rules::Reference => reference(cfg, market, decisions, hidden),
     }
-    // Inelastic consumers: demand drifts by a uniform step, whatever the prices.
-    market.demand = (market.demand + rng.random_range(-cfg.demand_step..=cfg.demand_step)).max(0.0);
+    market.record_buyers();
+    // Inelastic consumers: demand drifts by a uniform step, whatever the prices. The
+    // reference's hidden round passes no market conditions and leaves demand as it was.
+    if !hidden {
+        market.demand =
+            (market.demand + rng.random_range(-cfg.demand_step..=cfg.demand_step)).max(0.0);
+    }
     market.steps += 1;
 }
 
@@ -28,7 +34,7 @@ pub fn resolve(
 /// not below cost, production paid for (at the cost before any upgrade), capacity bought if
 /// affordable.
 fn produce(cfg: &MarketConfig, c: &mut Company, d: &ProducerDecision) {
-    c.production = (c.production + d.production_change as f64).clamp(0.0, c.max_capacity);
+    c.production = (c.production + d.production_change).clamp(0.0, c.max_capacity);
     c.energy_price = (c.energy_price + d.energy_price_change).max(c.production_cost);
     c.costs = c.production_cost * c.production;
     if d.upgrade_capacity && c.resources >= cfg.capacity_upgrade_cost {
@@ -68,9 +74,10 @@ fn fixed(
         match decision {
             Some(Decision::Producer(d)) => produce(cfg, c, d),
             Some(Decision::Utility(d)) => {
-                let cap = cfg.cap(demand).unwrap_or(f64::INFINITY);
-                c.cost_to_consumer = d.cost_to_consumer.clamp(0.0, cap);
-                c.renewable_mix = d.adjust_renewable_mix as f64;
+                let top = cfg.consumer_price_max(demand).unwrap_or(f64::INFINITY);
+                c.cost_to_consumer = d.cost_to_consumer.clamp(0.0, top);
+                let (lo, hi) = cfg.renewable_mix_range();
+                c.renewable_mix = d.adjust_renewable_mix.clamp(lo, hi) as f64;
             }
             None if c.role == Role::Producer => c.costs = c.production_cost * c.production,
             None => {}
@@ -159,11 +166,19 @@ fn fixed(
 /// energyABM_LLM_ollama.py's `update_state`, with its quirks: producers are paid for all
 /// they produce; every utility serves the whole demand, buying from its linked producers by
 /// last step's price and output (a renewable's price multiplied by `mix + 1`, so a
-/// preference for renewables ranks them as dearer) and paying last step's price, so two
-/// utilities can buy the same output; the cap is `regulator_max` times the demand; nobody
-/// goes bankrupt.
-fn reference(cfg: &MarketConfig, market: &mut Market, decisions: &[Option<Decision>]) {
-    let demand = market.demand;
+/// preference for renewables ranks them as dearer, and a negative one, which the clip to
+/// +/-100 allows, as cheaper) and paying last step's price, so two utilities can buy the same
+/// output, and is paid for the whole demand even when some of it goes unmet; the cap is
+/// `regulator_max` times the demand; nobody goes bankrupt. In the `hidden` round (the one
+/// `get_network_data` runs before step 1) demand is 0: utilities buy and sell nothing and
+/// their price is capped at 0, while producers produce and are paid as in any step.
+fn reference(
+    cfg: &MarketConfig,
+    market: &mut Market,
+    decisions: &[Option<Decision>],
+    hidden: bool,
+) {
+    let demand = if hidden { 0.0 } else { market.demand };
     let before = market.companies.clone();
     for (c, decision) in market.companies.iter_mut().zip(decisions) {
         c.upgraded = false;
@@ -177,7 +192,9 @@ fn reference(cfg: &MarketConfig, market: &mut Market, decisions: &[Option<Decisi
             }
             Some(Decision::Utility(d)) => {
                 c.production = demand;
-                c.renewable_mix = d.adjust_renewable_mix as f64;
+                c.renewable_mix =
+                    d.adjust_renewable_mix
+                        .clamp(-REFERENCE_MIX_CLIP, REFERENCE_MIX_CLIP) as f64;
                 let mut offers: Vec<(f64, u32)> = c
                     .links
                     .iter()
@@ -213,8 +230,8 @@ fn reference(cfg: &MarketConfig, market: &mut Market, decisions: &[Option<Decisi
                     c.costs += s.energy_price * amount;
                     c.suppliers.push((p, amount, s.energy_price));
                 }
-                let cap = cfg.cap(demand).unwrap_or(f64::INFINITY);
-                c.cost_to_consumer = d.cost_to_consumer.min(cap);
+                let top = cfg.consumer_price_max(demand).unwrap_or(f64::INFINITY);
+                c.cost_to_consumer = d.cost_to_consumer.min(top);
                 c.revenue = c.cost_to_consumer * demand;
                 c.profit = c.revenue - c.costs;
                 c.unmet_demand = (c.production - c.bought).max(0.0);

@@ -10,15 +10,19 @@ use rand_chacha::ChaCha8Rng;
 /// Producers chase sales: sold out raises price and output, unsold output lowers both;
 /// capacity is bought when output is at capacity and resources allow it twice over.
 /// Utilities mark up their purchase price by a margin that depends on the persona, and the
-/// environmentally conscious favour renewables.
+/// environmentally conscious favour renewables. Without personas in the prompts (a control
+/// arm) nobody is told its persona, so every utility follows the neutral rule.
 pub fn decide(cfg: &MarketConfig, market: &Market, agent: usize, rng: &mut ChaCha8Rng) -> Decision {
     let c = &market.companies[agent];
-    let persona = cfg
-        .personas
-        .keys()
-        .nth(c.persona as usize)
-        .map(String::as_str)
-        .unwrap_or("");
+    let persona = if cfg.use_personas {
+        cfg.personas
+            .keys()
+            .nth(c.persona as usize)
+            .map(String::as_str)
+            .unwrap_or("")
+    } else {
+        ""
+    };
     match c.role {
         Role::Producer => {
             let first_step = market.steps == 0;
@@ -28,18 +32,19 @@ pub fn decide(cfg: &MarketConfig, market: &Market, agent: usize, rng: &mut ChaCh
                 1.0
             };
             let (production_change, price_change) = if first_step || sell_through >= 0.95 {
-                (10, 1.0)
+                (10.0, 1.0)
             } else if sell_through < 0.5 {
-                (-(((c.production - c.sold) / 2.0).round() as i64), -1.0)
+                (-((c.production - c.sold) / 2.0).round(), -1.0)
             } else {
-                (0, 0.0)
+                (0.0, 0.0)
             };
             // A little noise, from the agent's own stream, keeps identical producers apart.
             let noise = (rng.random_range(-2..=2) as f64) * 0.5;
             Decision::Producer(ProducerDecision {
+                // Whole units, within 0..=capacity (as the integer casts always did).
                 production_change: production_change.clamp(
-                    -(c.production as i64),
-                    (c.max_capacity - c.production) as i64,
+                    -c.production.trunc(),
+                    (c.max_capacity - c.production).trunc(),
                 ),
                 energy_price_change: (price_change + noise).max(c.production_cost - c.energy_price),
                 upgrade_capacity: c.production >= c.max_capacity
@@ -65,9 +70,8 @@ pub fn decide(cfg: &MarketConfig, market: &Market, agent: usize, rng: &mut ChaCh
                 _ => 2,
             };
             let cap = cfg
-                .cap(market.demand)
-                .unwrap_or(f64::INFINITY)
-                .min(cfg.max_consumer_price);
+                .consumer_price_max(market.demand)
+                .unwrap_or(f64::INFINITY);
             Decision::Utility(UtilityDecision {
                 cost_to_consumer: ((average_price * (1.0 + margin) * 100.0).round() / 100.0)
                     .min(cap),

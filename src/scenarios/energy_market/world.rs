@@ -41,6 +41,9 @@ pub struct Company {
     pub upgraded: bool,
     /// A utility's purchases: (producer, units, price).
     pub suppliers: Vec<(u32, f64, f64)>,
+    /// A producer's sales, as its buyers recorded them: (utility, units, price).
+    #[serde(default)]
+    pub buyers: Vec<(u32, f64, f64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,6 +106,7 @@ impl Market {
                     renewable_mix: 0.0,
                     upgraded: false,
                     suppliers: Vec::new(),
+                    buyers: Vec::new(),
                 }
             })
             .collect();
@@ -122,6 +126,26 @@ impl Market {
             companies,
             demand: cfg.starting_demand,
             steps: 0,
+        }
+    }
+
+    /// Whether the coming step is the reference's hidden round (demand 0, before step 1).
+    pub fn in_hidden_round(&self, cfg: &MarketConfig) -> bool {
+        cfg.hidden_round() && self.steps == 0
+    }
+
+    /// Each producer's buyers, from the utilities' purchases of the last step.
+    pub(super) fn record_buyers(&mut self) {
+        for c in &mut self.companies {
+            c.buyers.clear();
+        }
+        for u in 0..self.companies.len() {
+            for i in 0..self.companies[u].suppliers.len() {
+                let (p, units, price) = self.companies[u].suppliers[i];
+                self.companies[p as usize]
+                    .buyers
+                    .push((u as u32, units, price));
+            }
         }
     }
 

@@ -1,0 +1,582 @@
+//! The energy market's report: the figures of the reference study (2 to 9) for every arm
+//! and population, the numbers behind them, the tests the study's claims need, and
+//! Experiment 2's dynamics.
+//!
+//! Statistics: the market (a replicate) is the unit of independence, since its companies
+//! react to each other. Every interval and test is computed over replicate means; the
+//! companies' own values are kept as descriptive spread. Profits get Student's t
+//! intervals; bounded quantities (prices, shares, preferences, counts, times) the
+//! bootstrap percentile interval, which stays within their bounds. Welch's t-tests compare
+//! replicate means, and Holm's correction runs over every test of the report. Every company
+//! counts in the steps it traded in, including the one whose loss bankrupted it.
+
+mod data;
+pub mod dynamics;
+pub mod figures;
+mod render;
+
+pub use data::{Cell, CellSettings, Run};
+
+use super::Row;
+use super::config::Role;
+use crate::analysis::stats::{Method, Nested, Summary, Welch, holm, replicate_means, welch};
+use crate::record::{Manifest, StepRecord};
+use dynamics::Dynamics;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A utility persona's numbers in one arm and population.
+#[derive(Debug, Clone, Serialize)]
+pub struct PersonaStats {
+    pub persona: String,
+    pub utilities: usize,
+    /// Of them, bankrupt by the last step; and the company-steps after their bankruptcy,
+    /// which the statistics leave out (they no longer trade).
+    pub bankrupt: usize,
+    pub steps_after_bankruptcy: usize,
+    /// A utility's mean profit per step it traded in.
+    pub profit: Nested,
+    pub renewable_mix: Nested,
+    /// The renewable share of its purchases.
+    pub renewable_share: Nested,
+    /// The share weighted by its preference (share x adjust_renewable_mix), Figure 9's.
+    pub weighted_share: Nested,
+}
+
+/// A producer type's mean price (second half of the run) in one arm and population.
+#[derive(Debug, Clone, Serialize)]
+pub struct TypeStats {
+    pub company_type: String,
+    pub price: Nested,
+}
+
+/// One arm at one population size, over its replicates.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupStats {
+    pub arm: String,
+    pub population: usize,
+    pub replicates: usize,
+    pub settings: CellSettings,
+    pub last_step: usize,
+    pub consumer_price_start: Nested,
+    pub consumer_price_end: Nested,
+    pub producer_price_start: Nested,
+    pub producer_price_end: Nested,
+    /// The share of companies bankrupt after the last step, and how many.
+    pub bankrupt_end: Option<Summary>,
+    pub bankrupt_companies: usize,
+    pub companies: usize,
+    pub personas: Vec<PersonaStats>,
+    pub producer_types: Vec<TypeStats>,
+    /// The largest gap between producer types' mean prices in a market: how far apart
+    /// subpopulations that should be indistinguishable still are (Experiment 3).
+    pub type_gap: Option<Summary>,
+    pub dynamics: Dynamics,
+}
+
+/// One Welch test of replicate means, in the report's family.
+#[derive(Debug, Clone, Serialize)]
+pub struct TestRow {
+    pub population: usize,
+    pub quantity: &'static str,
+    /// `arm: persona` on either side.
+    pub a: String,
+    pub b: String,
+    /// Replicates on either side.
+    pub n_a: usize,
+    pub n_b: usize,
+    pub welch: Option<Welch>,
+    /// Why there is no test, when there is none.
+    pub why_not: Option<&'static str>,
+    /// Holm-adjusted p over every test of the report.
+    pub holm_p: Option<f64>,
+}
+
+/// A company that went bankrupt, and what the tables say of the steps after.
+#[derive(Debug, Clone, Serialize)]
+pub struct Bankruptcy {
+    pub arm: String,
+    pub population: usize,
+    pub replicate: usize,
+    pub agent: usize,
+    pub role: Role,
+    pub kind: String,
+    pub persona: String,
+    pub step: usize,
+    /// Steps after it, in which it is shown as "bankrupt" and does not trade.
+    pub steps_after: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PopulationTiming {
+    pub population: usize,
+    /// Processes (devices) that ran its steps.
+    pub ranks: Vec<usize>,
+    pub step_seconds: Option<Summary>,
+    pub median_seconds: f64,
+    pub min_seconds: f64,
+    pub max_seconds: f64,
+    pub decisions_per_second: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub manifest: Manifest,
+    /// Set when the run is not finished: steps done out of planned.
+    pub unfinished: Option<String>,
+    /// Lines a reader must see next: a model smaller than the study's, the scripted policy.
+    pub notes: Vec<String>,
+    pub groups: Vec<GroupStats>,
+    pub tests: Vec<TestRow>,
+    pub bankruptcies: Vec<Bankruptcy>,
+    pub timings: Vec<PopulationTiming>,
+    pub figures: Vec<String>,
+}
+
+/// Per replicate, the mean over companies of `role` present at `step` of `f`.
+fn at_step(
+    cells: &[&Cell],
+    step: impl Fn(&Cell) -> usize,
+    role: Role,
+    f: fn(&Row) -> f64,
+) -> Nested {
+    let groups: Vec<Vec<f64>> = cells
+        .iter()
+        .map(|c| c.present_rows(step(c), role).map(f).collect())
+        .collect();
+    Nested::of(&groups, Method::BootstrapPercentile)
+}
+
+/// Each utility of `persona`'s mean of `f` over the market steps it traded in.
+fn utility_means(cell: &Cell, persona: &str, f: fn(&Row) -> f64) -> Vec<f64> {
+    cell.steps[0]
+        .iter()
+        .filter(|r| r.role == Role::Utility && r.persona == persona)
+        .filter_map(|r| {
+            let v: Vec<f64> = cell
+                .market_steps()
+                .filter(|&s| cell.traded(s, r.agent))
+                .map(|s| f(&cell.steps[s][r.agent]))
+                .collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        })
+        .collect()
+}
+
+pub(crate) fn profit(r: &Row) -> f64 {
+    r.profit
+}
+pub(crate) fn mix(r: &Row) -> f64 {
+    r.renewable_mix
+}
+pub(crate) fn share(r: &Row) -> f64 {
+    r.renewable_fraction
+}
+pub(crate) fn weighted(r: &Row) -> f64 {
+    r.renewable_fraction * r.renewable_mix
+}
+
+/// A utility's value in one step.
+type Quantity = fn(&Row) -> f64;
+
+/// The persona quantities the tests compare, by the name the tests carry.
+const QUANTITIES: [(&str, Quantity); 3] = [
+    ("utility profit", profit),
+    ("renewable mix", mix),
+    ("renewable share", share),
+];
+
+fn personas_of(cells: &[&Cell]) -> Vec<String> {
+    let mut names: Vec<String> = cells
+        .iter()
+        .flat_map(|c| c.steps[0].iter())
+        .filter(|r| r.role == Role::Utility)
+        .map(|r| r.persona.clone())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+fn persona_stats(cells: &[&Cell], persona: &str) -> PersonaStats {
+    let nested = |f: fn(&Row) -> f64, method| {
+        let groups: Vec<Vec<f64>> = cells.iter().map(|c| utility_means(c, persona, f)).collect();
+        Nested::of(&groups, method)
+    };
+    let (mut utilities, mut bankrupt, mut after) = (0, 0, 0);
+    for c in cells {
+        for r in c.steps[0]
+            .iter()
+            .filter(|r| r.role == Role::Utility && r.persona == persona)
+        {
+            utilities += 1;
+            if let Some(s) = c.bankrupt_at(r.agent) {
+                bankrupt += 1;
+                after += c.last_step() - s;
+            }
+        }
+    }
+    PersonaStats {
+        persona: persona.to_string(),
+        utilities,
+        bankrupt,
+        steps_after_bankruptcy: after,
+        profit: nested(profit, Method::StudentT),
+        renewable_mix: nested(mix, Method::BootstrapPercentile),
+        renewable_share: nested(share, Method::BootstrapPercentile),
+        weighted_share: nested(weighted, Method::BootstrapPercentile),
+    }
+}
+
+/// Each producer type's mean price over the second half of the market's steps.
+fn type_stats(cells: &[&Cell]) -> (Vec<TypeStats>, Option<Summary>) {
+    let mut per_type: BTreeMap<String, Vec<Vec<f64>>> = BTreeMap::new();
+    for (i, c) in cells.iter().enumerate() {
+        let steps = c.market_steps();
+        let (first, last) = (*steps.start(), *steps.end());
+        let half = first + (last.saturating_sub(first)) / 2;
+        for r in c.steps[0].iter().filter(|r| r.role == Role::Producer) {
+            let prices: Vec<f64> = (half..=last)
+                .filter(|&s| c.traded(s, r.agent))
+                .map(|s| c.steps[s][r.agent].energy_price)
+                .collect();
+            if prices.is_empty() {
+                continue;
+            }
+            let groups = per_type.entry(r.company_type.clone()).or_default();
+            groups.resize(cells.len(), Vec::new());
+            groups[i].push(prices.iter().sum::<f64>() / prices.len() as f64);
+        }
+    }
+    let gaps: Vec<f64> = (0..cells.len())
+        .filter_map(|i| {
+            let means: Vec<f64> = per_type
+                .values()
+                .filter_map(|g| g.get(i).filter(|v| !v.is_empty()))
+                .map(|v| v.iter().sum::<f64>() / v.len() as f64)
+                .collect();
+            (means.len() >= 2).then(|| {
+                means.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+                    - means.iter().copied().fold(f64::INFINITY, f64::min)
+            })
+        })
+        .collect();
+    let types = per_type
+        .into_iter()
+        .map(|(company_type, groups)| TypeStats {
+            company_type,
+            price: Nested::of(&groups, Method::BootstrapPercentile),
+        })
+        .collect();
+    (types, Summary::of_bounded(&gaps))
+}
+
+fn group_stats(run: &Run, arm: &str, population: usize) -> GroupStats {
+    let cells = run.group(arm, population);
+    let last = |c: &Cell| c.last_step();
+    let bankrupt_shares: Vec<f64> = cells
+        .iter()
+        .map(|c| {
+            let end = &c.steps[c.last_step()];
+            end.iter().filter(|r| r.bankrupt).count() as f64 / end.len().max(1) as f64
+        })
+        .collect();
+    let (producer_types, type_gap) = type_stats(&cells);
+    GroupStats {
+        arm: arm.to_string(),
+        population,
+        replicates: cells.len(),
+        settings: cells[0].settings.clone(),
+        last_step: cells.iter().map(|c| c.last_step()).max().unwrap_or(0),
+        consumer_price_start: at_step(&cells, |_| 0, Role::Utility, |r| r.cost_to_consumer),
+        consumer_price_end: at_step(&cells, last, Role::Utility, |r| r.cost_to_consumer),
+        producer_price_start: at_step(&cells, |_| 0, Role::Producer, |r| r.energy_price),
+        producer_price_end: at_step(&cells, last, Role::Producer, |r| r.energy_price),
+        bankrupt_end: Summary::of_bounded(&bankrupt_shares),
+        bankrupt_companies: cells
+            .iter()
+            .map(|c| c.steps[c.last_step()].iter().filter(|r| r.bankrupt).count())
+            .sum(),
+        companies: cells.iter().map(|c| c.steps[0].len()).sum(),
+        personas: personas_of(&cells)
+            .iter()
+            .map(|p| persona_stats(&cells, p))
+            .collect(),
+        producer_types,
+        type_gap,
+        dynamics: dynamics::dynamics(&cells),
+    }
+}
+
+fn test(
+    population: usize,
+    quantity: &'static str,
+    (a, ra): (String, Vec<f64>),
+    (b, rb): (String, Vec<f64>),
+) -> TestRow {
+    let w = welch(&ra, &rb);
+    TestRow {
+        population,
+        quantity,
+        a,
+        b,
+        n_a: ra.len(),
+        n_b: rb.len(),
+        welch: w,
+        why_not: w.is_none().then_some(if ra.len() < 2 || rb.len() < 2 {
+            "fewer than 2 replicates"
+        } else {
+            "no variation within either side"
+        }),
+        holm_p: None,
+    }
+}
+
+/// The family: every pair of personas within each arm, and each persona against the same
+/// companies in the control arm, for profit, renewable mix and renewable share; then Holm.
+fn tests(run: &Run) -> Vec<TestRow> {
+    let mut out = Vec::new();
+    let control = run.control_arm();
+    for (arm, population) in run.groups() {
+        let cells = run.group(&arm, population);
+        let personas = personas_of(&cells);
+        let means = |cells: &[&Cell], persona: &str, f| {
+            replicate_means(
+                &cells
+                    .iter()
+                    .map(|c| utility_means(c, persona, f))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        for (quantity, f) in QUANTITIES {
+            for i in 0..personas.len() {
+                for j in i + 1..personas.len() {
+                    out.push(test(
+                        population,
+                        quantity,
+                        (
+                            format!("{arm}: {}", personas[i]),
+                            means(&cells, &personas[i], f),
+                        ),
+                        (
+                            format!("{arm}: {}", personas[j]),
+                            means(&cells, &personas[j], f),
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(control) = control.filter(|c| *c != arm) {
+            let base = run.group(control, population);
+            if base.is_empty() {
+                continue;
+            }
+            for (quantity, f) in QUANTITIES {
+                for p in &personas {
+                    out.push(test(
+                        population,
+                        quantity,
+                        (format!("{arm}: {p}"), means(&cells, p, f)),
+                        (format!("{control}: {p}"), means(&base, p, f)),
+                    ));
+                }
+            }
+        }
+    }
+    let ps: Vec<f64> = out.iter().filter_map(|t| t.welch.map(|w| w.p)).collect();
+    let mut adjusted = holm(&ps).into_iter();
+    for t in out.iter_mut().filter(|t| t.welch.is_some()) {
+        t.holm_p = adjusted.next();
+    }
+    out
+}
+
+fn bankruptcies(run: &Run) -> Vec<Bankruptcy> {
+    let mut out = Vec::new();
+    for c in &run.cells {
+        for r in &c.steps[0] {
+            if let Some(step) = c.bankrupt_at(r.agent) {
+                out.push(Bankruptcy {
+                    arm: c.arm.clone(),
+                    population: c.population,
+                    replicate: c.replicate,
+                    agent: r.agent,
+                    role: r.role,
+                    kind: r.company_type.clone(),
+                    persona: r.persona.clone(),
+                    step,
+                    steps_after: c.last_step() - step,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn timings(steps: &[StepRecord]) -> Vec<PopulationTiming> {
+    let mut by_population: BTreeMap<usize, Vec<&StepRecord>> = BTreeMap::new();
+    for s in steps {
+        by_population.entry(s.population).or_default().push(s);
+    }
+    by_population
+        .into_iter()
+        .map(|(population, s)| {
+            let mut seconds: Vec<f64> = s.iter().map(|x| x.seconds).collect();
+            seconds.sort_by(f64::total_cmp);
+            let mut ranks: Vec<usize> = s.iter().map(|x| x.ranks).collect();
+            ranks.sort_unstable();
+            ranks.dedup();
+            PopulationTiming {
+                population,
+                ranks,
+                step_seconds: Summary::of_bounded(&seconds),
+                median_seconds: crate::analysis::stats::quantile(&seconds, 0.5),
+                min_seconds: seconds[0],
+                max_seconds: seconds[seconds.len() - 1],
+                decisions_per_second: s.iter().map(|x| x.decisions).sum::<usize>() as f64
+                    / seconds.iter().sum::<f64>().max(1e-9),
+            }
+        })
+        .collect()
+}
+
+/// Parameters in billions, read from a model's name (`smollm2-135m-instruct`,
+/// `llama-3.2-3b-instruct`, `SmolLM2-135M-Instruct.Q4_1.gguf`), when it says.
+pub fn parameters_in_name(name: &str) -> Option<f64> {
+    let base = name
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(name)
+        .to_lowercase();
+    base.split(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+        .filter_map(|token| {
+            let (number, unit) = token.split_at(token.len().checked_sub(1)?);
+            let scale = match unit {
+                "m" => 1e-3,
+                "b" => 1.0,
+                _ => return None,
+            };
+            number.parse::<f64>().ok().map(|n| n * scale)
+        })
+        .next_back()
+}
+
+/// The study ran Llama 3.2 3B and found models under 1B parameters unable to keep focus.
+const STUDY_PARAMETERS: f64 = 3.0;
+
+/// What a reader must know before trusting the numbers, after whether the run is finished:
+/// a model below the study's (with what the run still shows, and how to reproduce the
+/// study), or the scripted policy.
+fn notes(run: &Run, groups: &[GroupStats]) -> Vec<String> {
+    let m = &run.manifest;
+    let mut out = Vec::new();
+    let reproduce = format!(
+        "To reproduce the study, run it on a GPU with the model it used: `cargo run --release --features cuda -- run {} --model llama-3.2-3b-instruct --device cuda:0`.",
+        if m.config_file.is_empty() {
+            "experiments/exp1-unregulated.toml"
+        } else {
+            &m.config_file
+        }
+    );
+    if m.policy == "scripted" {
+        out.push(format!(
+            "Scripted policy: companies follow fixed rules of thumb, not a language model. These numbers test the market's rules, the records and the report, not the study's claims about LLM agents. {reproduce}"
+        ));
+    } else if let Some(model) = m.model.as_deref() {
+        let size = parameters_in_name(model);
+        if size.is_none_or(|b| b < STUDY_PARAMETERS) {
+            let companies: usize = groups.iter().map(|g| g.companies).sum();
+            let bankrupt: usize = groups.iter().map(|g| g.bankrupt_companies).sum();
+            let (mut charged, mut paid) = (Vec::new(), Vec::new());
+            for c in &run.cells {
+                for s in c.market_steps() {
+                    for r in c.present_rows(s, Role::Utility) {
+                        charged.push(r.cost_to_consumer);
+                        if r.bought > 0.0 {
+                            paid.push(r.costs / r.bought);
+                        }
+                    }
+                }
+            }
+            let median = |v: &mut Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                (!v.is_empty()).then(|| crate::analysis::stats::quantile(v, 0.5))
+            };
+            let size = match size {
+                Some(b) if b < 1.0 => format!("about {:.0}M parameters", b * 1000.0),
+                Some(b) => format!("about {b}B parameters"),
+                None => "a size throng cannot read from its name".into(),
+            };
+            let seen = match (median(&mut charged), median(&mut paid)) {
+                (Some(c), Some(p)) => format!(
+                    " In this run utilities charged consumers a median {c:.2} per unit against a median purchase price of {p:.2}, and {bankrupt} of {companies} companies were bankrupt by the last step."
+                ),
+                _ => {
+                    format!(" {bankrupt} of {companies} companies were bankrupt by the last step.")
+                }
+            };
+            out.push(format!(
+                "Small model: this run used {model} ({size}), below the Llama 3.2 3B the study used; the study reports that models under 1B parameters could not keep focus or format their answers.{seen} What this run demonstrates is the engine, the records and the report pipeline, not the market behaviour the study describes. {reproduce}"
+            ));
+        }
+    }
+    out
+}
+
+/// Writes the figures, `summary.json` and `report.html` into `dir` and returns the numbers.
+pub fn report(dir: &Path) -> Result<Report, String> {
+    let run = Run::read(dir)?;
+    let groups: Vec<GroupStats> = run
+        .groups()
+        .into_iter()
+        .map(|(arm, p)| group_stats(&run, &arm, p))
+        .collect();
+    let figures = figures::draw(&run, dir)?;
+    let report = Report {
+        unfinished: crate::analysis::html::unfinished(&run.manifest),
+        notes: notes(&run, &groups),
+        tests: tests(&run),
+        bankruptcies: bankruptcies(&run),
+        timings: timings(&run.steps),
+        groups,
+        figures,
+        manifest: run.manifest,
+    };
+    crate::record::write_json_atomic(&dir.join("summary.json"), &report)
+        .map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("report.html"), render::html(&report))
+        .map_err(|e| format!("{}: {e}", dir.join("report.html").display()))?;
+    Ok(report)
+}
+
+/// The key numbers as text lines, for the terminal.
+pub fn text(report: &Report) -> String {
+    render::text(report)
+}
+
+/// Writes the report of the run in `dir` and returns its key numbers as text (the
+/// registry's entry).
+pub fn write(dir: &Path) -> Result<String, String> {
+    report(dir).map(|r| text(&r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_sizes_are_read_from_names() {
+        assert_eq!(parameters_in_name("smollm2-135m-instruct"), Some(0.135));
+        assert_eq!(parameters_in_name("llama-3.2-3b-instruct"), Some(3.0));
+        assert_eq!(
+            parameters_in_name("/cache/SmolLM2-135M-Instruct.Q4_1.gguf"),
+            Some(0.135)
+        );
+        assert_eq!(
+            parameters_in_name("meta-llama/Llama-3.1-8B-Instruct"),
+            Some(8.0)
+        );
+        assert_eq!(parameters_in_name("my-model"), None);
+    }
+}
