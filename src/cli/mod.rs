@@ -3,6 +3,7 @@
 
 pub mod generate;
 pub mod models;
+pub mod plan;
 pub mod run;
 
 use anyhow::{Context, Result, bail};
