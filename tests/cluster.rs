@@ -6,6 +6,8 @@
 //! cores). Without `mpirun` they skip loudly, unless THRONG_REQUIRE_ASSETS=1 (CI), where that
 //! is a failure: `.ci/run` installs Open MPI.
 
+#![cfg_attr(not(feature = "mpi"), allow(dead_code, unused_imports))]
+
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -173,7 +175,7 @@ fn scripted_records_are_identical_under_one_two_and_three_ranks() {
     let tmp = tempfile::tempdir().unwrap();
     for (i, (config, args)) in scripted_runs().iter().enumerate() {
         let alone = tmp.path().join(format!("{i}-alone"));
-        let mut base = vec!["run", config, "--no-report"];
+        let mut base = vec!["run", *config, "--no-report"];
         base.extend(args.iter().copied());
         let mut cmd = throng();
         cmd.args(&base).args(["--out", alone.to_str().unwrap()]);

@@ -25,7 +25,7 @@ fn text(out: &Output) -> String {
     )
 }
 
-fn ok(mut cmd: Command) -> Output {
+fn ok(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     out
@@ -104,7 +104,7 @@ fn sigterm_leaves_a_resumable_folder_and_exits_0() {
     let manifest: throng::record::Manifest =
         throng::record::read_json(&stopped.join("manifest.json")).unwrap();
     assert_eq!(manifest.status, throng::record::Status::Paused);
-    ok(throng(&[
+    ok(&mut throng(&[
         "run",
         "--resume",
         stopped.to_str().unwrap(),
@@ -141,7 +141,7 @@ fn a_truncated_checkpoint_falls_back_to_the_previous_with_a_warning() {
         .unwrap()
         .set_len(len / 2)
         .unwrap();
-    let out = ok(throng(&[
+    let out = ok(&mut throng(&[
         "run",
         "--resume",
         damaged.to_str().unwrap(),

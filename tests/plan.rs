@@ -5,6 +5,7 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
+use throng::model::CausalLm;
 use throng::sim::plan::{Figure, Inputs, Source, Speed};
 use throng::testing::TinyLlama;
 

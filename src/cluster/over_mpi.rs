@@ -153,10 +153,10 @@ impl Transport for Mpi {
             let mut backoff = Backoff::new();
             loop {
                 for (_, slot) in pending.iter_mut() {
-                    if let Some(request) = slot.take() {
-                        if let Err(still) = request.test() {
-                            *slot = Some(still);
-                        }
+                    if let Some(request) = slot.take()
+                        && let Err(still) = request.test()
+                    {
+                        *slot = Some(still);
                     }
                 }
                 if let Some(&(to, _)) = pending.iter().find(|(_, s)| s.is_some()) {
