@@ -11,7 +11,7 @@
 #[cfg(feature = "mpi")]
 mod over_mpi;
 
-use std::sync::Arc;
+use std::rc::Rc;
 use std::time::Duration;
 
 /// How long a rank waits for another at an exchange before it stops the job.
@@ -150,11 +150,12 @@ impl Transport for Alone {
     }
 }
 
-/// This process's place in the job, and the way to the others. Cheap to clone.
+/// This process's place in the job, and the way to the others. Cheap to clone; stays on the
+/// thread that joined (MPI is initialised for one thread to call it).
 #[derive(Clone)]
 pub struct Ranks {
     topology: Topology,
-    transport: Arc<dyn Transport>,
+    transport: Rc<dyn Transport>,
     timeout: Duration,
 }
 
@@ -178,7 +179,7 @@ impl Ranks {
     pub fn single() -> Self {
         Ranks {
             topology: Topology::SINGLE,
-            transport: Arc::new(Alone),
+            transport: Rc::new(Alone),
             timeout: DEFAULT_TIMEOUT,
         }
     }
@@ -318,37 +319,6 @@ fn unframe(mut bytes: &[u8]) -> Vec<Vec<u8>> {
         bytes = &bytes[8 + len..];
     }
     out
-}
-
-/// Waits between polls of an exchange: short at first, then up to 2 ms, so that a rank
-/// waiting for a slower one leaves the CPU to it (on an oversubscribed machine the slower
-/// one may be on the same core).
-pub(crate) struct Backoff {
-    started: std::time::Instant,
-    spins: u32,
-}
-
-impl Backoff {
-    pub(crate) fn new() -> Self {
-        Backoff {
-            started: std::time::Instant::now(),
-            spins: 0,
-        }
-    }
-
-    pub(crate) fn elapsed(&self) -> Duration {
-        self.started.elapsed()
-    }
-
-    pub(crate) fn wait(&mut self) {
-        self.spins += 1;
-        if self.spins < 64 {
-            std::thread::yield_now();
-        } else {
-            let micros = (self.spins as u64 - 63).min(2000);
-            std::thread::sleep(Duration::from_micros(micros));
-        }
-    }
 }
 
 #[cfg(test)]

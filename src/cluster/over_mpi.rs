@@ -2,11 +2,11 @@
 //! point-to-point messages polled against a deadline, rather than blocking collectives,
 //! because MPI collectives cannot time out and cannot say which rank is missing.
 
-use super::{Backoff, ClusterError, Topology, Transport};
+use super::{ClusterError, Topology, Transport};
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
-use std::sync::Arc;
+use std::rc::Rc;
 use std::time::Duration;
 
 const GATHER: mpi::Tag = 11;
@@ -19,7 +19,7 @@ struct Mpi {
 }
 
 /// Initialises MPI and reads this process's place in it.
-pub(super) fn init() -> Result<(Topology, Arc<dyn Transport>), ClusterError> {
+pub(super) fn init() -> Result<(Topology, Rc<dyn Transport>), ClusterError> {
     let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Funneled)
         .ok_or_else(|| ClusterError::Mpi("MPI was already initialised in this process".into()))?;
     let world = universe.world();
@@ -34,7 +34,7 @@ pub(super) fn init() -> Result<(Topology, Arc<dyn Transport>), ClusterError> {
     };
     Ok((
         topology,
-        Arc::new(Mpi {
+        Rc::new(Mpi {
             _universe: universe,
             world,
         }),
@@ -178,5 +178,36 @@ impl Transport for Mpi {
 
     fn abort(&self, code: i32) -> ! {
         self.world.abort(code)
+    }
+}
+
+/// Waits between polls of an exchange: short at first, then up to 2 ms, so that a rank
+/// waiting for a slower one leaves the CPU to it (on an oversubscribed machine the slower
+/// one may be on the same core).
+struct Backoff {
+    started: std::time::Instant,
+    spins: u32,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff {
+            started: std::time::Instant::now(),
+            spins: 0,
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    fn wait(&mut self) {
+        self.spins += 1;
+        if self.spins < 64 {
+            std::thread::yield_now();
+        } else {
+            let micros = (self.spins as u64 - 63).min(2000);
+            std::thread::sleep(Duration::from_micros(micros));
+        }
     }
 }

@@ -170,7 +170,7 @@ impl Inputs {
         let kv_per_sequence = (own + self.reply_tokens.value) * kv_token;
         // Split by cells (when they deal out evenly) a device holds its cells' prefixes;
         // split by agents, all of them.
-        let prefixes_here = if self.cells % devices == 0 {
+        let prefixes_here = if self.cells.is_multiple_of(devices) {
             self.prefixes.div_ceil(devices)
         } else {
             self.prefixes

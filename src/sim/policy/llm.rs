@@ -46,6 +46,15 @@ pub fn template_name(file: &str) -> String {
         .unwrap_or_else(|| file.to_string())
 }
 
+/// Token counts of prompts, from [`Llm::prompt_sizes`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptSizes {
+    /// Per turn: tokens of its cell's shared system prompt, and of its whole prompt.
+    pub turns: Vec<(usize, usize)>,
+    /// Tokens of every distinct system prompt.
+    pub prefixes: Vec<usize>,
+}
+
 /// A turn made ready for the engine.
 struct Prepared {
     request: Result<Request, RequestError>,
@@ -92,14 +101,12 @@ impl Llm {
         crate::sim::persona::write(&mut self.engine, &self.prompts, &writer, population, seed)
     }
 
-    /// Tokens of the first-step prompts of `turns`, without deciding: for each turn, the
-    /// tokens of its cell's shared system prompt and of its whole prompt (`throng plan`).
-    /// Also the token count of every distinct system prompt.
+    /// Tokens of the prompts of `turns`, without deciding them (`throng plan`).
     pub fn prompt_sizes<S: Scenario>(
         &self,
         cells: &[CellView<'_, S>],
         turns: &[AgentTurn],
-    ) -> Result<(Vec<(usize, usize)>, Vec<usize>), PolicyError> {
+    ) -> Result<PromptSizes, PolicyError> {
         let mut systems: Vec<String> = Vec::new();
         let mut prefix_of = Vec::with_capacity(cells.len());
         for c in cells {
@@ -132,10 +139,10 @@ impl Llm {
                 Ok((prefix.shared_tokens().len(), total))
             })
             .collect::<Result<Vec<_>, PolicyError>>()?;
-        Ok((
-            sizes,
-            prefixes.iter().map(|p| p.shared_tokens().len()).collect(),
-        ))
+        Ok(PromptSizes {
+            turns: sizes,
+            prefixes: prefixes.iter().map(|p| p.shared_tokens().len()).collect(),
+        })
     }
 
     /// Renders and tokenizes one agent's own part of the prompt.

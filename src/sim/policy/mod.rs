@@ -7,7 +7,7 @@ mod llm;
 mod scripted;
 
 pub use assign::assign;
-pub use llm::{Llm, template_name};
+pub use llm::{Llm, PromptSizes, template_name};
 pub use scripted::Scripted;
 
 use super::config::LlmConfig;

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 /// only its own cells' prefixes), else splits by agents.
 pub fn choose(split: Split, cells: usize, ranks: usize) -> Split {
     match split {
-        Split::Auto if cells % ranks == 0 => Split::Cells,
+        Split::Auto if cells.is_multiple_of(ranks) => Split::Cells,
         Split::Auto => Split::Agents,
         chosen => chosen,
     }

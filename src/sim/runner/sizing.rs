@@ -72,7 +72,10 @@ pub fn first_step<S: Scenario>(
         (0..n).map(|i| turns[i * turns.len() / n]).collect()
     };
     let tokenized = spaced(TOKENIZED);
-    let (sizes, prefixes) = llm.prompt_sizes(&views, &tokenized)?;
+    let crate::sim::policy::PromptSizes {
+        turns: sizes,
+        prefixes,
+    } = llm.prompt_sizes(&views, &tokenized)?;
     let n = sizes.len().max(1) as f64;
     let prompt_tokens = sizes.iter().map(|s| s.1 as f64).sum::<f64>() / n;
     let shared_tokens = sizes.iter().map(|s| s.0 as f64).sum::<f64>() / n;
