@@ -25,6 +25,8 @@ enum Command {
     Generate(Box<cli::generate::GenerateArgs>),
     /// Run an experiment (or resume one), then write its report.
     Run(Box<cli::run::RunArgs>),
+    /// Size a run before queueing it: memory, tokens, batch and step time per device.
+    Plan(Box<cli::plan::PlanArgs>),
     /// Write the report of a run: statistics, figures and report.html.
     Report {
         /// The run folder.
@@ -67,7 +69,8 @@ fn run() -> Result<()> {
     }
     match cli.command {
         Command::Generate(args) => cli::generate::run(*args),
-        Command::Run(args) => cli::run::run(*args),
+        Command::Run(args) => cli::run::run(*args, cli.threads),
+        Command::Plan(args) => cli::plan::run(*args),
         Command::Report { dir } => cli::run::report(dir),
         Command::Bench(args) => cli::bench::run(*args),
         Command::Models => cli::models::list(),

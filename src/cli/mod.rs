@@ -13,6 +13,7 @@ macro_rules! out {
 pub mod bench;
 pub mod generate;
 pub mod models;
+pub mod plan;
 pub mod run;
 
 use anyhow::{Context, Result, bail};

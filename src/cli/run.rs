@@ -5,10 +5,13 @@ use super::ModelArgs;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use throng::cluster::Ranks;
 use throng::record::{self, Manifest, RunFolder, Status};
 use throng::scenarios;
-use throng::sim::config::PolicyKind;
+use throng::sim::config::{PolicyKind, Split};
 use throng::sim::experiment::{Experiment, Overrides};
 use throng::sim::policy::Llm;
 use throng::sim::runner::{Ended, Progress, RunOptions};
@@ -39,12 +42,82 @@ pub struct RunArgs {
     /// Stop after N steps, leaving the run resumable with --resume (for batch-job time limits).
     #[arg(long)]
     pub stop_after: Option<usize>,
+    /// How the ranks of an MPI job share the run (default: the config's `split`, else auto:
+    /// cells when they deal out evenly, else agents). Records are the same either way.
+    #[arg(long, value_enum)]
+    pub split: Option<Split>,
+    /// Devices of this machine's ranks, one per local rank (e.g. `cuda:0,cuda:2`); the
+    /// default is `cuda:LOCAL_RANK` in a CUDA build, else --device.
+    #[arg(long, value_delimiter = ',')]
+    pub devices: Option<Vec<String>>,
+    /// Seconds a rank waits for another at the end of a step before stopping the whole job.
+    #[arg(long, default_value_t = throng::cluster::DEFAULT_TIMEOUT.as_secs())]
+    pub rank_timeout: u64,
     /// Where and how to load the model (for the `llm` policy); --model overrides the config's.
     #[command(flatten)]
     pub model: ModelArgs,
 }
 
-pub fn run(args: RunArgs) -> Result<()> {
+/// The device this rank takes: its entry of --devices, else an explicit --device, else
+/// `cuda:LOCAL_RANK` in a CUDA build, else the CPU.
+fn device_for(args: &RunArgs, ranks: &Ranks) -> String {
+    let local = ranks.topology().local_rank;
+    if let Some(devices) = args.devices.as_ref().filter(|d| !d.is_empty()) {
+        return devices[local % devices.len()].clone();
+    }
+    let explicit = std::env::args().any(|a| a == "--device" || a.starts_with("--device="));
+    if !explicit && candle_core::utils::cuda_is_available() {
+        return format!("cuda:{local}");
+    }
+    args.model.device.clone()
+}
+
+/// Ctrl-C, and the SIGTERM a batch system sends before a job's time limit: finish the step,
+/// checkpoint, exit 0. A second one ends the process at once.
+fn stop_on_signal(rank: usize) -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let installed = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            eprintln!("\nthrong: rank {rank}: stopped at once; resume from the last checkpoint");
+            std::process::exit(130);
+        }
+        eprintln!(
+            "\nthrong: rank {rank}: stopping after the current step (signal again to stop at once)"
+        );
+    });
+    if let Err(e) = installed {
+        eprintln!("throng: warning: cannot catch Ctrl-C/SIGTERM ({e}); a signal will kill the run");
+    }
+    stop
+}
+
+/// `threads`: the global --threads, if given.
+pub fn run(args: RunArgs, threads: Option<usize>) -> Result<()> {
+    let ranks = Ranks::join(Duration::from_secs(args.rank_timeout.max(1)))?;
+    let local = ranks.topology().local_size;
+    if threads.is_none() && local > 1 {
+        // Ranks sharing a machine share its cores, rather than each starting one thread per
+        // core.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads((cores / local).max(1))
+            .build_global();
+    }
+    let result = run_ranked(args, &ranks);
+    if let Err(e) = &result
+        && ranks.size() > 1
+    {
+        // Other ranks may be waiting for this one: end the whole job, not this process
+        // alone (MPI's finalisation would wait for them).
+        eprintln!("throng: rank {}: error: {e:#}", ranks.rank());
+        ranks.abort(1);
+    }
+    result
+}
+
+fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
+    let root = ranks.is_root();
     let model_given = std::env::args().any(|a| a == "--model" || a.starts_with("--model="));
     let overrides = Overrides {
         policy: args.policy,
@@ -53,17 +126,43 @@ pub fn run(args: RunArgs) -> Result<()> {
         agents: args.agents.clone(),
         model: model_given.then(|| args.model.model.clone()),
     };
-    let (mut loaded, folder, mut manifest) = match (&args.config, &args.resume) {
-        (_, Some(dir)) => open_resumed(dir, &overrides)?,
-        (Some(config), None) => open_new(config, args.out.clone(), &overrides)?,
-        (None, None) => bail!("give an experiment config, or --resume RUN_DIR"),
+    // Rank 0 alone takes (and locks) the run folder and writes it; the other ranks follow
+    // the folder it names (a default one is named by rank 0's clock).
+    let opened = match (root, &args.config, &args.resume) {
+        (false, ..) => None,
+        (true, _, Some(dir)) => Some(open_resumed(dir, &overrides)?),
+        (true, Some(config), None) => Some(open_new(config, args.out.clone(), &overrides)?),
+        (true, None, None) => bail!("give an experiment config, or --resume RUN_DIR"),
+    };
+    let dir = opened
+        .as_ref()
+        .map_or_else(PathBuf::new, |(_, folder, _)| folder.dir().to_path_buf());
+    let dir = if ranks.size() > 1 {
+        let bytes = ranks.broadcast(dir.to_string_lossy().as_bytes().to_vec())?;
+        PathBuf::from(String::from_utf8(bytes).context("the run folder's name from rank 0")?)
+    } else {
+        dir
     };
     let resume = args.resume.is_some();
-    let dir = folder.dir().to_path_buf();
+    let (mut loaded, _folder, mut manifest) = match opened {
+        Some((loaded, folder, manifest)) => (loaded, Some(folder), manifest),
+        None => {
+            let mut loaded = match (&args.config, resume) {
+                (_, true) => scenarios::load(&dir.join(record::CONFIG), &Overrides::default())?,
+                (Some(config), false) => scenarios::load(config, &overrides)?,
+                (None, false) => bail!("give an experiment config, or --resume RUN_DIR"),
+            };
+            if resume {
+                loaded.resume_from(&dir)?;
+            }
+            (loaded, None, Manifest::default())
+        }
+    };
     let exp = loaded.experiment();
     let mut llm = if scenarios::needs_model(exp) {
         let model = ModelArgs {
             model: exp.config.llm.model.clone(),
+            device: device_for(&args, ranks),
             ..args.model.clone()
         };
         let (engine, weights) = model.load_engine_described()?;
@@ -89,7 +188,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         .map(|&n| (n * cells * exp.config.steps.0) as u64)
         .sum();
     let name = exp.config.name.clone();
-    let bar = ProgressBar::new(planned);
+    let bar = match root {
+        true => ProgressBar::new(planned),
+        false => ProgressBar::hidden(),
+    };
     bar.set_style(
         ProgressStyle::with_template(
             "{bar:30} {human_pos}/{human_len} decisions, {per_sec} [{elapsed_precise}, ETA {eta_precise}] {msg}",
@@ -98,11 +200,23 @@ pub fn run(args: RunArgs) -> Result<()> {
     );
     let started = Instant::now();
     let mut steps_done = 0u64;
-    eprintln!("throng: running {name} into {}", dir.display());
+    if root {
+        eprintln!(
+            "throng: running {name} into {}{}",
+            dir.display(),
+            match ranks.size() {
+                1 => String::new(),
+                n => format!(" on {n} ranks"),
+            }
+        );
+    }
+    let stop = stop_on_signal(ranks.rank());
     let options = RunOptions {
         resume,
         stop_after: args.stop_after,
-        stop: None,
+        stop: Some(stop.clone()),
+        ranks: ranks.clone(),
+        split: args.split,
     };
     let ended = loaded.run(
         llm.as_mut(),
@@ -127,6 +241,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     );
     let ended = match ended {
         Ok(ended) => ended,
+        Err(e) if !root => return Err(e.into()),
         Err(e) => {
             bar.abandon();
             manifest.status = Status::Failed;
@@ -141,12 +256,24 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
     };
     bar.finish();
+    if !root {
+        return Ok(());
+    }
     if ended == Ended::Paused {
         manifest.status = Status::Paused;
         record::write_json_atomic(&dir.join(record::MANIFEST), &manifest)?;
+        // Without --stop-after, only a signal (to this rank or another) pauses a run.
+        let why = match stop.load(Ordering::SeqCst) || args.stop_after.is_none() {
+            true => "stopped by a signal",
+            false => "paused",
+        };
         out!(
-            "paused after {steps_done} steps; continue with: throng run --resume {}",
-            dir.display()
+            "{why} after {steps_done} steps, checkpointed; resume with: throng run --resume {}{}",
+            dir.display(),
+            match ranks.size() {
+                1 => "",
+                _ => " (under mpirun or srun, with any number of ranks)",
+            }
         )?;
         return Ok(());
     }

@@ -40,6 +40,9 @@ pub struct StepRecord {
     /// Processes that decided the step (1 without MPI).
     #[serde(default = "one")]
     pub ranks: usize,
+    /// Of `seconds`: waiting for and exchanging the other ranks' parts of the step.
+    #[serde(default)]
+    pub exchange_seconds: f64,
 }
 
 fn one() -> usize {

@@ -10,7 +10,9 @@ use crate::sim::config::{ConfigError, PolicyKind};
 use crate::sim::experiment::{Experiment, Overrides};
 use crate::sim::policy::{Llm, template_name};
 use crate::sim::prompt::PromptBook;
-use crate::sim::runner::{self, Checkpoint, Ended, Policies, Progress, RunError, RunOptions};
+use crate::sim::runner::{
+    self, Checkpoint, Ended, FirstStep, Policies, Progress, RunError, RunOptions,
+};
 use crate::sim::scenario::Scenario;
 use std::path::{Path, PathBuf};
 
@@ -78,6 +80,14 @@ pub trait Loaded {
         options: &RunOptions,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Ended, RunError>;
+    /// The first step of population size `population` as the model sees it, with `sample`
+    /// of its agents decided on this device (`throng plan`).
+    fn first_step(
+        &self,
+        llm: &mut Llm,
+        population: usize,
+        sample: usize,
+    ) -> Result<FirstStep, RunError>;
 }
 
 impl std::fmt::Debug for dyn Loaded {
@@ -168,6 +178,15 @@ impl<S: Scenario> Loaded for Typed<S> {
             options,
             progress,
         )
+    }
+
+    fn first_step(
+        &self,
+        llm: &mut Llm,
+        population: usize,
+        sample: usize,
+    ) -> Result<FirstStep, RunError> {
+        runner::first_step(&self.exp, &self.arms, population, llm, sample)
     }
 }
 

@@ -321,6 +321,23 @@ pub struct ExperimentConfig {
     pub policy_groups: Vec<toml::Spanned<PolicyGroupConfig>>,
     #[serde(default)]
     pub records: RecordsConfig,
+    /// How the ranks of an MPI job share the work (`throng run --split` overrides it).
+    #[serde(default)]
+    pub split: Split,
+}
+
+/// How the ranks of a job share a run. The records are the same whichever is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    /// `cells` when the cells of a population size can be dealt out evenly, else `agents`.
+    #[default]
+    Auto,
+    /// Cells (arms x replicates) are dealt out to ranks; each steps its own.
+    Cells,
+    /// Every rank holds every cell and decides for its share of the agents; decisions are
+    /// exchanged every step.
+    Agents,
 }
 
 fn one() -> Count {

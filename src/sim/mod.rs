@@ -4,6 +4,7 @@
 pub mod config;
 pub mod experiment;
 pub mod persona;
+pub mod plan;
 pub mod policy;
 pub mod population;
 pub mod prompt;

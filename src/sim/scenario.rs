@@ -39,8 +39,9 @@ pub struct Parsed<D> {
 pub trait Scenario: Sized + Send + Sync {
     /// Everything that changes during a cell's run, kept in checkpoints.
     type World: Serialize + DeserializeOwned + Send + Sync;
-    /// One agent's move: small, since a step may hold a million of them.
-    type Decision: Serialize + Clone + Send + Sync;
+    /// One agent's move: small, since a step may hold a million of them. Its serde form is
+    /// also how it travels between ranks (self-describing, so `untagged` enums work).
+    type Decision: Serialize + DeserializeOwned + Clone + Send + Sync;
 
     /// Its name in configs (`[scenario] name = ...`), and its templates folder's.
     const NAME: &'static str;

@@ -53,6 +53,19 @@ impl Serialize for Decision {
     }
 }
 
+impl<'de> Deserialize<'de> for Decision {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct In {
+            guess: Option<f64>,
+        }
+        // Hundredths written as f64 come back exactly: |g| <= 10^4 and g/100 rounds to the
+        // nearest double, which times 100 rounds back to g.
+        let In { guess } = In::deserialize(d)?;
+        Ok(Decision(guess.map(|g| (g * SCALE as f64).round() as _)))
+    }
+}
+
 /// What a reply must be: `{"guess": x}`, or `{"reasoning": "...", "guess": x}` with the
 /// reasoning first, so that the model thinks before it commits to a number.
 pub fn schema(cfg: &GuessConfig) -> Value {

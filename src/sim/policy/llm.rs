@@ -46,6 +46,15 @@ pub fn template_name(file: &str) -> String {
         .unwrap_or_else(|| file.to_string())
 }
 
+/// Token counts of prompts, from [`Llm::prompt_sizes`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptSizes {
+    /// Per turn: tokens of its cell's shared system prompt, and of its whole prompt.
+    pub turns: Vec<(usize, usize)>,
+    /// Tokens of every distinct system prompt.
+    pub prefixes: Vec<usize>,
+}
+
 /// A turn made ready for the engine.
 struct Prepared {
     request: Result<Request, RequestError>,
@@ -90,6 +99,50 @@ impl Llm {
             cache_dir: &cache_dir,
         };
         crate::sim::persona::write(&mut self.engine, &self.prompts, &writer, population, seed)
+    }
+
+    /// Tokens of the prompts of `turns`, without deciding them (`throng plan`).
+    pub fn prompt_sizes<S: Scenario>(
+        &self,
+        cells: &[CellView<'_, S>],
+        turns: &[AgentTurn],
+    ) -> Result<PromptSizes, PolicyError> {
+        let mut systems: Vec<String> = Vec::new();
+        let mut prefix_of = Vec::with_capacity(cells.len());
+        for c in cells {
+            let text = self
+                .prompts
+                .render("system", &c.scenario.shared_context(c.world, c.step))?;
+            let i = systems.iter().position(|s| *s == text).unwrap_or_else(|| {
+                systems.push(text);
+                systems.len() - 1
+            });
+            prefix_of.push(i);
+        }
+        let prefixes: Vec<SharedPrefix> = systems
+            .iter()
+            .map(|s| SharedPrefix::new(self.engine.chat_template(), self.engine.tokenizer(), s))
+            .collect::<Result<_, _>>()
+            .map_err(|e| PolicyError::Engine(format!("the system prompt: {e}")))?;
+        let sizes = turns
+            .par_iter()
+            .map(|t| {
+                let prefix = &prefixes[prefix_of[t.cell]];
+                let p = self.prepare(cells, prefix, t)?;
+                let request = p
+                    .request
+                    .map_err(|e| PolicyError::Engine(format!("a first-step prompt: {e}")))?;
+                let Prompt::Tokens(tokens) = &request.prompt else {
+                    return Err(PolicyError::Engine("a prompt was not tokenized".into()));
+                };
+                let total = tokens.len();
+                Ok((prefix.shared_tokens().len(), total))
+            })
+            .collect::<Result<Vec<_>, PolicyError>>()?;
+        Ok(PromptSizes {
+            turns: sizes,
+            prefixes: prefixes.iter().map(|p| p.shared_tokens().len()).collect(),
+        })
     }
 
     /// Renders and tokenizes one agent's own part of the prompt.

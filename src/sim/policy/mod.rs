@@ -7,7 +7,7 @@ mod llm;
 mod scripted;
 
 pub use assign::assign;
-pub use llm::{Llm, template_name};
+pub use llm::{Llm, PromptSizes, template_name};
 pub use scripted::Scripted;
 
 use super::config::LlmConfig;
@@ -40,7 +40,7 @@ pub struct AgentTurn {
 }
 
 /// What the model did for one decision, for the decisions log.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LlmTrace {
     pub prompt_hash: String,
     pub text: Option<String>,
@@ -51,14 +51,18 @@ pub struct LlmTrace {
     pub latency_ms: Option<f64>,
 }
 
-/// A decision and how it came about. A scripted decision carries nothing on the heap.
-#[derive(Debug, Clone)]
+/// A decision and how it came about. A scripted decision carries nothing on the heap, and
+/// nothing but the decision crosses between ranks.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Decided<D> {
     pub decision: D,
     /// Changes made to fit the rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clamps: Vec<String>,
     /// Why the decision fell back to "no change", if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm: Option<Box<LlmTrace>>,
 }
 

@@ -12,13 +12,19 @@
 mod cells;
 pub mod fault;
 mod recorder;
+mod share;
+mod sizing;
 mod step;
 
 pub use cells::Cells;
 pub use recorder::Checkpoint;
+pub use share::choose as choose_split;
+pub use sizing::{FirstStep, Sample, first_step};
 pub use step::Policies;
 
+use crate::cluster::{ClusterError, Ranks};
 use crate::record::{self, Manifest, RecordError, Status, checkpoint};
+use crate::sim::config::Split;
 use crate::sim::experiment::Experiment;
 use crate::sim::policy::{Policy, PolicyError};
 use crate::sim::scenario::Scenario;
@@ -45,6 +51,10 @@ pub enum RunError {
     Resume(String),
     #[error("{0}")]
     Setup(String),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("rank {rank}: {message}")]
+    Rank { rank: usize, message: String },
 }
 
 /// What the runner reports as it goes.
@@ -73,7 +83,12 @@ pub struct RunOptions {
     /// Stop after this many steps, leaving the run resumable (a batch job's time limit).
     pub stop_after: Option<usize>,
     /// Set (by a signal handler) to stop after the current step, leaving the run resumable.
+    /// Under several ranks, one rank's flag pauses them all after the same step.
     pub stop: Option<Arc<AtomicBool>>,
+    /// The ranks of the job sharing the run (a process alone by default).
+    pub ranks: Ranks,
+    /// How they share it, over the config's `split`.
+    pub split: Option<Split>,
 }
 
 /// How a call to [`run`] ended.
@@ -112,9 +127,22 @@ pub fn run<S: Scenario>(
 ) -> Result<Ended, RunError> {
     let Plan { exp, arms, dir } = *plan;
     let cfg = &exp.config;
+    let ranks = &options.ranks;
+    let root = ranks.is_root();
+    if ranks.size() > 1 && cfg.history > 0 && policies.llm.is_some() {
+        return Err(RunError::Setup(format!(
+            "history = {} keeps each agent's chat on the rank that decided it, which several ranks \
+             do not share yet: run it as one process, or with history = 0",
+            cfg.history
+        )));
+    }
     let mut budget = options.stop_after.unwrap_or(usize::MAX);
     let state_csv = exp.records.state_csv(exp.largest_step_rows());
-    let mut recorder = Recorder::open(dir, state_csv, start.as_ref())?;
+    // Rank 0 alone writes the run folder.
+    let mut recorder = match root {
+        true => Some(Recorder::open(dir, state_csv, start.as_ref())?),
+        false => None,
+    };
     if let (Some(cp), Some(llm)) = (&start, policies.llm.as_deref_mut()) {
         Policy::<S>::restore(llm, &cp.policy)?;
     }
@@ -126,6 +154,8 @@ pub fn run<S: Scenario>(
         .as_ref()
         .map_or(0, |c| c.group * cfg.steps.0 + c.steps_done);
     let mut start = start;
+    // Whether every rank agreed, at the end of the last step, to pause.
+    let mut paused = false;
     for (group, &size) in cfg.agents.0.iter().enumerate().skip(first_group) {
         let mut agents = Cells::<S>::draw_agents(exp, size);
         if let Some(personas) = &exp.population.personas {
@@ -159,63 +189,108 @@ pub fn run<S: Scenario>(
             }
             None => {
                 let cells = Cells::setup(exp, arms, size, agents);
-                recorder.start_group(arms, &cells, group)?;
+                if let Some(recorder) = recorder.as_mut() {
+                    recorder.start_group(arms, &cells, group)?;
+                }
                 (cells, 0)
             }
         };
+        let share = share::Share::new(ranks, options.split.unwrap_or(cfg.split), cells.infos.len());
         for step in first_step..cfg.steps.0 {
-            let stop = options
+            let asked = options
                 .stop
                 .as_ref()
                 .is_some_and(|s| s.load(Ordering::SeqCst));
-            if budget == 0 || stop {
-                recorder.manifest(manifest)?;
+            // Alone, a stop asked before the step pauses at once; shared, the ranks agree on
+            // it at the end of a step, so `paused` says it.
+            if budget == 0 || paused || (asked && ranks.size() == 1) {
+                if let Some(recorder) = &recorder {
+                    recorder.manifest(manifest)?;
+                }
                 return Ok(Ended::Paused);
             }
             budget -= 1;
             let started = Instant::now();
-            let decisions = step::decide(exp, arms, &cells, step, policies, &mut |n| {
-                progress(Progress::Decided(n))
-            })?;
+            let mut decided = |n| progress(Progress::Decided(n));
+            let (decisions, resolve_time, exchange) = if ranks.size() == 1 {
+                let turns = step::turns(exp, arms, &cells, step);
+                let decisions =
+                    step::decide(exp, arms, &cells, step, turns, policies, &mut decided)?;
+                let resolve = step::resolve(exp, arms, &mut cells, step, &decisions, |_| true);
+                (Some(decisions), resolve, std::time::Duration::ZERO)
+            } else {
+                let stepped = share::step(
+                    exp,
+                    arms,
+                    &mut cells,
+                    step,
+                    share,
+                    ranks,
+                    policies,
+                    asked,
+                    &mut decided,
+                )?;
+                paused = stepped.stop;
+                (stepped.decisions, stepped.resolve, stepped.exchange)
+            };
             let global_step = group * cfg.steps.0 + step + 1;
             fault::point(global_step, "decided");
-            let resolve_time = step::resolve(exp, arms, &mut cells, step, &decisions);
             let timing = StepTiming {
                 seconds: started.elapsed().as_secs_f64(),
                 resolve_seconds: resolve_time.as_secs_f64(),
+                exchange_seconds: exchange.as_secs_f64(),
+                ranks: ranks.size(),
             };
-            let policy_state = policies
-                .llm
-                .as_deref()
-                .map(Policy::<S>::checkpoint)
-                .unwrap_or_default();
-            recorder.step(
-                exp,
-                arms,
-                &cells,
-                group,
-                step,
-                &decisions,
-                timing,
-                policy_state,
-            )?;
-            fault::point(global_step, "checkpoint");
-            manifest.steps_done = global_step;
-            manifest.status = Status::Running;
-            recorder.manifest(manifest)?;
-            progress(Progress::Step {
-                group,
-                groups,
-                population: size,
-                step: step + 1,
-                steps: cfg.steps.0,
-                step_seconds: timing.seconds,
-                decisions: decisions.turns.len(),
-            });
+            let recorded = match (recorder.as_mut(), &decisions) {
+                (Some(recorder), Some(decisions)) => {
+                    let policy_state = policies
+                        .llm
+                        .as_deref()
+                        .map(Policy::<S>::checkpoint)
+                        .unwrap_or_default();
+                    recorder
+                        .step(
+                            exp,
+                            arms,
+                            &cells,
+                            group,
+                            step,
+                            decisions,
+                            timing,
+                            policy_state,
+                        )
+                        .and_then(|_| {
+                            fault::point(global_step, "checkpoint");
+                            manifest.steps_done = global_step;
+                            manifest.status = Status::Running;
+                            recorder.manifest(manifest)
+                        })
+                        .map(|_| paused)
+                }
+                _ => Ok(paused),
+            };
+            if ranks.size() > 1 {
+                paused = share::finish(ranks, recorded)?;
+            } else {
+                recorded?;
+            }
+            if let Some(decisions) = &decisions {
+                progress(Progress::Step {
+                    group,
+                    groups,
+                    population: size,
+                    step: step + 1,
+                    steps: cfg.steps.0,
+                    step_seconds: timing.seconds,
+                    decisions: decisions.turns.len(),
+                });
+            }
         }
     }
-    recorder.manifest(manifest)?;
-    recorder.finish()?;
+    if let Some(recorder) = recorder {
+        recorder.manifest(manifest)?;
+        recorder.finish()?;
+    }
     Ok(Ended::Finished)
 }
 

@@ -222,7 +222,8 @@ impl Recorder {
             tokenize_seconds: decisions.prompts.tokenize.as_secs_f64(),
             resolve_seconds: timing.resolve_seconds,
             record_seconds: started.elapsed().as_secs_f64(),
-            ranks: 1,
+            ranks: timing.ranks,
+            exchange_seconds: timing.exchange_seconds,
         })?;
         self.counters.add(&counters);
         super::fault::point(global_step, "records");
@@ -262,4 +263,7 @@ impl Recorder {
 pub struct StepTiming {
     pub seconds: f64,
     pub resolve_seconds: f64,
+    /// Of `seconds`: exchanging the step with the other ranks.
+    pub exchange_seconds: f64,
+    pub ranks: usize,
 }

@@ -41,15 +41,14 @@ pub struct Decisions<D> {
     pub prompts: PromptTimes,
 }
 
-/// Every acting agent of every cell decides, each through its own policy.
-pub fn decide<S: Scenario>(
+/// The agents of every cell that take a turn at `step`, cell by cell, in agent order: the
+/// order decisions are recorded in, whoever decides them.
+pub fn turns<S: Scenario>(
     exp: &Experiment,
     arms: &[S],
     cells: &Cells<S>,
     step: usize,
-    policies: &mut Policies<'_>,
-    done: &mut dyn FnMut(usize),
-) -> Result<Decisions<S::Decision>, RunError> {
+) -> Vec<AgentTurn> {
     let seed = exp.config.seed;
     let mut turns = Vec::new();
     for (c, (info, world)) in cells.infos.iter().zip(&cells.worlds).enumerate() {
@@ -74,6 +73,38 @@ pub fn decide<S: Scenario>(
             }
         }
     }
+    turns
+}
+
+/// The policy of each of `turns` (an index into the plan's kinds), when the run mixes them.
+pub fn policy_of<S: Scenario>(
+    exp: &Experiment,
+    cells: &Cells<S>,
+    turns: &[AgentTurn],
+) -> Option<Vec<u8>> {
+    exp.policies.is_mixed().then(|| {
+        turns
+            .iter()
+            .map(|t| {
+                cells.agents[cells.infos[t.cell].replicate]
+                    .policy
+                    .as_ref()
+                    .map_or(0, |p| p[t.agent])
+            })
+            .collect()
+    })
+}
+
+/// The agents of `turns` decide, each through its own policy.
+pub fn decide<S: Scenario>(
+    exp: &Experiment,
+    arms: &[S],
+    cells: &Cells<S>,
+    step: usize,
+    turns: Vec<AgentTurn>,
+    policies: &mut Policies<'_>,
+    done: &mut dyn FnMut(usize),
+) -> Result<Decisions<S::Decision>, RunError> {
     let views: Vec<CellView<'_, S>> = cells
         .infos
         .iter()
@@ -88,17 +119,7 @@ pub fn decide<S: Scenario>(
         })
         .collect();
     let kinds = exp.policies.kinds();
-    let policy_of: Option<Vec<u8>> = exp.policies.is_mixed().then(|| {
-        turns
-            .iter()
-            .map(|t| {
-                cells.agents[cells.infos[t.cell].replicate]
-                    .policy
-                    .as_ref()
-                    .map_or(0, |p| p[t.agent])
-            })
-            .collect()
-    });
+    let policy_of = policy_of(exp, cells, &turns);
     let mut prompts = PromptTimes::default();
     let decided = match &policy_of {
         None => {
@@ -142,20 +163,25 @@ pub fn decide<S: Scenario>(
     })
 }
 
-/// Applies the step's decisions to every cell's world at once; returns the time it took.
+/// Applies the step's decisions to the worlds of the cells for which `mine` holds (every
+/// cell, but for a rank that steps only its own), all at once; returns the time it took.
 pub fn resolve<S: Scenario>(
     exp: &Experiment,
     arms: &[S],
     cells: &mut Cells<S>,
     step: usize,
     decisions: &Decisions<S::Decision>,
+    mine: impl Fn(usize) -> bool + Sync,
 ) -> Duration {
     let started = Instant::now();
     let mut per_cell: Vec<Vec<Option<S::Decision>>> = cells
         .worlds
         .iter()
         .enumerate()
-        .map(|(c, world)| vec![None; arms[cells.arm_of[c]].num_agents(world)])
+        .map(|(c, world)| match mine(c) {
+            true => vec![None; arms[cells.arm_of[c]].num_agents(world)],
+            false => Vec::new(),
+        })
         .collect();
     for (t, d) in decisions.turns.iter().zip(&decisions.decided) {
         per_cell[t.cell][t.agent] = Some(d.decision.clone());
@@ -167,7 +193,9 @@ pub fn resolve<S: Scenario>(
         .zip(&cells.infos)
         .zip(&cells.arm_of)
         .zip(per_cell)
-        .for_each(|(((world, info), &a), decisions)| {
+        .enumerate()
+        .filter(|(c, _)| mine(*c))
+        .for_each(|(_, (((world, info), &a), decisions))| {
             let mut rng = ChaCha8Rng::seed_from_u64(crate::seed::derive(
                 seed,
                 &[

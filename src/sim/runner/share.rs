@@ -1,0 +1,332 @@
+//! How the ranks of a job share a step, and how their parts come back together in the order
+//! one process would have produced them, so that records never depend on the rank count.
+//!
+//! - `cells`: cell `c` belongs to rank `c % ranks`; a rank decides and resolves its own cells
+//!   and sends rank 0 their decisions and worlds.
+//! - `agents`: every rank holds every cell; the step's turns (cell by cell, agent by agent)
+//!   are cut into one contiguous run per rank, each rank decides its run, the decisions are
+//!   all-gathered, and every rank resolves every cell with the same seeds.
+//!
+//! Either way rank 0 alone writes the run folder, then sends every rank the step's outcome
+//! (go on, pause, or fail), so that all stop together.
+
+use super::RunError;
+use super::cells::Cells;
+use super::step::{self, Decisions, Policies};
+use crate::cluster::Ranks;
+use crate::sim::config::Split;
+use crate::sim::experiment::Experiment;
+use crate::sim::policy::{AgentTurn, Decided, PromptTimes};
+use crate::sim::scenario::Scenario;
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+/// The split used for a population size of `cells` cells on `ranks` ranks: `auto` deals
+/// cells out when they divide evenly (no exchange of decisions, and a rank's KV cache holds
+/// only its own cells' prefixes), else splits by agents.
+pub fn choose(split: Split, cells: usize, ranks: usize) -> Split {
+    match split {
+        Split::Auto if cells.is_multiple_of(ranks) => Split::Cells,
+        Split::Auto => Split::Agents,
+        chosen => chosen,
+    }
+}
+
+/// This rank's part of a population size's steps.
+#[derive(Debug, Clone, Copy)]
+pub struct Share {
+    pub rank: usize,
+    pub ranks: usize,
+    /// `Cells` or `Agents`, never `Auto`.
+    pub split: Split,
+}
+
+impl Share {
+    pub fn new(ranks: &Ranks, split: Split, cells: usize) -> Self {
+        Share {
+            rank: ranks.rank(),
+            ranks: ranks.size(),
+            split: choose(split, cells, ranks.size()),
+        }
+    }
+
+    fn owner(&self, cell: usize) -> usize {
+        cell % self.ranks
+    }
+
+    /// Whether this rank steps cell `cell`'s world.
+    pub fn steps_cell(&self, cell: usize) -> bool {
+        self.split != Split::Cells || self.owner(cell) == self.rank
+    }
+
+    /// The turns of rank `rank`'s run when the split is by agents.
+    fn run_of(&self, rank: usize, turns: usize) -> Range<usize> {
+        turns * rank / self.ranks..turns * (rank + 1) / self.ranks
+    }
+
+    /// Of the step's turns, those this rank decides.
+    pub fn mine(&self, turns: &[AgentTurn]) -> Vec<AgentTurn> {
+        match self.split {
+            Split::Cells => turns
+                .iter()
+                .filter(|t| self.owner(t.cell) == self.rank)
+                .copied()
+                .collect(),
+            _ => turns[self.run_of(self.rank, turns.len())].to_vec(),
+        }
+    }
+}
+
+/// What a rank sends after deciding (and, split by cells, resolving) its part of a step.
+#[derive(Serialize, Deserialize)]
+struct Part {
+    /// Whether this rank was asked to stop (SIGINT/SIGTERM).
+    stop: bool,
+    work: Result<Work, String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Work {
+    /// `Vec<Decided<D>>` as MessagePack: self-describing, since decisions may be `untagged`.
+    decided: Vec<u8>,
+    /// Split by cells: the rank's cells' worlds after the step (postcard, as in checkpoints).
+    worlds: Vec<(u32, Vec<u8>)>,
+    template_ns: u64,
+    tokenize_ns: u64,
+}
+
+/// What rank 0 tells every rank once the step is recorded.
+#[derive(Serialize, Deserialize)]
+enum Outcome {
+    Go,
+    /// A rank was asked to stop: everyone pauses after this step.
+    Pause,
+    Fail {
+        rank: usize,
+        message: String,
+    },
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    postcard::to_stdvec(value).expect("invariant: in-memory postcard encoding cannot fail")
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], rank: usize) -> Result<T, RunError> {
+    postcard::from_bytes(bytes).map_err(|e| RunError::Rank {
+        rank,
+        message: format!("its message could not be read ({e}): are all ranks the same throng?"),
+    })
+}
+
+/// A step as this rank sees it once the parts are back together.
+pub struct Stepped<D> {
+    /// At rank 0: every turn's decision, in one process's order. Elsewhere: `None`.
+    pub decisions: Option<Decisions<D>>,
+    pub resolve: Duration,
+    /// Waiting for and moving the other ranks' parts (the all-gather or the gather).
+    pub exchange: Duration,
+    /// Whether any rank was asked to stop.
+    pub stop: bool,
+}
+
+/// Decides and resolves this rank's part of `step`, and exchanges the parts.
+#[allow(clippy::too_many_arguments)]
+pub fn step<S: Scenario>(
+    exp: &Experiment,
+    arms: &[S],
+    cells: &mut Cells<S>,
+    step: usize,
+    share: Share,
+    ranks: &Ranks,
+    policies: &mut Policies<'_>,
+    stop: bool,
+    done: &mut dyn FnMut(usize),
+) -> Result<Stepped<S::Decision>, RunError> {
+    let all = step::turns(exp, arms, cells, step);
+    let local = step::decide(exp, arms, cells, step, share.mine(&all), policies, done);
+    let mut resolve = Duration::ZERO;
+    if let (Ok(local), Split::Cells) = (&local, share.split) {
+        resolve = step::resolve(exp, arms, cells, step, local, |c| share.steps_cell(c));
+    }
+    let part = Part {
+        stop,
+        work: match &local {
+            Ok(d) => Ok(Work {
+                decided: rmp_serde::to_vec_named(&d.decided)
+                    .map_err(|e| RunError::Setup(format!("encoding decisions: {e}")))?,
+                worlds: match share.split {
+                    Split::Cells => (0..cells.infos.len())
+                        .filter(|&c| share.steps_cell(c) && share.rank != 0)
+                        .map(|c| (c as u32, encode(&cells.worlds[c])))
+                        .collect(),
+                    _ => Vec::new(),
+                },
+                template_ns: d.prompts.template.as_nanos() as u64,
+                tokenize_ns: d.prompts.tokenize.as_nanos() as u64,
+            }),
+            Err(e) => Err(e.to_string()),
+        },
+    };
+    let started = Instant::now();
+    let mut bytes = encode(&part);
+    let parts: Option<Vec<Vec<u8>>> = match share.split {
+        Split::Cells => {
+            if share.rank == 0 {
+                // Rank 0 keeps its own part as it is; the others need nothing of it.
+                bytes.clear();
+            }
+            ranks.gather(bytes)?
+        }
+        _ => Some(ranks.all_gather(bytes)?),
+    };
+    let Some(parts) = parts else {
+        // Split by cells, not rank 0: the outcome comes with the next `finish`.
+        return Ok(Stepped {
+            decisions: None,
+            resolve,
+            exchange: started.elapsed(),
+            stop,
+        });
+    };
+    let mut local = Some(local);
+    let mut decided: Vec<Option<std::vec::IntoIter<Decided<S::Decision>>>> = Vec::new();
+    let mut prompts = PromptTimes::default();
+    let mut any_stop = false;
+    for (rank, bytes) in parts.iter().enumerate() {
+        if rank == share.rank {
+            any_stop |= stop;
+            let mine = local.take().expect("invariant: one part per rank");
+            let mine = mine.map_err(|e| RunError::Rank {
+                rank,
+                message: e.to_string(),
+            })?;
+            prompts.template += mine.prompts.template;
+            prompts.tokenize += mine.prompts.tokenize;
+            decided.push(Some(mine.decided.into_iter()));
+            continue;
+        }
+        let part: Part = decode(bytes, rank)?;
+        any_stop |= part.stop;
+        let work = part
+            .work
+            .map_err(|message| RunError::Rank { rank, message })?;
+        let list: Vec<Decided<S::Decision>> =
+            rmp_serde::from_slice(&work.decided).map_err(|e| RunError::Rank {
+                rank,
+                message: format!("its decisions could not be read: {e}"),
+            })?;
+        for (c, world) in work.worlds {
+            cells.worlds[c as usize] = decode(&world, rank)?;
+        }
+        prompts.template += Duration::from_nanos(work.template_ns);
+        prompts.tokenize += Duration::from_nanos(work.tokenize_ns);
+        decided.push(Some(list.into_iter()));
+    }
+    // Back into one process's order: split by cells, each turn's from its cell's owner in
+    // turn; split by agents, the runs one after another.
+    let mut merged = Vec::with_capacity(all.len());
+    for (i, t) in all.iter().enumerate() {
+        let from = match share.split {
+            Split::Cells => share.owner(t.cell),
+            _ => (0..share.ranks)
+                .find(|&r| share.run_of(r, all.len()).contains(&i))
+                .expect("invariant: the runs cover every turn"),
+        };
+        let next = decided[from].as_mut().and_then(|it| it.next());
+        merged.push(next.ok_or_else(|| {
+            RunError::Rank {
+                rank: from,
+                message:
+                    "it sent fewer decisions than it had turns: are all ranks the same throng \
+                      with the same config?"
+                        .into(),
+            }
+        })?);
+    }
+    let exchange = started.elapsed();
+    let decisions = Decisions {
+        policy_of: step::policy_of(exp, cells, &all),
+        turns: all,
+        decided: merged,
+        prompts,
+    };
+    if share.split != Split::Cells {
+        resolve = step::resolve(exp, arms, cells, step, &decisions, |_| true);
+    }
+    Ok(Stepped {
+        decisions: (share.rank == 0).then_some(decisions),
+        resolve,
+        exchange,
+        stop: any_stop,
+    })
+}
+
+/// Ends a shared step: rank 0 says how it went (`recorded`: its own recording's result, and
+/// whether any rank asked to stop); every rank learns it. Returns whether to pause.
+pub fn finish(ranks: &Ranks, recorded: Result<bool, RunError>) -> Result<bool, RunError> {
+    let outcome = if ranks.is_root() {
+        let outcome = match &recorded {
+            Ok(false) => Outcome::Go,
+            Ok(true) => Outcome::Pause,
+            Err(e) => Outcome::Fail {
+                rank: 0,
+                message: e.to_string(),
+            },
+        };
+        ranks.broadcast(encode(&outcome))?;
+        return recorded;
+    } else {
+        decode::<Outcome>(&ranks.broadcast(Vec::new())?, 0)?
+    };
+    match outcome {
+        Outcome::Go => Ok(false),
+        Outcome::Pause => Ok(true),
+        Outcome::Fail { rank, message } => Err(RunError::Rank { rank, message }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turns(cells: &[usize]) -> Vec<AgentTurn> {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, &cell)| AgentTurn {
+                cell,
+                agent: i,
+                seed: i as u64,
+            })
+            .collect()
+    }
+
+    #[test]
+    // Guards that every turn is decided by exactly one rank, for any rank count, in both
+    // splits: a turn decided twice or never would change the records.
+    fn every_turn_has_exactly_one_rank() {
+        let all = turns(&[0, 0, 0, 1, 1, 2, 3, 3, 3, 3, 4]);
+        for split in [Split::Cells, Split::Agents] {
+            for ranks in 1..=5 {
+                let mut seen = vec![0; all.len()];
+                for rank in 0..ranks {
+                    let share = Share { rank, ranks, split };
+                    for t in share.mine(&all) {
+                        seen[t.agent] += 1;
+                    }
+                }
+                assert!(seen.iter().all(|&n| n == 1), "{split:?} on {ranks} ranks");
+            }
+        }
+    }
+
+    #[test]
+    // Guards the default: cells when they deal out evenly, else agents.
+    fn auto_deals_cells_only_when_they_divide_evenly() {
+        assert_eq!(choose(Split::Auto, 6, 3), Split::Cells);
+        assert_eq!(choose(Split::Auto, 6, 4), Split::Agents);
+        assert_eq!(choose(Split::Auto, 1, 2), Split::Agents);
+        assert_eq!(choose(Split::Cells, 1, 2), Split::Cells);
+    }
+}

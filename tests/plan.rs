@@ -1,0 +1,205 @@
+//! `throng plan`: its figures against a hand computation, for a tiny model and a known
+//! config, and its estimate's arithmetic.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use throng::model::CausalLm;
+use throng::sim::plan::{Figure, Inputs, Source, Speed};
+use throng::testing::TinyLlama;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+// Guards the model figures: parameters and KV bytes per token of the tiny model, counted by
+// hand from its shape.
+fn model_figures_match_a_hand_count() {
+    let spec = TinyLlama::default();
+    let dir = common::tiny_model(&spec);
+    let loaded =
+        throng::model::loader::load(dir.path().to_str().unwrap(), &common::f32_options()).unwrap();
+    let cfg = loaded.model.config();
+    // vocab 260 x hidden 64 (tied head); per layer q 64x64, k and v 64x32 each, o 64x64,
+    // gate/up/down 3 x 64x128, two norms of 64; two layers; the final norm.
+    let hand = 260 * 64 + 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64;
+    assert_eq!(throng::sim::plan::parameters(cfg), hand);
+    assert_eq!(hand, 90_688);
+    // Keys and values, 2 layers, 2 KV heads of 16, f32.
+    assert_eq!(
+        throng::sim::plan::kv_bytes_per_token(cfg, 4),
+        2 * 2 * 2 * 16 * 4
+    );
+}
+
+fn inputs() -> Inputs {
+    Inputs {
+        devices: 2,
+        memory_per_device: Figure::new(1e9, Source::Assumed),
+        weight_bytes: Figure::new(1e8, Source::Computed),
+        parameters: 5e7 as u64,
+        kv_bytes_per_token: Figure::new(512.0, Source::Computed),
+        cells: 4,
+        decisions: 100,
+        prompt_tokens: Figure::new(300.0, Source::Measured),
+        shared_tokens: Figure::new(200.0, Source::Measured),
+        prefixes: 2,
+        prefix_tokens: 200.0,
+        reply_tokens: Figure::new(20.0, Source::Measured),
+        max_seqs: 256,
+        speed: Speed::Measured {
+            decisions: 10,
+            seconds: 2.0,
+        },
+    }
+}
+
+#[test]
+// Guards the estimate's arithmetic, worked by hand: memory, KV, batch, step time, devices.
+fn the_estimate_matches_a_hand_computation() {
+    let e = inputs().estimate();
+    assert_eq!(e.decisions_per_device, 50);
+    // Own prompt 100 + reply 20 tokens of 512 bytes.
+    assert_eq!(e.kv_per_sequence, 120.0 * 512.0);
+    // 4 cells on 2 devices deal out evenly: each holds 1 of the 2 system prompts.
+    assert_eq!(e.kv_prefixes, 200.0 * 512.0);
+    // 90% of 1 GB, less 100 MB of weights.
+    assert_eq!(e.kv_memory, 8e8);
+    assert_eq!(e.kv_whole_step, 200.0 * 512.0 + 50.0 * 120.0 * 512.0);
+    assert_eq!(e.batch, 50);
+    assert!(e.fits);
+    assert!((e.shared_share - 2.0 / 3.0).abs() < 1e-12);
+    // 0.2 s a decision, 50 per device.
+    assert_eq!(e.step_seconds, Figure::new(10.0, Source::Measured));
+    // 5 s needs at most 25 decisions a device: 4 devices.
+    assert_eq!(inputs().devices_for(5.0, 64), Some(4));
+    // Weights larger than the memory: nothing fits.
+    let mut big = inputs();
+    big.weight_bytes = Figure::new(2e9, Source::Computed);
+    assert!(!big.estimate().fits);
+    assert_eq!(big.devices_for(5.0, 64), None);
+}
+
+#[test]
+// Guards the token counts `throng plan` prints: they equal the prompt tokens the engine
+// reports for the same first step of a real run (the byte tokenizer: one token a byte).
+fn plan_counts_the_prompt_tokens_a_run_uses() {
+    let spec = TinyLlama {
+        max_position_embeddings: 2048,
+        ..TinyLlama::default()
+    };
+    let model = common::tiny_model(&spec);
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("guess.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"name = "plan-tiny"
+seed = 3
+steps = 1
+replicates = 2
+policy = "llm"
+templates = {:?}
+agents = 6
+
+[llm]
+max_tokens = 12
+
+[scenario]
+name = "guess"
+"#,
+            repo().join("templates/guess").display().to_string()
+        ),
+    )
+    .unwrap();
+    let model = model.path().to_str().unwrap();
+    let run = tmp.path().join("run");
+    let throng = env!("CARGO_BIN_EXE_throng");
+    let out = Command::new(throng)
+        .args([
+            "run",
+            config.to_str().unwrap(),
+            "--no-report",
+            "--model",
+            model,
+        ])
+        .args(["--weights", "f32", "--out", run.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let prompt_tokens: Vec<f64> = std::fs::read_to_string(run.join("decisions.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["prompt_tokens"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(prompt_tokens.len(), 12);
+    let mean = prompt_tokens.iter().sum::<f64>() / 12.0;
+    let out = Command::new(throng)
+        .args([
+            "plan",
+            config.to_str().unwrap(),
+            "--model",
+            model,
+            "--weights",
+            "f32",
+        ])
+        .args(["--sample", "4", "--devices", "2", "--target-step", "100"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("90688 parameters"), "{text}");
+    assert!(text.contains("KV 512 B per token [computed]"), "{text}");
+    assert!(
+        text.contains("2 cells, 12 decisions in the first step"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "prompt tokens per agent  {mean:.1} [measured: 12 first-step"
+        )),
+        "mean of the run's prompt tokens {mean:.1}:\n{text}"
+    );
+    assert!(
+        text.contains("batch per device         6 sequences of 6 decisions"),
+        "{text}"
+    );
+    assert!(text.contains("fits                     yes"), "{text}");
+    // With a profile the numbers are the device's, and labelled so.
+    let out = Command::new(throng)
+        .args([
+            "plan",
+            config.to_str().unwrap(),
+            "--model",
+            model,
+            "--weights",
+            "f32",
+        ])
+        .args(["--sample", "0", "--device-profile", "h200"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("h200 (stated figures)") && text.contains("[assumed: stated bandwidth"),
+        "{text}"
+    );
+    assert!(
+        text.contains("KV 256 B per token [computed]"),
+        "bf16 halves it:\n{text}"
+    );
+}
