@@ -115,6 +115,19 @@ pub fn fmt_p(p: f64) -> String {
     }
 }
 
+/// The run in one line, for the terminal: name, policy, model, decisions and fallbacks.
+pub fn headline(m: &Manifest) -> String {
+    format!(
+        "{} ({} policy, model {}): {} decisions, {} fallbacks ({:.1}%)",
+        m.name,
+        m.policy,
+        m.model.as_deref().unwrap_or("-"),
+        m.counters.decisions,
+        m.counters.fallbacks,
+        100.0 * m.counters.fallbacks as f64 / m.counters.decisions.max(1) as f64,
+    )
+}
+
 /// A line saying that the run is not finished (steps done out of those planned), or `None`
 /// for a finished run: reports of unfinished runs say so first.
 pub fn unfinished(m: &Manifest) -> Option<String> {

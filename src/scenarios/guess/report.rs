@@ -7,7 +7,7 @@
 //! replicates (one game each). Within round 1 agents decide independently of each other
 //! (nobody has seen a result yet), so group means there get intervals across agents.
 
-use crate::analysis::html::{esc, figures, page, table, unfinished, unfinished_note};
+use crate::analysis::html::{esc, figures, headline, page, table, unfinished, unfinished_note};
 use crate::analysis::plot::{self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines};
 use crate::analysis::stats::Summary;
 use crate::record::{self, Manifest, StepRecord};
@@ -658,16 +658,7 @@ pub fn text(report: &Report) -> String {
     if let Some(note) = unfinished(m) {
         let _ = writeln!(out, "NOTE: {note}");
     }
-    let _ = writeln!(
-        out,
-        "{} ({} policy, model {}): {} decisions, {} fallbacks ({:.1}%)",
-        m.name,
-        m.policy,
-        m.model.as_deref().unwrap_or("-"),
-        m.counters.decisions,
-        m.counters.fallbacks,
-        100.0 * m.counters.fallbacks as f64 / m.counters.decisions.max(1) as f64,
-    );
+    let _ = writeln!(out, "{}", headline(m));
     let _ = writeln!(
         out,
         "{:<36} {:>5} {:>22} {:>8} {:>8} {:>8} {:>7} {:>10}",

@@ -5,7 +5,7 @@
 use super::{INIT, LOG_SAMPLE, POLICY, POPULATION};
 use crate::sim::config::DecisionLogMode;
 use crate::sim::experiment::Experiment;
-use crate::sim::policy::assign;
+use crate::sim::policy::{CellView, assign};
 use crate::sim::population::Population;
 use crate::sim::scenario::{CellInfo, Scenario};
 use rand::SeedableRng;
@@ -113,6 +113,27 @@ impl<S: Scenario> Cells<S> {
             worlds,
             agents,
         }
+    }
+
+    /// Every cell as its policies see it at `step`.
+    pub fn views<'a>(
+        &'a self,
+        exp: &'a Experiment,
+        arms: &'a [S],
+        step: usize,
+    ) -> Vec<CellView<'a, S>> {
+        self.infos
+            .iter()
+            .enumerate()
+            .map(|(c, info)| CellView {
+                scenario: &arms[self.arm_of[c]],
+                world: &self.worlds[c],
+                population: self.population(c),
+                info,
+                llm: &exp.arms[self.arm_of[c]].llm,
+                step,
+            })
+            .collect()
     }
 
     pub fn population(&self, cell: usize) -> &Population {

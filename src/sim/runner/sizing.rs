@@ -6,7 +6,7 @@ use super::RunError;
 use super::cells::Cells;
 use super::step;
 use crate::sim::experiment::Experiment;
-use crate::sim::policy::{CellView, Llm, Policy};
+use crate::sim::policy::{Llm, Policy};
 use crate::sim::scenario::Scenario;
 use std::time::Instant;
 
@@ -54,19 +54,7 @@ pub fn first_step<S: Scenario>(
     // Personas written by the model are left out: the plan does not write them.
     let cells = Cells::setup(exp, arms, size, Cells::<S>::draw_agents(exp, size));
     let turns = step::turns(exp, arms, &cells, 0);
-    let views: Vec<CellView<'_, S>> = cells
-        .infos
-        .iter()
-        .enumerate()
-        .map(|(c, info)| CellView {
-            scenario: &arms[cells.arm_of[c]],
-            world: &cells.worlds[c],
-            population: cells.population(c),
-            info,
-            llm: &exp.arms[cells.arm_of[c]].llm,
-            step: 0,
-        })
-        .collect();
+    let views = cells.views(exp, arms, 0);
     let spaced = |n: usize| -> Vec<_> {
         let n = n.min(turns.len());
         (0..n).map(|i| turns[i * turns.len() / n]).collect()

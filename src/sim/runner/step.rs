@@ -5,7 +5,7 @@ use super::cells::Cells;
 use super::{AGENT, RESOLVE, RunError};
 use crate::sim::config::PolicyKind;
 use crate::sim::experiment::Experiment;
-use crate::sim::policy::{AgentTurn, CellView, Decided, Llm, Policy, PromptTimes, Scripted};
+use crate::sim::policy::{AgentTurn, Decided, Llm, Policy, PromptTimes, Scripted};
 use crate::sim::scenario::Scenario;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -105,19 +105,7 @@ pub fn decide<S: Scenario>(
     policies: &mut Policies<'_>,
     done: &mut dyn FnMut(usize),
 ) -> Result<Decisions<S::Decision>, RunError> {
-    let views: Vec<CellView<'_, S>> = cells
-        .infos
-        .iter()
-        .enumerate()
-        .map(|(c, info)| CellView {
-            scenario: &arms[cells.arm_of[c]],
-            world: &cells.worlds[c],
-            population: cells.population(c),
-            info,
-            llm: &exp.arms[cells.arm_of[c]].llm,
-            step,
-        })
-        .collect();
+    let views = cells.views(exp, arms, step);
     let kinds = exp.policies.kinds();
     let policy_of = policy_of(exp, cells, &turns);
     let mut prompts = PromptTimes::default();

@@ -2,7 +2,8 @@
 
 use super::{GroupStats, Report, TestRow};
 use crate::analysis::html::{
-    esc, figures, fmt, fmt_nested, fmt_p, fmt_seconds, page, table, unfinished, unfinished_note,
+    esc, figures, fmt, fmt_nested, fmt_p, fmt_seconds, headline, page, table, unfinished,
+    unfinished_note,
 };
 use crate::scenarios::energy_market::config::Role;
 use std::fmt::Write as _;
@@ -359,17 +360,7 @@ pub fn text(report: &Report) -> String {
     for note in &report.notes {
         let _ = writeln!(out, "NOTE: {note}");
     }
-    let _ = writeln!(
-        out,
-        "{} ({} policy, model {}): {} decisions, {} fallbacks ({:.1}%), {} clamped",
-        m.name,
-        m.policy,
-        m.model.as_deref().unwrap_or("-"),
-        m.counters.decisions,
-        m.counters.fallbacks,
-        100.0 * m.counters.fallbacks as f64 / m.counters.decisions.max(1) as f64,
-        m.counters.clamped
-    );
+    let _ = writeln!(out, "{}, {} clamped", headline(m), m.counters.clamped);
     let _ = writeln!(
         out,
         "mean [95% CI] over replicate means (n = replicates); report.html has the companies' spread"
