@@ -1,7 +1,10 @@
 //! The forward pass, specified against candle-transformers' reference Llama and against
 //! itself: a sequence's logits must not depend on how it is chunked or what shares its batch.
 
+mod common;
+
 use candle_core::{DType, Device, IndexOp, Tensor};
+use common::ragged::{batched, max_abs_diff, solo, tokens};
 use throng::model::{BatchInputs, CausalLm, KvCache, LoadOptions, SeqChunk, WeightFormat};
 use throng::testing::TinyLlama;
 
@@ -10,23 +13,6 @@ fn f32_options() -> LoadOptions {
         weights: WeightFormat::F32,
         ..LoadOptions::default()
     }
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
-
-fn tokens(n: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (i * 37 + seed * 11 + 3) % 256)
-        .collect()
 }
 
 /// Reference logits for every position after the first `prefill` tokens: one prefill call,
@@ -118,46 +104,10 @@ fn forward_matches_candle_transformers_reference_llama() {
     }
 }
 
-/// A sequence being served: its tokens, how many are cached, and its blocks.
-struct Seq {
-    toks: Vec<u32>,
-    done: usize,
-    blocks: Vec<u32>,
-}
-
-/// Runs sequences alone through the model (a fresh cache each), returning the logits after
-/// each token from `from` on.
+/// The logits of `toks` alone in a fresh cache of 16-token blocks: after its first `from`
+/// tokens, then after each later one.
 fn alone(model: &dyn CausalLm, toks: &[u32], from: usize) -> Vec<Tensor> {
-    let cfg = model.config();
-    let block_size = 16;
-    let blocks: Vec<u32> = (0..toks.len().div_ceil(block_size) as u32).collect();
-    let mut kv = KvCache::new(cfg, blocks.len(), block_size, model.dtype(), &Device::Cpu).unwrap();
-    let mut out = Vec::new();
-    let batch = BatchInputs::new(
-        &[SeqChunk {
-            tokens: &toks[..from],
-            start: 0,
-            blocks: &blocks,
-            wants_logits: true,
-        }],
-        &kv,
-    )
-    .unwrap();
-    out.push(model.forward(&batch, &mut kv).unwrap().i(0).unwrap());
-    for pos in from..toks.len() {
-        let batch = BatchInputs::new(
-            &[SeqChunk {
-                tokens: &toks[pos..pos + 1],
-                start: pos,
-                blocks: &blocks,
-                wants_logits: true,
-            }],
-            &kv,
-        )
-        .unwrap();
-        out.push(model.forward(&batch, &mut kv).unwrap().i(0).unwrap());
-    }
-    out
+    solo(model, toks, from, 16)
 }
 
 #[test]
@@ -167,7 +117,6 @@ fn ragged_batches_give_each_sequence_its_solo_logits() {
     let model = throng::model::loader::load(dir.path().to_str().unwrap(), &f32_options())
         .unwrap()
         .model;
-    let cfg = model.config().clone();
     let block_size = 16;
     let decode_steps = 6;
     let lengths = [1usize, 15, 16, 17, 33, 100];
@@ -183,63 +132,9 @@ fn ragged_batches_give_each_sequence_its_solo_logits() {
         .map(|(t, n)| alone(&model, t, n))
         .collect();
 
-    // A shared pool, blocks handed out from the top down so no sequence gets contiguous ids.
-    let mut kv = KvCache::new(&cfg, 64, block_size, DType::F32, &Device::Cpu).unwrap();
-    let mut free: Vec<u32> = (0..64).collect();
-    let mut seqs: Vec<Seq> = all
-        .iter()
-        .map(|t| {
-            let need = t.len().div_ceil(block_size);
-            Seq {
-                toks: t.clone(),
-                done: 0,
-                blocks: free
-                    .split_off(free.len() - need)
-                    .into_iter()
-                    .rev()
-                    .collect(),
-            }
-        })
-        .collect();
-    let mut got: Vec<Vec<Tensor>> = vec![Vec::new(); seqs.len()];
-    // Prefill in chunks of at most 24 tokens per sequence per step, then decode together.
-    let chunk = 24;
-    loop {
-        let mut chunks = Vec::new();
-        let mut who = Vec::new();
-        for (i, s) in seqs.iter().enumerate() {
-            let prompt = lengths[i];
-            if s.done >= s.toks.len() {
-                continue;
-            }
-            let end = if s.done < prompt {
-                (s.done + chunk).min(prompt)
-            } else {
-                s.done + 1
-            };
-            let wants_logits = end >= prompt;
-            chunks.push(SeqChunk {
-                tokens: &s.toks[s.done..end],
-                start: s.done,
-                blocks: &s.blocks,
-                wants_logits,
-            });
-            who.push((i, end, wants_logits));
-        }
-        if chunks.is_empty() {
-            break;
-        }
-        let batch = BatchInputs::new(&chunks, &kv).unwrap();
-        let logits = model.forward(&batch, &mut kv).unwrap();
-        let mut row = 0;
-        for (i, end, wants) in who {
-            seqs[i].done = end;
-            if wants {
-                got[i].push(logits.i(row).unwrap());
-                row += 1;
-            }
-        }
-    }
+    // One shared pool, blocks handed out from the top down so no sequence gets contiguous
+    // ids; prefill in chunks of at most 24 tokens per sequence per step, then decode together.
+    let got = batched(&model, &all, &lengths, block_size, 24);
     for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
         // The last token's logits are produced but the comparison covers every step.
         assert_eq!(g.len(), e.len(), "sequence {i}");
