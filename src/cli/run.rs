@@ -330,7 +330,7 @@ fn open_resumed(
     let config = dir.join(record::CONFIG);
     if !config.is_file() {
         bail!(
-            "cannot resume {}: it stopped before its config was written, so it never ran; start it again",
+            "cannot resume {}: it stopped before its config was written, so it never ran; start it again with a new --out (or delete the folder)",
             dir.display()
         );
     }
