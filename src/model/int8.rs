@@ -23,9 +23,22 @@
 //! `|x|` times the channel's largest `|w|` times `sqrt(in_features)` (both roundings are at
 //! most half a step and independent); see the tests for the bound they check.
 
+#[cfg(target_arch = "x86_64")]
+mod vnni;
+
 use rayon::prelude::*;
 use rten_gemm::{GemmExecutor, GemmInputA, GemmInputB, GemmOptions, PackedBMatrix, QuantParams};
 use rten_tensor::NdTensorView;
+
+#[cfg(target_arch = "x86_64")]
+use vnni::DEPTH_STEP;
+/// Depth is padded to whole cache lines everywhere, so that every CPU stores the same matrix.
+#[cfg(not(target_arch = "x86_64"))]
+const DEPTH_STEP: usize = 64;
+
+/// Whether this CPU runs the few-rows VNNI kernel, detected once.
+#[cfg(target_arch = "x86_64")]
+static VNNI: std::sync::LazyLock<bool> = std::sync::LazyLock::new(vnni::available);
 
 /// Activations are stored as `qx + 128` in a byte.
 const ACTIVATION_ZERO_POINT: u8 = 128;
@@ -69,13 +82,27 @@ fn weight_max() -> f32 {
     }
 }
 
-/// An `(out_features, in_features)` weight matrix in int8, packed for the kernel.
+/// Row counts up to this run the few-rows kernel (or `rten-gemm`'s matrix-vector path for a
+/// single row on CPUs without VNNI); more rows run `rten-gemm`'s packed GEMM, whose 8-row
+/// micro-kernel wins once the arithmetic, not the weight reads, is the work.
+const FEW_ROWS: usize = 4;
+
+/// An `(out_features, in_features)` weight matrix in int8.
 pub(crate) struct Int8Matrix {
-    /// `B = W^T`, `(in_features, out_features)`, in the kernel's layout.
+    /// `(out_features, depth)` row-major, each channel zero-padded to `depth`, a multiple
+    /// of 64 bytes: the layout a matrix-vector product streams.
+    plain: Vec<i8>,
+    /// `B = W^T`, `(depth, out_features)`, in `rten-gemm`'s packed layout. Keeping both
+    /// layouts doubles int8's memory (still half of f32's); packing per call would cost
+    /// batches more than the copy costs memory.
     packed: PackedBMatrix<i8>,
+    /// `128 * sum_k qw[c, k]`: what the activations' zero point adds to channel `c`'s sum.
+    zero_point_sums: Vec<i32>,
     /// Dequantization scale of each output channel, `sw`.
     scales: Vec<f32>,
     in_features: usize,
+    /// `in_features` rounded up to 64.
+    depth: usize,
     out_features: usize,
 }
 
@@ -97,18 +124,27 @@ impl Int8Matrix {
             "invariant: the loader keeps wider layers dense"
         );
         let qmax = weight_max();
-        let mut q = vec![0i8; w.len()];
+        let depth = in_features.next_multiple_of(DEPTH_STEP);
+        let mut plain = vec![0i8; out_features * depth];
         let mut scales = vec![0f32; out_features];
-        q.par_chunks_mut(in_features)
+        plain
+            .par_chunks_mut(depth)
             .zip(w.par_chunks(in_features))
             .zip(scales.par_iter_mut())
-            .for_each(|((q, w), scale)| *scale = quantize_row(w, qmax, q));
-        let q_view = NdTensorView::from_data([out_features, in_features], &q[..]);
-        let packed = with_executor(|e| e.prepack_b(q_view.transposed()));
+            .for_each(|((q, w), scale)| *scale = quantize_row(w, qmax, &mut q[..in_features]));
+        let zero_point_sums = plain
+            .chunks(depth)
+            .map(|q| ACTIVATION_ZERO_POINT as i32 * q.iter().map(|&v| v as i32).sum::<i32>())
+            .collect();
+        let view = NdTensorView::from_data([out_features, depth], &plain[..]);
+        let packed = with_executor(|e| e.prepack_b(view.transposed()));
         Self {
+            plain,
             packed,
+            zero_point_sums,
             scales,
             in_features,
+            depth,
             out_features,
         }
     }
@@ -117,31 +153,53 @@ impl Int8Matrix {
         self.out_features
     }
 
+    /// `W` as a `(out_features, depth)` view.
+    fn plain_view(&self) -> NdTensorView<'_, i8, 2> {
+        NdTensorView::from_data([self.out_features, self.depth], &self.plain[..])
+    }
+
     /// `x` `(rows, in_features)` row-major -> `(rows, out_features)` row-major.
     pub fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
-        let (k, n) = (self.in_features, self.out_features);
+        self.forward_with(x, rows, Kernel::for_rows(rows))
+    }
+
+    /// [`forward`](Self::forward) through a chosen kernel; all give the same bits.
+    fn forward_with(&self, x: &[f32], rows: usize, kernel: Kernel) -> Vec<f32> {
+        let (k, depth, n) = (self.in_features, self.depth, self.out_features);
         assert_eq!(x.len(), rows * k, "invariant: shape");
-        let mut qx = vec![0u8; rows * k];
+        // Padding bytes sit at the zero point and meet zero weights: they add nothing.
+        let mut qx = vec![ACTIVATION_ZERO_POINT; rows * depth];
         let mut sx = vec![0f32; rows];
         let quantize = |(qx, (x, sx)): (&mut [u8], (&[f32], &mut [f32]))| {
-            for ((qx, x), sx) in qx.chunks_mut(k).zip(x.chunks(k)).zip(sx) {
-                *sx = quantize_activations(x, qx);
+            for ((qx, x), sx) in qx.chunks_mut(depth).zip(x.chunks(k)).zip(sx) {
+                *sx = quantize_activations(x, &mut qx[..k]);
             }
         };
-        qx.par_chunks_mut(ROWS_PER_TASK * k)
-            .zip(
-                x.par_chunks(ROWS_PER_TASK * k)
-                    .zip(sx.par_chunks_mut(ROWS_PER_TASK)),
-            )
-            .for_each(quantize);
+        if rows <= FEW_ROWS {
+            quantize((&mut qx, (x, &mut sx)));
+        } else {
+            qx.par_chunks_mut(ROWS_PER_TASK * depth)
+                .zip(
+                    x.par_chunks(ROWS_PER_TASK * k)
+                        .zip(sx.par_chunks_mut(ROWS_PER_TASK)),
+                )
+                .for_each(quantize);
+        }
+        let b = match kernel {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::FewRows => return self.few_rows(&qx, &sx, rows),
+            // The plain layout takes `rten-gemm`'s matrix-vector path.
+            Kernel::Vector => GemmInputB::Unpacked(self.plain_view().transposed()),
+            Kernel::Packed => GemmInputB::Packed(&self.packed),
+        };
         let mut acc = vec![0i32; rows * n];
         let zero_points = vec![ACTIVATION_ZERO_POINT; rows];
-        let a = NdTensorView::from_data([rows, k], &qx[..]);
+        let a = NdTensorView::from_data([rows, depth], &qx[..]);
         with_executor(|e| {
             e.gemm(
                 &mut acc,
                 GemmInputA::Unpacked(a.view()),
-                GemmInputB::Packed(&self.packed),
+                b,
                 GemmOptions {
                     a_quant: Some(QuantParams {
                         zero_point: &zero_points,
@@ -163,6 +221,85 @@ impl Int8Matrix {
                 }
             });
         y
+    }
+
+    /// The product of `rows <= FEW_ROWS` quantized rows through the few-rows kernel, output
+    /// channels split evenly over the threads.
+    #[cfg(target_arch = "x86_64")]
+    fn few_rows(&self, qx: &[u8], sx: &[f32], rows: usize) -> Vec<f32> {
+        assert!(*VNNI, "invariant: Kernel::for_rows checked the CPU");
+        let (depth, n) = (self.depth, self.out_features);
+        // One task per thread in whole tiles of four channels: the product is bound by
+        // memory, and two cores stream more of it than one.
+        let per_task = n
+            .div_ceil(rayon::current_num_threads())
+            .next_multiple_of(4)
+            .max(64);
+        // Sums come out channel-major, `[channel][row]`, so that each task owns one slice.
+        let mut sums = vec![0i32; n * rows];
+        sums.par_chunks_mut(per_task * rows)
+            .zip(self.plain.par_chunks(per_task * depth))
+            .for_each(|(sums, w)| {
+                // Safety: `VNNI` says the CPU has the kernel's instructions.
+                unsafe {
+                    match rows {
+                        1 => vnni::sums::<1>(qx, w, depth, sums),
+                        2 => vnni::sums::<2>(qx, w, depth, sums),
+                        3 => vnni::sums::<3>(qx, w, depth, sums),
+                        4 => vnni::sums::<4>(qx, w, depth, sums),
+                        _ => unreachable!("invariant: at most FEW_ROWS rows"),
+                    }
+                }
+            });
+        let mut y = vec![0f32; rows * n];
+        for (r, (y, &sx)) in y.chunks_mut(n).zip(sx).enumerate() {
+            for (c, y) in y.iter_mut().enumerate() {
+                // The integer `rten-gemm` computes, scaled as `dequantize_row` scales it.
+                let acc = sums[c * rows + r] - self.zero_point_sums[c];
+                *y = acc as f32 * (sx * self.scales[c]);
+            }
+        }
+        y
+    }
+}
+
+/// Which code computes a product; every one gives the same bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kernel {
+    /// [`vnni`]: up to [`FEW_ROWS`] rows, streaming the plain layout (AVX-512 VNNI).
+    #[cfg(target_arch = "x86_64")]
+    FewRows,
+    /// `rten-gemm`'s matrix-vector product on the plain layout: one row, any CPU.
+    Vector,
+    /// `rten-gemm`'s GEMM on the packed layout.
+    Packed,
+}
+
+impl Kernel {
+    fn for_rows(rows: usize) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if rows <= FEW_ROWS && *VNNI {
+            return Kernel::FewRows;
+        }
+        if rows == 1 {
+            Kernel::Vector
+        } else {
+            Kernel::Packed
+        }
+    }
+
+    /// The kernels this CPU can run for `rows` rows.
+    #[cfg(test)]
+    fn all_for(rows: usize) -> Vec<Self> {
+        let mut all = vec![Kernel::Packed];
+        if rows == 1 {
+            all.push(Kernel::Vector);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if rows <= FEW_ROWS && *VNNI {
+            all.push(Kernel::FewRows);
+        }
+        all
     }
 }
 
@@ -255,8 +392,10 @@ mod tests {
     }
 
     /// Awkward shapes: row counts 1, 3, 17 and 64, inner sizes that are not multiples of any
-    /// SIMD width or of the kernel's 4-byte groups, one wider than the kernel's depth block.
-    const SHAPES: [(usize, usize); 5] = [(1, 1), (7, 5), (33, 19), (70, 131), (45, 1100)];
+    /// SIMD width or of the kernel's 4-byte groups, one wider than the kernel's depth block, one
+    /// exactly a vector deep with more channels than one thread's share.
+    const SHAPES: [(usize, usize); 6] =
+        [(1, 1), (7, 5), (33, 19), (70, 131), (45, 1100), (130, 64)];
     const ROWS: [usize; 4] = [1, 3, 17, 64];
 
     /// Each output is within the rounding bound of the f32 product. Both operands are
@@ -299,9 +438,11 @@ mod tests {
         }
     }
 
-    /// The kernel's integer sums equal a plain scalar loop, exactly: whichever SIMD path this
-    /// CPU takes (VNNI, AVX-512, AVX2, NEON or the portable one), it computes the same numbers
-    /// as the portable arithmetic, so results cannot depend on the machine.
+    /// Every kernel's integer sums equal a plain scalar loop, exactly: whichever code a row
+    /// count takes (the few-rows VNNI kernel, `rten-gemm`'s matrix-vector or packed paths)
+    /// and whichever SIMD path this CPU has (VNNI, AVX-512, AVX2, NEON or the portable one),
+    /// it computes the same numbers as the portable arithmetic, so results cannot depend on
+    /// the machine or the batch.
     #[test]
     fn integer_sums_equal_the_portable_scalar_loop_exactly() {
         for (n, k) in SHAPES {
@@ -314,27 +455,32 @@ mod tests {
                 .zip(w.chunks(k))
                 .map(|(q, w)| quantize_row(w, qmax, q))
                 .collect();
-            for rows in ROWS {
+            for rows in ROWS.into_iter().chain(2..=FEW_ROWS + 1) {
                 let x = random(rows * k, 40 + rows as u64);
-                let got = m.forward(&x, rows);
-                for r in 0..rows {
-                    let mut qx = vec![0u8; k];
-                    let sx = quantize_activations(&x[r * k..(r + 1) * k], &mut qx);
-                    let acc: Vec<i32> = (0..n)
-                        .map(|c| {
-                            (0..k)
-                                .map(|i| (qx[i] as i32 - 128) * qw[c * k + i] as i32)
-                                .sum()
-                        })
-                        .collect();
-                    let mut want = vec![0f32; n];
-                    dequantize_row(&acc, sx, &sw, &mut want);
-                    let got_bits: Vec<u32> = got[r * n..(r + 1) * n]
-                        .iter()
-                        .map(|v| v.to_bits())
-                        .collect();
-                    let want_bits: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
-                    assert_eq!(got_bits, want_bits, "{rows}x{k} by {k}x{n}, row {r}");
+                for kernel in Kernel::all_for(rows) {
+                    let got = m.forward_with(&x, rows, kernel);
+                    for r in 0..rows {
+                        let mut qx = vec![0u8; k];
+                        let sx = quantize_activations(&x[r * k..(r + 1) * k], &mut qx);
+                        let acc: Vec<i32> = (0..n)
+                            .map(|c| {
+                                (0..k)
+                                    .map(|i| (qx[i] as i32 - 128) * qw[c * k + i] as i32)
+                                    .sum()
+                            })
+                            .collect();
+                        let mut want = vec![0f32; n];
+                        dequantize_row(&acc, sx, &sw, &mut want);
+                        let got_bits: Vec<u32> = got[r * n..(r + 1) * n]
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .collect();
+                        let want_bits: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(
+                            got_bits, want_bits,
+                            "{kernel:?}, {rows}x{k} by {k}x{n}, row {r}"
+                        );
+                    }
                 }
             }
         }
@@ -346,19 +492,21 @@ mod tests {
     fn every_row_of_a_batch_equals_that_row_alone() {
         for (n, k) in SHAPES {
             let m = Int8Matrix::quantize(&random(n * k, 5), n, k);
-            for rows in ROWS {
+            for rows in ROWS.into_iter().chain(2..=FEW_ROWS + 1) {
                 let x = random(rows * k, 60 + rows as u64);
                 let batch = m.forward(&x, rows);
                 for r in 0..rows {
-                    let alone = m.forward(&x[r * k..(r + 1) * k], 1);
-                    let same = batch[r * n..(r + 1) * n]
-                        .iter()
-                        .zip(&alone)
-                        .all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(
-                        same,
-                        "{rows}x{k} by {k}x{n}: row {r} differs from its solo run"
-                    );
+                    for kernel in Kernel::all_for(1) {
+                        let alone = m.forward_with(&x[r * k..(r + 1) * k], 1, kernel);
+                        let same = batch[r * n..(r + 1) * n]
+                            .iter()
+                            .zip(&alone)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{rows}x{k} by {k}x{n}: row {r} differs from its solo run ({kernel:?})"
+                        );
+                    }
                 }
             }
         }
