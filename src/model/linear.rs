@@ -166,6 +166,15 @@ impl Linear {
         }
     }
 
+    /// Whether candle's quantized kernels (and their own thread pool) compute this layer.
+    pub fn runs_candle_quantized(&self) -> bool {
+        match self {
+            Linear::Quantized(_) => true,
+            Linear::Stacked(parts) => parts.iter().any(Linear::runs_candle_quantized),
+            Linear::Dense(_) | Linear::Int8(_) => false,
+        }
+    }
+
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         match self {
             // gemm takes a matrix-vector path for a single row, which rounds differently

@@ -114,6 +114,10 @@ pub struct Llama {
     dtype: DType,
     /// Per-operation timings, when turned on by [`Llama::enable_profiling`].
     profile: Option<Arc<Profile>>,
+    /// Whether forward passes keep the thread pool's workers spinning ([`on_busy_pool`]): on
+    /// the CPU, unless candle's quantized kernels run, whose own spinning pool would then
+    /// compete with ours for the cores (q8_0 decoded four times slower).
+    busy_pool: bool,
 }
 
 /// Runs `f`, charged to `op` when profiling.
@@ -179,7 +183,14 @@ impl Llama {
             SourceWeight::Dense(embed_f32)
         };
         let lm_head = Linear::fused(vec![lm_head], target, device).map_err(wrap)?;
+        let busy_pool = device.is_cpu()
+            && !layers
+                .iter()
+                .flat_map(|l| [&l.qkv, &l.o_proj, &l.gate_up, &l.down])
+                .chain([&lm_head])
+                .any(Linear::runs_candle_quantized);
         Ok(Self {
+            busy_pool,
             heads: Heads {
                 num_heads: cfg.num_heads,
                 num_kv_heads: cfg.num_kv_heads,
@@ -274,6 +285,46 @@ impl Llama {
     }
 }
 
+/// Runs `f` (a CPU forward pass) on a worker of the thread pool while the other workers spin,
+/// taking its parallel work the moment it appears.
+///
+/// A pass makes a few hundred parallel operations, each a few to a few hundred microseconds
+/// long. Called from outside the pool, each would be injected and the caller put to sleep
+/// until done; inside, idle workers still fall asleep between operations and each operation
+/// pays to wake one (a futex wake and, on a virtual machine, an interrupt to another core).
+/// Both together halved the speed of a single stream on two cores. The spinning workers run
+/// [`rayon::yield_now`], which executes whatever work they can take, so nothing waits on them.
+fn on_busy_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Stops the spinners however `f` ends, a panic included, so that the scope can close.
+    struct Done<'a>(&'a AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+    let done = &AtomicBool::new(false);
+    rayon::scope(|scope| {
+        let home = rayon::current_thread_index();
+        for _ in 1..rayon::current_num_threads() {
+            scope.spawn(move |_| {
+                // The pass's own thread may pick a spinner up while it waits for stolen work;
+                // spinning there would wait on itself.
+                if rayon::current_thread_index() == home {
+                    return;
+                }
+                while !done.load(Ordering::Acquire) {
+                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+        }
+        let _done = Done(done);
+        f()
+    })
+}
+
 impl CausalLm for Llama {
     fn config(&self) -> &ModelConfig {
         &self.cfg
@@ -289,9 +340,12 @@ impl CausalLm for Llama {
 
     fn forward(&self, batch: &BatchInputs, kv: &mut KvCache) -> Result<Tensor, ModelError> {
         let start = std::time::Instant::now();
-        let logits = self
-            .forward_inner(batch, kv)
-            .map_err(|e| ModelError::during("running a forward pass", e))?;
+        let logits = if self.busy_pool && rayon::current_thread_index().is_none() {
+            on_busy_pool(|| self.forward_inner(batch, kv))
+        } else {
+            self.forward_inner(batch, kv)
+        }
+        .map_err(|e| ModelError::during("running a forward pass", e))?;
         if let Some(p) = &self.profile {
             p.forward_done(start.elapsed(), batch.num_tokens());
         }
@@ -300,5 +354,73 @@ impl CausalLm for Llama {
 
     fn profile(&self) -> Option<&Profile> {
         self.profile.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::on_busy_pool;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Runs `f` on its own thread and fails, rather than hanging the suite, if it takes long.
+    fn within_a_minute<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("on_busy_pool did not return: a spinner kept the scope open")
+    }
+
+    /// The pass runs on the pool, its parallel work is done by every worker, and its result
+    /// comes back; many passes in a row leave no spinner behind.
+    #[test]
+    fn a_pass_on_the_busy_pool_returns_its_result() {
+        let sums = within_a_minute(|| {
+            (0..200)
+                .map(|i: u64| {
+                    on_busy_pool(|| {
+                        use rayon::prelude::*;
+                        assert!(rayon::current_thread_index().is_some());
+                        (0..10_000u64).into_par_iter().map(|v| v * i).sum::<u64>()
+                    })
+                })
+                .sum::<u64>()
+        });
+        assert_eq!(sums, (0..200u64).sum::<u64>() * (0..10_000u64).sum::<u64>());
+    }
+
+    /// A pass that fails by panicking stops the spinners too: the panic reaches the caller
+    /// instead of the process hanging.
+    #[test]
+    fn a_panicking_pass_stops_the_spinners() {
+        let caught = within_a_minute(|| {
+            std::panic::catch_unwind(|| on_busy_pool(|| panic!("a kernel invariant broke")))
+        });
+        assert!(caught.is_err());
+    }
+
+    /// Pools of one thread (`--threads 1`: no one to spin), two and three threads (a spinner
+    /// may land on the pass's own thread, or inside another spinner) all finish the pass.
+    #[test]
+    fn every_pool_size_finishes_the_pass() {
+        for threads in 1..=3 {
+            let value = within_a_minute(move || {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .expect("a thread pool");
+                pool.install(|| {
+                    (0..50)
+                        .map(|_| {
+                            on_busy_pool(|| {
+                                use rayon::prelude::*;
+                                (0..1000u64).into_par_iter().sum::<u64>()
+                            })
+                        })
+                        .sum::<u64>()
+                })
+            });
+            assert_eq!(value, 50 * (0..1000u64).sum::<u64>(), "{threads} threads");
+        }
     }
 }
