@@ -6,7 +6,8 @@
 #   benches/peer/run.sh [AGENTS] [SLOTS...]        defaults: 64 agents, slots 8 16 32
 #
 # Environment: THRONG_PEER_WEIGHTS (throng formats to run, default "auto f32"),
-# THRONG_PEER_THREADS (threads for both engines, default: all cores),
+# THRONG_PEER_THREADS (threads for both engines, default: all cores), THRONG_PEER_ROUNDS
+# (single-stream rounds, default 5),
 # LLAMA_CPP_PYTHON_VERSION (the PyPI sdist that vendors llama.cpp, default 0.3.36).
 #
 # It builds throng (release), builds llama-server from the llama.cpp sources vendored in the
@@ -21,6 +22,7 @@ AGENTS=${1:-64}
 if (($# > 1)); then SLOTS=("${@:2}"); else SLOTS=(8 16 32); fi
 WEIGHTS=(${THRONG_PEER_WEIGHTS:-auto f32})
 THREADS=${THRONG_PEER_THREADS:-$(nproc)}
+ROUNDS=${THRONG_PEER_ROUNDS:-5}
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 WORK=$ROOT/target/peer
 PORT=${THRONG_PEER_PORT:-18080}
@@ -70,17 +72,38 @@ for slots in "${SLOTS[@]}"; do
     wait "$PID" 2>/dev/null || true
 done
 
-echo "== single stream: 128 new tokens after a short prompt" >&2
+echo "== single stream: 128 new tokens after a short prompt, $ROUNDS rounds" >&2
+# The engines take turns, round after round (throng in each format, then llama-bench's tg128:
+# 128 tokens decoded one at a time, one repetition), so that a machine whose speed drifts
+# (a shared or virtual one) slows both alike; medians and the pairwise ratio are printed.
 : >"$WORK/single.txt"
 PROMPT="Write a long story about a lighthouse keeper."
-for w in "${WEIGHTS[@]}" q8_0; do
-    RAYON_NUM_THREADS=$THREADS "$THRONG" generate --model "$MODEL" --weights "$w" --prompt "$PROMPT" \
-        --max-tokens 128 2>&1 >/dev/null | grep -o 'decode [0-9]* tokens in [0-9.]*s ([0-9.]* tokens/s)' \
-        | sed "s/^/throng --weights $w: /" | tee -a "$WORK/single.txt"
+for round in $(seq "$ROUNDS"); do
+    for w in "${WEIGHTS[@]}" q8_0; do
+        rate=$("$THRONG" generate --model "$MODEL" --weights "$w" --prompt "$PROMPT" \
+            --max-tokens 128 --threads "$THREADS" 2>&1 >/dev/null \
+            | sed -n 's/.*decode [0-9]* tokens in [0-9.]*s (\([0-9.]*\) tokens\/s).*/\1/p')
+        echo "$round throng-$w ${rate:-nan}" | tee -a "$WORK/single.txt" >&2
+    done
+    rate=$("$WORK/llama.cpp/build/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 0 -n 128 -r 1 \
+        -o csv 2>/dev/null | tail -1 | awk -F, '{print $(NF-1)}' | tr -d '"')
+    echo "$round llama.cpp ${rate:-nan}" | tee -a "$WORK/single.txt" >&2
 done
-# llama-bench's tg128: 128 tokens decoded one at a time, mean and deviation over 5 runs.
-"$WORK/llama.cpp/build/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 0 -n 128 -o md 2>/dev/null \
-    | grep tg128 | sed 's/^/llama.cpp llama-bench: /' | tee -a "$WORK/single.txt" || true
+python3 - "$WORK/single.txt" <<'EOF'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    round_, engine, rate = line.split()
+    runs.setdefault(engine, {})[round_] = float(rate)
+peer = runs.get("llama.cpp", {})
+print("| single stream, 128 tokens | tokens/s, median | each round | vs llama.cpp, pairwise median |")
+print("|---|---|---|---|")
+for engine, rates in runs.items():
+    ratios = [rates[r] / peer[r] for r in rates if r in peer and peer[r] > 0]
+    ratio = f"{statistics.median(ratios):.2f}x" if engine != "llama.cpp" and ratios else "-"
+    print(f"| {engine} | {statistics.median(rates.values()):.1f} | "
+          f"{' '.join(f'{v:.0f}' for v in rates.values())} | {ratio} |")
+EOF
 
 echo "== summary ($WORK/results.jsonl)" >&2
 python3 - "$RESULTS" <<'EOF'
