@@ -34,6 +34,20 @@ fn cache_file(dir: &Path, template: &str, model: &str) -> PathBuf {
     dir.join(format!("{}.jsonl", &hex(&h.finalize())[..16]))
 }
 
+/// Appends whole lines to the cache under an exclusive lock, in one write. Every rank of a
+/// cluster run (and any other run of the same population) may be adding the same personas
+/// at once; without the lock their lines could interleave mid-line, and a torn line is a
+/// persona asked for again next time. Where the file system has no locks (some network
+/// mounts), the single append still keeps lines whole on local disks.
+fn append_entries(file: &mut std::fs::File, lines: &str) -> std::io::Result<()> {
+    let locked = file.lock().is_ok();
+    let written = file.write_all(lines.as_bytes()).and_then(|()| file.flush());
+    if locked {
+        file.unlock()?;
+    }
+    written
+}
+
 /// How personas are written and where they are kept.
 pub struct Writer<'a> {
     pub cfg: &'a PersonaConfig,
@@ -123,6 +137,7 @@ pub fn write(
                         }))
                 })
                 .collect::<Result<Vec<_>, PolicyError>>()?;
+            let mut lines = String::new();
             for (&agent, result) in chunk.iter().zip(engine.generate(requests)) {
                 let persona = result
                     .map_err(|e| PolicyError::Engine(format!("writing a persona: {e}")))?
@@ -134,11 +149,11 @@ pub fn write(
                     persona: persona.clone(),
                 })
                 .expect("invariant: entries serialise");
-                writeln!(file, "{line}")
-                    .map_err(|e| PolicyError::Engine(format!("{}: {e}", path.display())))?;
+                lines.push_str(&line);
+                lines.push('\n');
                 known.insert(keys[agent].clone(), persona);
             }
-            file.flush()
+            append_entries(&mut file, &lines)
                 .map_err(|e| PolicyError::Engine(format!("{}: {e}", path.display())))?;
         }
     }
@@ -146,4 +161,53 @@ pub fn write(
         .iter()
         .map(|k| known[k].clone().into_boxed_str())
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Entry, append_entries};
+
+    /// Several writers (the ranks of a cluster run) adding personas to one cache at once leave
+    /// only whole lines: every line reads back as an entry, none is lost or torn.
+    #[test]
+    fn concurrent_writers_leave_only_whole_lines() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let path = dir.path().join("personas.jsonl");
+        let (writers, chunks, per_chunk) = (4, 20, 25);
+        std::thread::scope(|s| {
+            for w in 0..writers {
+                let path = &path;
+                s.spawn(move || {
+                    let mut file = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .expect("the cache file opens");
+                    for c in 0..chunks {
+                        let mut lines = String::new();
+                        for i in 0..per_chunk {
+                            let entry = Entry {
+                                key: format!("{w}-{c}-{i}"),
+                                // Long enough that a torn write would show.
+                                persona: "a persona of some length. ".repeat(200),
+                            };
+                            lines.push_str(&serde_json::to_string(&entry).expect("serialises"));
+                            lines.push('\n');
+                        }
+                        append_entries(&mut file, &lines).expect("the append succeeds");
+                    }
+                });
+            }
+        });
+        let text = std::fs::read_to_string(&path).expect("the cache reads back");
+        let keys: std::collections::HashSet<String> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Entry>(l)
+                    .expect("every line is a whole entry")
+                    .key
+            })
+            .collect();
+        assert_eq!(keys.len(), writers * chunks * per_chunk);
+    }
 }
