@@ -343,8 +343,31 @@ fn quantize_row(w: &[f32], qmax: f32, q: &mut [i8]) -> f32 {
 }
 
 /// Quantizes one activation row to bytes `qx + 128`, `|qx| <= 127`; returns its scale `sx`.
-/// Plain scalar arithmetic, so that every CPU rounds every row the same way.
+/// Plain arithmetic, so that every CPU rounds every row the same way; compiled a second time
+/// for AVX-512, where the same operations run sixteen lanes at a time (the row's quantization
+/// was 5% of a batched step in the baseline build).
 fn quantize_activations(x: &[f32], q: &mut [u8]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if *AVX512 {
+        // Safety: the CPU has AVX-512 F and BW, checked once at start-up.
+        return unsafe { quantize_activations_avx512(x, q) };
+    }
+    quantize_activations_portable(x, q)
+}
+
+#[cfg(target_arch = "x86_64")]
+static AVX512: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+    std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw")
+});
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn quantize_activations_avx512(x: &[f32], q: &mut [u8]) -> f32 {
+    quantize_activations_portable(x, q)
+}
+
+#[inline(always)]
+fn quantize_activations_portable(x: &[f32], q: &mut [u8]) -> f32 {
     let amax = abs_max(x);
     if amax == 0.0 || !amax.is_finite() {
         // A zero row gives zeros; a row with an infinity has no meaningful int8 form and
@@ -354,8 +377,14 @@ fn quantize_activations(x: &[f32], q: &mut [u8]) -> f32 {
     }
     let inv = ACTIVATION_MAX / amax;
     for (q, x) in q.iter_mut().zip(x) {
-        let v = round_even((x * inv).clamp(-ACTIVATION_MAX, ACTIVATION_MAX));
-        *q = (v as i32 + ACTIVATION_ZERO_POINT as i32) as u8;
+        // `max` then `min` rather than `clamp`: `clamp` keeps a NaN, and its check per lane
+        // stopped the loop from vectorising. A NaN (which `abs_max` passes over) becomes -127.
+        #[allow(clippy::manual_clamp)] // `clamp` keeps NaNs; see above.
+        let v = round_even((x * inv).max(-ACTIVATION_MAX).min(ACTIVATION_MAX));
+        // Safety: `v` is a whole number in [-127, 127] (`max` replaced any NaN), so the
+        // conversion is exact; the checked `as` kept the loop scalar.
+        let v: i32 = unsafe { v.to_int_unchecked() };
+        *q = (v + ACTIVATION_ZERO_POINT as i32) as u8;
     }
     amax / ACTIVATION_MAX
 }
@@ -508,6 +537,33 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// The AVX-512 build of activation quantization gives the portable bytes and scale, on
+    /// random rows of awkward lengths and on rows built to hit rounding ties and a NaN.
+    #[test]
+    fn activation_quantization_is_the_same_on_every_instruction_set() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !*AVX512 {
+                eprintln!("SKIPPED: this CPU has no AVX-512; nothing to compare");
+                return;
+            }
+            let mut rows: Vec<Vec<f32>> = [1, 15, 16, 17, 576, 1100]
+                .iter()
+                .map(|&k| random(k, k as u64))
+                .collect();
+            // 127 * (i / 254) lands exactly on half-steps: ties to even must agree.
+            rows.push((0..=254).map(|i| i as f32 / 254.0).collect());
+            rows.push(vec![1.0, f32::NAN, -0.5, 0.25]);
+            for x in rows {
+                let (mut a, mut b) = (vec![0u8; x.len()], vec![0u8; x.len()]);
+                // Safety: AVX-512 checked above.
+                let sa = unsafe { quantize_activations_avx512(&x, &mut a) };
+                let sb = quantize_activations_portable(&x, &mut b);
+                assert_eq!((sa.to_bits(), &a), (sb.to_bits(), &b), "row of {}", x.len());
             }
         }
     }
