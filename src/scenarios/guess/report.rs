@@ -7,6 +7,7 @@
 //! replicates (one game each). Within round 1 agents decide independently of each other
 //! (nobody has seen a result yet), so group means there get intervals across agents.
 
+use super::rules;
 use crate::analysis::html::{esc, figures, headline, page, table, unfinished, unfinished_note};
 use crate::analysis::plot::{self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines};
 use crate::analysis::stats::Summary;
@@ -122,9 +123,20 @@ impl Running {
         self.n = n;
     }
 
+    /// Student's t interval across agents (the moments are all a million agents leave),
+    /// cut at the bounds a mean guess cannot leave: with few or skewed guesses the t interval
+    /// would otherwise reach below 0 or above 100.
     fn summary(&self) -> Option<Summary> {
-        Summary::from_moments(self.n, self.mean, self.m2)
+        Summary::from_moments(self.n, self.mean, self.m2).map(within_guess_bounds)
     }
+}
+
+/// `s` with its interval cut at the guesses' bounds.
+fn within_guess_bounds(mut s: Summary) -> Summary {
+    let top = rules::MAX_GUESS as f64 / rules::SCALE as f64;
+    s.ci_low = s.ci_low.clamp(0.0, top);
+    s.ci_high = s.ci_high.clamp(0.0, top);
+    s
 }
 
 const BINS: usize = 50;
@@ -400,7 +412,11 @@ pub fn report(dir: &Path) -> Result<Report, String> {
                 population,
                 round,
                 replicates: reps.len(),
-                mean: Summary::of(&reps.iter().filter_map(|r| r.mean).collect::<Vec<_>>()),
+                // Games are few, so Student's t (a bootstrap over two or three games would
+                // cover the true mean about half the time), cut at the bounds a mean guess
+                // cannot cross.
+                mean: Summary::of(&reps.iter().filter_map(|r| r.mean).collect::<Vec<_>>())
+                    .map(within_guess_bounds),
                 target: pick(|r| r.target),
                 winning_number: pick(|r| r.winning_number),
                 winners: mean(reps.iter().map(|r| r.winners as f64)).unwrap_or(0.0),
@@ -707,7 +723,8 @@ fn html(report: &Report) -> String {
     );
     body.push_str(
         "<h2>Rounds</h2><p>Each statistic is the mean over replicates (one game each); the interval of \
-         the mean guess is a 95% CI over games, shown when there are at least two. Round time is the \
+         the mean guess is a 95% CI over games (Student's t, cut at 0 and 100), shown when there are \
+         at least two. Round time is the \
          wall time of the step that played the round, for all cells of that population at once.</p>",
     );
     body.push_str(&table(
@@ -746,8 +763,8 @@ fn html(report: &Report) -> String {
     ));
     if !report.groups.is_empty() {
         body.push_str(
-            "<h2>Round 1 by group</h2><p>Mean guess with a 95% CI across agents: in round 1 nobody has \
-             seen a result, so agents decide independently.</p>",
+            "<h2>Round 1 by group</h2><p>Mean guess with a 95% CI across agents (Student's t, cut at 0 \
+             and 100): in round 1 nobody has seen a result, so agents decide independently.</p>",
         );
         body.push_str(&table(
             &["arm", "attribute", "group", "mean [95% CI]", "agents"],
@@ -771,4 +788,38 @@ fn html(report: &Report) -> String {
 /// registry's entry).
 pub fn write(dir: &Path) -> Result<String, String> {
     report(dir).map(|r| text(&r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Running;
+    use crate::analysis::stats::Summary;
+
+    /// A group of few, skewed guesses (most at 0, one at 30) has a Student's t interval
+    /// reaching below 0; the report's interval stops at the bound a mean guess cannot cross,
+    /// and keeps the rest of the interval as it was.
+    #[test]
+    fn agent_intervals_stay_within_the_guess_range() {
+        let guesses = [0.0, 0.0, 0.0, 0.0, 30.0];
+        let mut running = Running::default();
+        guesses.iter().for_each(|&g| running.push(g));
+        let raw = Summary::of(&guesses).expect("a sample");
+        assert!(raw.ci_low < 0.0, "the premise: t reaches below 0 here");
+        let shown = running.summary().expect("a sample");
+        assert_eq!(shown.ci_low, 0.0);
+        assert!((shown.ci_high - raw.ci_high).abs() < 1e-9);
+        assert!((shown.mean - 6.0).abs() < 1e-12);
+    }
+
+    /// Round means over two games keep Student's t interval (wide: one degree of freedom), cut
+    /// at 0 rather than reaching below it.
+    #[test]
+    fn game_intervals_are_cut_at_the_bounds() {
+        let games = [10.0, 14.0];
+        let t = Summary::of(&games).expect("two games");
+        assert!(t.ci_low < 0.0, "the premise: t reaches below 0 here");
+        let shown = super::within_guess_bounds(t);
+        assert_eq!(shown.interval(), Some((0.0, t.ci_high)));
+        assert!(t.ci_high < 100.0);
+    }
 }
