@@ -161,15 +161,7 @@ pub struct Engine {
 
 /// Default KV budget on the CPU: a quarter of the memory available, at most 16 GiB.
 fn default_cpu_kv_memory() -> usize {
-    let available = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<usize>().ok())
-        })
-        .map_or(8 << 30, |kb| kb * 1024);
+    let available = crate::model::host::available_memory().unwrap_or(8 << 30);
     (available / 4).min(16 << 30)
 }
 

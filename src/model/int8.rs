@@ -90,8 +90,9 @@ const FEW_ROWS: usize = 4;
 /// An `(out_features, in_features)` weight matrix in int8.
 pub(crate) struct Int8Matrix {
     /// `(out_features, depth)` row-major, each channel zero-padded to `depth`, a multiple
-    /// of 64 bytes: the layout a matrix-vector product streams.
-    plain: Vec<i8>,
+    /// of 64 bytes: the layout a matrix-vector product streams. Kept where memory allows
+    /// (the loader decides); without it every row count runs the packed GEMM.
+    plain: Option<Vec<i8>>,
     /// `B = W^T`, `(depth, out_features)`, in `rten-gemm`'s packed layout. Keeping both
     /// layouts doubles int8's memory (still half of f32's); packing per call would cost
     /// batches more than the copy costs memory.
@@ -116,8 +117,9 @@ impl std::fmt::Debug for Int8Matrix {
 }
 
 impl Int8Matrix {
-    /// Quantizes `w`, `(out_features, in_features)` row-major, one scale per output row.
-    pub fn quantize(w: &[f32], out_features: usize, in_features: usize) -> Self {
+    /// Quantizes `w`, `(out_features, in_features)` row-major, one scale per output row,
+    /// keeping the plain layout for one to four rows beside the packed one if `keep_plain`.
+    pub fn quantize(w: &[f32], out_features: usize, in_features: usize, keep_plain: bool) -> Self {
         assert_eq!(w.len(), out_features * in_features, "invariant: shape");
         assert!(
             in_features <= MAX_IN_FEATURES,
@@ -139,7 +141,7 @@ impl Int8Matrix {
         let view = NdTensorView::from_data([out_features, depth], &plain[..]);
         let packed = with_executor(|e| e.prepack_b(view.transposed()));
         Self {
-            plain,
+            plain: keep_plain.then_some(plain),
             packed,
             zero_point_sums,
             scales,
@@ -153,14 +155,18 @@ impl Int8Matrix {
         self.out_features
     }
 
-    /// `W` as a `(out_features, depth)` view.
-    fn plain_view(&self) -> NdTensorView<'_, i8, 2> {
-        NdTensorView::from_data([self.out_features, self.depth], &self.plain[..])
+    /// `W` as a `(out_features, depth)` view, where it is kept.
+    fn plain_view(&self) -> Option<NdTensorView<'_, i8, 2>> {
+        let plain = self.plain.as_deref()?;
+        Some(NdTensorView::from_data(
+            [self.out_features, self.depth],
+            plain,
+        ))
     }
 
     /// `x` `(rows, in_features)` row-major -> `(rows, out_features)` row-major.
     pub fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
-        self.forward_with(x, rows, Kernel::for_rows(rows))
+        self.forward_with(x, rows, Kernel::for_rows(rows, self.plain.is_some()))
     }
 
     /// [`forward`](Self::forward) through a chosen kernel; all give the same bits.
@@ -189,7 +195,11 @@ impl Int8Matrix {
             #[cfg(target_arch = "x86_64")]
             Kernel::FewRows => return self.few_rows(&qx, &sx, rows),
             // The plain layout takes `rten-gemm`'s matrix-vector path.
-            Kernel::Vector => GemmInputB::Unpacked(self.plain_view().transposed()),
+            Kernel::Vector => GemmInputB::Unpacked(
+                self.plain_view()
+                    .expect("invariant: Kernel::for_rows checked the layout")
+                    .transposed(),
+            ),
             Kernel::Packed => GemmInputB::Packed(&self.packed),
         };
         let mut acc = vec![0i32; rows * n];
@@ -228,6 +238,8 @@ impl Int8Matrix {
     #[cfg(target_arch = "x86_64")]
     fn few_rows(&self, qx: &[u8], sx: &[f32], rows: usize) -> Vec<f32> {
         assert!(*VNNI, "invariant: Kernel::for_rows checked the CPU");
+        let plain =
+            (self.plain.as_deref()).expect("invariant: Kernel::for_rows checked the layout");
         let (depth, n) = (self.depth, self.out_features);
         // One task per thread in whole tiles of four channels: the product is bound by
         // memory, and two cores stream more of it than one.
@@ -238,7 +250,7 @@ impl Int8Matrix {
         // Sums come out channel-major, `[channel][row]`, so that each task owns one slice.
         let mut sums = vec![0i32; n * rows];
         sums.par_chunks_mut(per_task * rows)
-            .zip(self.plain.par_chunks(per_task * depth))
+            .zip(plain.par_chunks(per_task * depth))
             .for_each(|(sums, w)| {
                 // Safety: `VNNI` says the CPU has the kernel's instructions.
                 unsafe {
@@ -276,19 +288,20 @@ enum Kernel {
 }
 
 impl Kernel {
-    fn for_rows(rows: usize) -> Self {
+    /// The fastest kernel for `rows` rows, given whether the plain layout is kept.
+    fn for_rows(rows: usize, plain: bool) -> Self {
         #[cfg(target_arch = "x86_64")]
-        if rows <= FEW_ROWS && *VNNI {
+        if plain && rows <= FEW_ROWS && *VNNI {
             return Kernel::FewRows;
         }
-        if rows == 1 {
+        if plain && rows == 1 {
             Kernel::Vector
         } else {
             Kernel::Packed
         }
     }
 
-    /// The kernels this CPU can run for `rows` rows.
+    /// The kernels this CPU can run for `rows` rows with both layouts.
     #[cfg(test)]
     fn all_for(rows: usize) -> Vec<Self> {
         let mut all = vec![Kernel::Packed];
@@ -436,7 +449,7 @@ mod tests {
     fn int8_products_match_f32_within_the_rounding_bound() {
         for (n, k) in SHAPES {
             let w = random(n * k, 1);
-            let m = Int8Matrix::quantize(&w, n, k);
+            let m = Int8Matrix::quantize(&w, n, k, true);
             let qmax = weight_max();
             for rows in ROWS {
                 let x = random(rows * k, 2 + rows as u64);
@@ -476,7 +489,7 @@ mod tests {
     fn integer_sums_equal_the_portable_scalar_loop_exactly() {
         for (n, k) in SHAPES {
             let w = random(n * k, 3);
-            let m = Int8Matrix::quantize(&w, n, k);
+            let m = Int8Matrix::quantize(&w, n, k, true);
             let qmax = weight_max();
             let mut qw = vec![0i8; n * k];
             let sw: Vec<f32> = qw
@@ -520,7 +533,7 @@ mod tests {
     #[test]
     fn every_row_of_a_batch_equals_that_row_alone() {
         for (n, k) in SHAPES {
-            let m = Int8Matrix::quantize(&random(n * k, 5), n, k);
+            let m = Int8Matrix::quantize(&random(n * k, 5), n, k, true);
             for rows in ROWS.into_iter().chain(2..=FEW_ROWS + 1) {
                 let x = random(rows * k, 60 + rows as u64);
                 let batch = m.forward(&x, rows);
@@ -568,13 +581,31 @@ mod tests {
         }
     }
 
+    /// A matrix that keeps only the packed layout (a model too large for both) runs every row
+    /// count through the packed GEMM and gives the same bits as one that keeps both.
+    #[test]
+    fn the_packed_layout_alone_gives_the_same_bits() {
+        for (n, k) in SHAPES {
+            let w = random(n * k, 11);
+            let both = Int8Matrix::quantize(&w, n, k, true);
+            let packed = Int8Matrix::quantize(&w, n, k, false);
+            assert!(packed.plain.is_none(), "the plain copy is dropped");
+            for rows in ROWS.into_iter().chain(2..=FEW_ROWS + 1) {
+                let x = random(rows * k, 70 + rows as u64);
+                let (a, b) = (both.forward(&x, rows), packed.forward(&x, rows));
+                let same = a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{rows}x{k} by {k}x{n}");
+            }
+        }
+    }
+
     /// Zero rows and channels give zeros, not NaNs.
     #[test]
     fn zero_rows_and_channels_give_zeros() {
         let (n, k) = (3, 8);
         let mut w = random(n * k, 9);
         w[k..2 * k].fill(0.0);
-        let m = Int8Matrix::quantize(&w, n, k);
+        let m = Int8Matrix::quantize(&w, n, k, true);
         let mut x = random(2 * k, 10);
         x[..k].fill(0.0);
         let y = m.forward(&x, 2);
