@@ -263,13 +263,15 @@ impl Int8Matrix {
                     }
                 }
             });
+        // Row-major, less what the zero point added: the integers `rten-gemm` computes, scaled
+        // by the same `dequantize_row`.
+        let mut acc = vec![0i32; n];
         let mut y = vec![0f32; rows * n];
         for (r, (y, &sx)) in y.chunks_mut(n).zip(sx).enumerate() {
-            for (c, y) in y.iter_mut().enumerate() {
-                // The integer `rten-gemm` computes, scaled as `dequantize_row` scales it.
-                let acc = sums[c * rows + r] - self.zero_point_sums[c];
-                *y = acc as f32 * (sx * self.scales[c]);
+            for (c, acc) in acc.iter_mut().enumerate() {
+                *acc = sums[c * rows + r] - self.zero_point_sums[c];
             }
+            dequantize_row(&acc, sx, &self.scales, y);
         }
         y
     }
