@@ -42,14 +42,6 @@ fn resident_bytes() -> Option<f64> {
     Some(pages * 4096.0)
 }
 
-/// This machine's memory, from /proc/meminfo.
-fn machine_memory() -> Option<f64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024.0)
-}
-
 fn bytes(b: f64) -> String {
     ByteSize(b.max(0.0) as u64).display().si().to_string()
 }
@@ -114,7 +106,9 @@ pub fn run(args: PlanArgs) -> Result<()> {
         ),
         None => (
             Figure::new(
-                machine_memory().context("reading this machine's memory from /proc/meminfo")?,
+                throng::model::host::total_memory()
+                    .context("reading this machine's memory from /proc/meminfo")?
+                    as f64,
                 Source::Measured,
             ),
             match (before, after) {
