@@ -146,7 +146,7 @@ impl Llama {
     ) -> Result<Self, ModelError> {
         let dtype = match target {
             Target::Dense(dtype) => dtype,
-            Target::Quantized(_) | Target::Int8 { .. } | Target::Native => DType::F32,
+            Target::Quantized(_) | Target::Int8 | Target::Native => DType::F32,
         };
         let wrap = |e| ModelError::during("loading weights", e);
         let vector = |source: &mut dyn WeightSource, part: Part| -> Result<Tensor, ModelError> {

@@ -160,7 +160,7 @@ pub fn random_llama(
     let mut source = RandomWeights {
         device: match target {
             // Quantized and int8 weights are made on the host, as from a file.
-            Target::Quantized(_) | Target::Int8 { .. } | Target::Native => Device::Cpu,
+            Target::Quantized(_) | Target::Int8 | Target::Native => Device::Cpu,
             Target::Dense(_) => device.clone(),
         },
         seed,
@@ -174,7 +174,7 @@ pub fn activation_dtype(weights: WeightFormat, device: &Device, shape: Shape) ->
     match weights.target(device, parameter_count(&shape.config())) {
         Ok(Target::Dense(dtype)) => dtype,
         // Loading refuses a format the device cannot hold; until then, f32.
-        Ok(Target::Quantized(_) | Target::Int8 { .. } | Target::Native) | Err(_) => DType::F32,
+        Ok(Target::Quantized(_) | Target::Int8 | Target::Native) | Err(_) => DType::F32,
     }
 }
 

@@ -58,10 +58,10 @@ pub fn f32_options() -> LoadOptions {
 }
 
 /// Every format `--weights auto` can choose on a CPU: int8 where the CPU has a SIMD int8
-/// kernel, else f32, or q8_0 for a model too large for f32. Engine guarantees (batch
+/// kernel, else f32, or bf16 for a model too large for f32. Engine guarantees (batch
 /// invariance, prefix caching, preemption) are checked under each.
 pub const AUTO_CPU_FORMATS: [WeightFormat; 3] =
-    [WeightFormat::Int8, WeightFormat::F32, WeightFormat::Q8_0];
+    [WeightFormat::Int8, WeightFormat::F32, WeightFormat::Bf16];
 
 /// An engine over the model at `spec` with f32 weights and a small KV cache.
 pub fn engine(spec: &str, cfg: EngineConfig) -> Engine {

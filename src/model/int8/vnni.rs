@@ -1,23 +1,15 @@
-//! The int8 product for a few rows at a time with AVX-512 VNNI, reading the weights in their
-//! plain `(out_features, in_features)` layout.
+//! The int8 tile kernel with AVX-512 VNNI: up to four rows (eight activation parts) against
+//! one panel of 32 channels, sixteen channels per vector.
 //!
-//! A decode step of one sequence multiplies one row by every weight matrix: the work is
-//! reading the weights once, as fast as memory delivers them. A GEMM micro-kernel built for
-//! 8-row tiles wastes most of its arithmetic there and reads its packed panels in an order
-//! the prefetcher follows poorly. This kernel streams each output channel's weights
-//! front to back, four channels at a time, with one `vpdpbusd` (64 `u8 x i8` products summed
-//! into sixteen 32-bit lanes, without saturation) per 64 bytes of weights and row.
-//!
-//! The sums are exact integers, so they equal `rten-gemm`'s to the bit: which kernel a row
-//! count takes cannot change a result (batch invariance).
+//! Each 4-byte step broadcasts four activation bytes of a part to every lane and multiplies
+//! them with the step's four weight bytes of sixteen channels, one `vpdpbusd` (64 `u8 x i8`
+//! products summed into sixteen 32-bit lanes, without saturation) per part and vector. At
+//! the end of a group the two parts' sums are joined, converted and added to the channel's
+//! f32 sum with the group's scale, exactly as [`super::portable`] does one lane at a time,
+//! so both give the same bits.
 
+use super::{GROUP, PANEL, Panel, STEPS};
 use std::arch::x86_64::*;
-
-/// Bytes of depth per vector: the padded depth of weights and activations is a multiple.
-pub(super) const DEPTH_STEP: usize = 64;
-
-/// Output channels per tile: four weight streams at once share each activation load.
-const CHANNELS: usize = 4;
 
 /// Whether this CPU runs the kernel.
 pub(super) fn available() -> bool {
@@ -26,74 +18,71 @@ pub(super) fn available() -> bool {
         && std::is_x86_feature_detected!("avx512vnni")
 }
 
-/// `sums[c * R + r] = sum_k x[r, k] * w[c, k]` for the `R` rows of `x` (`R x depth` bytes,
-/// activations stored with zero point 128) and every channel of `w` (`channels x depth`).
-/// `depth` is a multiple of [`DEPTH_STEP`].
+/// `acc[r][j] = sum_g sw[j, g] * J[r, j, g]` for `R` rows whose parts are `parts`
+/// (`2 * R * depth` bytes: row r's coarse part, then its residual).
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, BW and VNNI ([`available`]).
+/// The CPU must have AVX-512 F, BW and VNNI ([`available`]); `parts` must hold
+/// `2 * R * depth` bytes and `depth` equal `panel.groups * GROUP` (the caller asserts both).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(super) unsafe fn sums<const R: usize>(x: &[u8], w: &[i8], depth: usize, sums: &mut [i32]) {
-    assert!(depth.is_multiple_of(DEPTH_STEP), "invariant: padded depth");
-    assert_eq!(x.len(), R * depth, "invariant: activation rows");
-    assert_eq!(w.len() % depth, 0, "invariant: whole channels");
-    let channels = w.len() / depth;
-    assert_eq!(
-        sums.len(),
-        channels * R,
-        "invariant: one sum per row and channel"
-    );
-    let mut c = 0;
-    while c + CHANNELS <= channels {
-        // Safety: the asserts above keep every read inside `x` and `w`.
-        let tile = unsafe { tile::<R, CHANNELS>(x.as_ptr(), w.as_ptr().add(c * depth), depth) };
-        for (i, channel) in tile.iter().enumerate() {
-            sums[(c + i) * R..(c + i + 1) * R].copy_from_slice(channel);
-        }
-        c += CHANNELS;
-    }
-    while c < channels {
-        // Safety: as above, one channel.
-        let tile = unsafe { tile::<R, 1>(x.as_ptr(), w.as_ptr().add(c * depth), depth) };
-        sums[c * R..(c + 1) * R].copy_from_slice(&tile[0]);
-        c += 1;
-    }
-}
-
-/// The sums of `R` rows against `C` consecutive channels, `[channel][row]`.
-///
-/// # Safety
-/// `x` must hold `R * depth` bytes and `w` `C * depth`, `depth` a multiple of 64.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-#[inline]
-unsafe fn tile<const R: usize, const C: usize>(
-    x: *const u8,
-    w: *const i8,
+pub(super) unsafe fn tile<const R: usize>(
+    parts: &[u8],
     depth: usize,
-) -> [[i32; R]; C] {
-    // Plain loops rather than closures: a closure does not inherit this function's target
-    // features, so its intrinsics would not inline (a call per load).
-    let mut acc = [[_mm512_setzero_si512(); R]; C];
-    let mut xs = [_mm512_setzero_si512(); R];
-    let mut k = 0;
-    while k < depth {
-        for (r, xv) in xs.iter_mut().enumerate() {
-            // Safety: `k + 64 <= depth` and the caller's sizes.
-            *xv = unsafe { _mm512_loadu_si512(x.add(r * depth + k).cast()) };
-        }
-        for (c, acc) in acc.iter_mut().enumerate() {
-            let wv = unsafe { _mm512_loadu_si512(w.add(c * depth + k).cast()) };
-            for (acc, xv) in acc.iter_mut().zip(&xs) {
-                *acc = _mm512_dpbusd_epi32(*acc, *xv, wv);
+    panel: Panel<'_>,
+    acc: &mut [[f32; PANEL]; 4],
+) {
+    debug_assert!(parts.len() >= 2 * R * depth && depth == panel.groups * GROUP);
+    debug_assert!(panel.weights.len() == panel.groups * STEPS * PANEL * 4);
+    let x = parts.as_ptr();
+    let w = panel.weights.as_ptr();
+    let mut sums = [[_mm512_setzero_ps(); 2]; R];
+    for g in 0..panel.groups {
+        // [part][vector]: parts 2r and 2r + 1 are row r's coarse and residual parts.
+        let mut ints = [[[_mm512_setzero_si512(); 2]; 2]; R];
+        // Safety (this block): offsets stay inside `panel.weights` (the panel holds `groups *
+        // STEPS` steps of 128 bytes) and inside `parts` (`g * GROUP + t * 4 + 4 <= depth`).
+        unsafe {
+            let gw = w.add(g * STEPS * PANEL * 4);
+            for t in 0..STEPS {
+                let b0 = _mm512_loadu_si512(gw.add(t * 128).cast());
+                let b1 = _mm512_loadu_si512(gw.add(t * 128 + 64).cast());
+                let at = g * GROUP + t * 4;
+                for (r, ints) in ints.iter_mut().enumerate() {
+                    for (part, ints) in ints.iter_mut().enumerate() {
+                        let a = x
+                            .add((2 * r + part) * depth + at)
+                            .cast::<i32>()
+                            .read_unaligned();
+                        let a = _mm512_set1_epi32(a);
+                        ints[0] = _mm512_dpbusd_epi32(ints[0], a, b0);
+                        ints[1] = _mm512_dpbusd_epi32(ints[1], a, b1);
+                    }
+                }
             }
         }
-        k += DEPTH_STEP;
-    }
-    let mut sums = [[0i32; R]; C];
-    for (sums, acc) in sums.iter_mut().zip(&acc) {
-        for (sum, acc) in sums.iter_mut().zip(acc) {
-            *sum = _mm512_reduce_add_epi32(*acc);
+        for v in 0..2 {
+            // Safety: `scales` and `zero_points` hold `groups * PANEL` entries.
+            let (zp, scale) = unsafe {
+                (
+                    _mm512_loadu_si512(panel.zero_points.as_ptr().add(g * PANEL + v * 16).cast()),
+                    _mm512_loadu_ps(panel.scales.as_ptr().add(g * PANEL + v * 16)),
+                )
+            };
+            for (sum, ints) in sums.iter_mut().zip(&ints) {
+                // `join`: (coarse << 8) + residual - zero point, wrapping as `i32` does.
+                let joined = _mm512_sub_epi32(
+                    _mm512_add_epi32(_mm512_slli_epi32::<8>(ints[0][v]), ints[1][v]),
+                    zp,
+                );
+                sum[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(joined), scale, sum[v]);
+            }
         }
     }
-    sums
+    for (acc, sum) in acc.iter_mut().zip(&sums) {
+        // Safety: each row of `acc` holds PANEL = 32 floats.
+        unsafe {
+            _mm512_storeu_ps(acc.as_mut_ptr(), sum[0]);
+            _mm512_storeu_ps(acc.as_mut_ptr().add(16), sum[1]);
+        }
+    }
 }
