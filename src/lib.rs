@@ -10,6 +10,7 @@ pub mod bench;
 pub mod cluster;
 pub mod engine;
 pub mod model;
+pub mod quality;
 pub mod record;
 pub mod scenarios;
 pub mod seed;

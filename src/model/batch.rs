@@ -41,6 +41,17 @@ impl BatchInputs {
     /// Packs `chunks` for a forward pass against `kv`, checking that every chunk fits its
     /// blocks so that no kernel can ever index outside the cache.
     pub fn new(chunks: &[SeqChunk<'_>], kv: &KvCache) -> Result<Self, ModelError> {
+        Self::build(chunks, kv, false)
+    }
+
+    /// As [`BatchInputs::new`], but a chunk that wants logits gets them after every one of
+    /// its tokens, not only the last: the next-token distribution at each position of a
+    /// text, which scoring it (perplexity, divergence between two weight formats) needs.
+    pub fn with_every_logit(chunks: &[SeqChunk<'_>], kv: &KvCache) -> Result<Self, ModelError> {
+        Self::build(chunks, kv, true)
+    }
+
+    fn build(chunks: &[SeqChunk<'_>], kv: &KvCache, every: bool) -> Result<Self, ModelError> {
         if chunks.is_empty() {
             return Err(ModelError::InvalidRequest(
                 "a batch needs at least one sequence".into(),
@@ -86,7 +97,9 @@ impl BatchInputs {
                     chunk.blocks[pos / block_size] * block_size as u32 + (pos % block_size) as u32,
                 );
             }
-            if chunk.wants_logits {
+            if chunk.wants_logits && every {
+                logit_rows.extend(q_start as u32..token_ids.len() as u32);
+            } else if chunk.wants_logits {
                 logit_rows.push((token_ids.len() - 1) as u32);
             }
             spans.push(SeqSpan {
