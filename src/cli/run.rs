@@ -3,12 +3,15 @@
 
 use super::ModelArgs;
 use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use throng::cluster::Ranks;
+use throng::model::WeightFormat;
 use throng::record::{self, Manifest, RunFolder, Status};
 use throng::scenarios;
 use throng::sim::config::{PolicyKind, Split};
@@ -58,18 +61,72 @@ pub struct RunArgs {
     pub model: ModelArgs,
 }
 
+/// Whether the command line gave `--flag` (as `--flag VALUE` or `--flag=VALUE`).
+fn flag_given(flag: &str) -> bool {
+    std::env::args_os().any(|a| {
+        let a = a.to_string_lossy();
+        a == flag || a.starts_with(&format!("{flag}="))
+    })
+}
+
+/// The kind of a device spec: `cpu` or `cuda`. Devices of one kind compute the same bits
+/// (the same kernels on the same model of GPU); a CPU and a GPU do not.
+fn device_kind(spec: &str) -> &str {
+    spec.split(':').next().unwrap_or(spec)
+}
+
 /// The device this rank takes: its entry of --devices, else an explicit --device, else
-/// `cuda:LOCAL_RANK` in a CUDA build, else the CPU.
-fn device_for(args: &RunArgs, ranks: &Ranks) -> String {
+/// `cuda:LOCAL_RANK` in a CUDA build, else the CPU. A resumed run (`started_on`: the device
+/// its manifest names) stays on its kind of device.
+fn device_for(args: &RunArgs, ranks: &Ranks, started_on: Option<&str>) -> String {
     let local = ranks.topology().local_rank;
     if let Some(devices) = args.devices.as_ref().filter(|d| !d.is_empty()) {
         return devices[local % devices.len()].clone();
     }
-    let explicit = std::env::args().any(|a| a == "--device" || a.starts_with("--device="));
-    if !explicit && candle_core::utils::cuda_is_available() {
+    let explicit = flag_given("--device");
+    let gpu = match started_on {
+        Some(device) => device_kind(device) == "cuda",
+        None => candle_core::utils::cuda_is_available(),
+    };
+    if !explicit && gpu {
         return format!("cuda:{local}");
     }
+    if !explicit && let Some(device) = started_on {
+        return device.to_string();
+    }
     args.model.device.clone()
+}
+
+/// What a resumed run takes from its manifest rather than the command line: the weight
+/// format and the device it started with, so that it computes the same bits.
+struct StartedWith {
+    weights: Option<WeightFormat>,
+    device: Option<String>,
+}
+
+impl StartedWith {
+    fn read(dir: &Path) -> Result<Self> {
+        let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
+        let weights = match manifest.weight_format.as_deref() {
+            Some(name) => Some(WeightFormat::from_str(name, false).map_err(|_| {
+                anyhow::anyhow!(
+                    "{}: unknown weight format `{name}` (this throng knows {})",
+                    dir.join(record::MANIFEST).display(),
+                    WeightFormat::value_variants()
+                        .iter()
+                        .filter_map(|v| v.to_possible_value())
+                        .map(|v| v.get_name().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?),
+            None => None,
+        };
+        Ok(Self {
+            weights,
+            device: manifest.device,
+        })
+    }
 }
 
 /// Ctrl-C, and the SIGTERM a batch system sends before a job's time limit: finish the step,
@@ -128,6 +185,9 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
     };
     // Rank 0 alone takes (and locks) the run folder and writes it; the other ranks follow
     // the folder it names (a default one is named by rank 0's clock).
+    if args.resume.is_some() {
+        refuse_resume_flags(&args)?;
+    }
     let opened = match (root, &args.config, &args.resume) {
         (false, ..) => None,
         (true, _, Some(dir)) => Some(open_resumed(dir, &overrides)?),
@@ -144,6 +204,10 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
         dir
     };
     let resume = args.resume.is_some();
+    let started = match resume {
+        true => Some(StartedWith::read(&dir)?),
+        false => None,
+    };
     let (mut loaded, _folder, mut manifest) = match opened {
         Some((loaded, folder, manifest)) => (loaded, Some(folder), manifest),
         None => {
@@ -160,15 +224,42 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
     };
     let exp = loaded.experiment();
     let mut llm = if scenarios::needs_model(exp) {
+        let started_on = started.as_ref().and_then(|s| s.device.as_deref());
+        let device = device_for(&args, ranks, started_on);
+        if let Some(was) = started_on
+            && device_kind(was) != device_kind(&device)
+        {
+            bail!(
+                "--resume continues a run on the kind of device it started on ({was}): a {} \
+                 computes other bits than a {}, so the resumed steps would not be the run's; \
+                 drop --device/--devices, or start a new run on {device}",
+                device_kind(&device),
+                device_kind(was)
+            );
+        }
+        let weights = match started.as_ref().and_then(|s| s.weights) {
+            Some(w) => w,
+            None if resume => {
+                eprintln!(
+                    "throng: warning: this run's manifest does not say which weight format it \
+                     started with (it predates the record); resuming with --weights {}",
+                    throng::quality::name(args.model.weights)
+                );
+                args.model.weights
+            }
+            None => args.model.weights,
+        };
         let model = ModelArgs {
             model: exp.config.llm.model.clone(),
-            device: device_for(&args, ranks),
+            device,
+            weights,
             ..args.model.clone()
         };
-        let (engine, weights) = model.load_engine_described()?;
+        let (engine, described) = model.load_engine_described()?;
         manifest.model = Some(model.model.clone());
         manifest.device = Some(model.device.clone());
-        manifest.weights = Some(weights);
+        manifest.weights = Some(described);
+        manifest.weight_format = Some(throng::quality::name(weights));
         let prompts = scenarios::prompts(exp)?;
         Some(Llm::new(
             engine,
@@ -306,8 +397,29 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
     Ok(())
 }
 
-/// Takes the run folder `dir` to continue it: checks it, its manifest and its checkpoint
-/// before anything heavy (the model) is loaded.
+/// `--resume` runs exactly what the run started with: flags that would change its bits are
+/// refused, as the config overrides are (see [`open_resumed`]). `--device` is checked once the
+/// manifest is read (a device of the same kind computes the same bits); `--threads` changes
+/// no bits (see the README, "Seeds") and is allowed.
+fn refuse_resume_flags(args: &RunArgs) -> Result<()> {
+    if flag_given("--weights") {
+        bail!(
+            "--resume continues a run with the weight format it started with (its manifest's \
+             `weight_format`): drop --weights; another format computes other bits, so the \
+             resumed steps would not be the run's. To use another format, start a new run"
+        );
+    }
+    if args.out.is_some() {
+        bail!(
+            "--resume continues a run in its own folder: drop --out (to run the same config into \
+             a new folder, start a new run: throng run CONFIG --out DIR)"
+        );
+    }
+    Ok(())
+}
+
+/// Takes the run folder `dir` to continue it: checks it, its manifest, its inputs and its
+/// checkpoint before anything heavy (the model) is loaded.
 fn open_resumed(
     dir: &Path,
     overrides: &Overrides,
@@ -334,6 +446,7 @@ fn open_resumed(
             dir.display()
         );
     }
+    check_inputs(dir, &manifest)?;
     let mut loaded = scenarios::load(&config, overrides)?;
     let point = loaded.resume_from(dir)?;
     if let Some(warning) = &point.warning {
@@ -349,6 +462,34 @@ fn open_resumed(
     manifest.status = Status::Running;
     manifest.error = None;
     Ok((loaded, folder, manifest))
+}
+
+/// Refuses to resume a run whose config or templates changed since it started (see
+/// [`record::inputs`]), naming each change and the two ways on.
+fn check_inputs(dir: &Path, manifest: &Manifest) -> Result<()> {
+    if manifest.inputs.is_empty() {
+        eprintln!(
+            "throng: warning: {} was started by a throng that kept no fingerprints of its inputs: \
+             edits made to its config or templates since cannot be detected",
+            dir.display()
+        );
+        return Ok(());
+    }
+    let changes = record::inputs::changes(dir, &manifest.inputs);
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = changes.iter().map(|c| format!("  - {c}")).collect();
+    bail!(
+        "cannot resume {dir}: its inputs changed since the run started, and a resume runs \
+         exactly what the run started with:\n{}\nTo continue the run as it started, undo the \
+         change (the config and templates as it started are in {inputs}/). To run with the \
+         change, start a new run: throng run {config} --out NEW_FOLDER",
+        list.join("\n"),
+        dir = dir.display(),
+        inputs = dir.join(record::inputs::INPUTS).display(),
+        config = dir.join(record::CONFIG).display(),
+    )
 }
 
 /// Takes a new or empty folder for a new run of `config`: the manifest first, so that the
@@ -376,15 +517,27 @@ fn open_new(
         started_unix: record::now_unix(),
         ..Manifest::default()
     };
+    let mut manifest = manifest;
     let folder = RunFolder::create(&dir, &manifest)?;
-    write_resolved_config(exp, &dir)?;
+    manifest.inputs = write_inputs(exp, &dir)?;
+    record::write_json_atomic(&dir.join(record::MANIFEST), &manifest)?;
     Ok((loaded, folder, manifest))
 }
 
-/// Writes `config.toml` into the run folder: the experiment as run (command-line overrides
-/// applied, the templates folder made absolute), so that `--resume` and readers need nothing
-/// else; the original goes beside it.
-fn write_resolved_config(exp: &Experiment, dir: &Path) -> Result<()> {
+/// Writes the run's inputs into its folder and returns their fingerprints: `config.toml`, the
+/// experiment as run (command-line overrides applied), so that `--resume` and readers need
+/// nothing else, with the original beside it; and under `inputs/`, that config as it started
+/// and a copy of every prompt template, which `config.toml` points at, so that a resume runs
+/// the templates the run started with, whatever happens to the originals.
+fn write_inputs(exp: &Experiment, dir: &Path) -> Result<BTreeMap<String, String>> {
+    let templates = Path::new(record::inputs::INPUTS).join("templates");
+    std::fs::create_dir_all(dir.join(&templates))?;
+    let mut files = vec![record::CONFIG.to_string()];
+    for (name, text) in scenarios::prompts(exp)?.templates() {
+        let file = templates.join(format!("{name}.jinja"));
+        std::fs::write(dir.join(&file), text)?;
+        files.push(file.display().to_string());
+    }
     let mut table: toml::Table = toml::from_str(&exp.source.text)?;
     let c = &exp.config;
     table.insert(
@@ -403,7 +556,6 @@ fn write_resolved_config(exp: &Experiment, dir: &Path) -> Result<()> {
                 .collect(),
         ),
     );
-    let templates = std::path::absolute(scenarios::templates_dir(exp))?;
     table.insert(
         "templates".into(),
         toml::Value::String(templates.display().to_string()),
@@ -414,9 +566,11 @@ fn write_resolved_config(exp: &Experiment, dir: &Path) -> Result<()> {
     if let toml::Value::Table(llm) = llm {
         llm.insert("model".into(), toml::Value::String(c.llm.model.clone()));
     }
-    std::fs::write(dir.join(record::CONFIG), toml::to_string_pretty(&table)?)?;
+    let text = toml::to_string_pretty(&table)?;
+    std::fs::write(dir.join(record::CONFIG), &text)?;
+    std::fs::write(dir.join(record::inputs::STARTED_CONFIG), &text)?;
     std::fs::write(dir.join("config.original.toml"), &exp.source.text)?;
-    Ok(())
+    Ok(record::inputs::fingerprints(dir, files)?)
 }
 
 /// `throng report RUN_DIR`.

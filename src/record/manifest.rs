@@ -1,6 +1,7 @@
 //! What ran, with what, and how far it got.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Totals of a run so far: saved in every checkpoint and shown in the manifest, so that a
 /// resumed run counts on from where it stopped.
@@ -65,7 +66,11 @@ pub struct Manifest {
     /// The policy, or `mixed` when groups of agents use different ones.
     pub policy: String,
     pub model: Option<String>,
+    /// What the weights were stored as and became, e.g. `GGUF (Q4_1) -> int8`.
     pub weights: Option<String>,
+    /// The weight format asked for (`auto`, `int8`, ...), which `--resume` loads again.
+    #[serde(default)]
+    pub weight_format: Option<String>,
     pub device: Option<String>,
     pub throng_version: String,
     pub arms: Vec<String>,
@@ -88,6 +93,10 @@ pub struct Manifest {
     /// Why the run stopped, when it failed.
     #[serde(default)]
     pub error: Option<String>,
+    /// The sha256 of every file the run reads (`config.toml`, the prompt templates it copied
+    /// under `inputs/`), taken when it started: `--resume` refuses when any has changed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, String>,
 }
 
 impl Manifest {

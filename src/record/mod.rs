@@ -8,6 +8,7 @@
 pub mod checkpoint;
 mod decision;
 mod folder;
+pub mod inputs;
 mod manifest;
 pub mod table;
 mod writer;

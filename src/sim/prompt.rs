@@ -74,6 +74,17 @@ impl PromptBook {
         })
     }
 
+    /// Every template's name and text, by name.
+    pub fn templates(&self) -> impl Iterator<Item = (&str, &str)> {
+        let mut all: Vec<(&str, &str)> = self
+            .sources
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.as_str()))
+            .collect();
+        all.sort();
+        all.into_iter()
+    }
+
     /// The text of template `name`.
     pub fn source(&self, name: &str) -> Option<&str> {
         self.sources.get(name).map(String::as_str)

@@ -1,0 +1,355 @@
+//! A resume runs exactly what the run started with: its config and prompt templates as they
+//! were (edits made while the run was paused are refused, naming what changed), the weight
+//! format and the kind of device it started on; and the settings that change no bits (the
+//! number of threads) may differ, with the same records.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use throng::testing::TinyLlama;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn throng() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
+    cmd.current_dir(repo()).env_remove("THRONG_CRASH_AT");
+    cmd
+}
+
+fn output(cmd: &mut Command) -> (bool, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&stderr)
+    );
+    assert!(!text.contains("panicked"), "throng panicked:\n{text}");
+    (status.success(), text)
+}
+
+/// The guessing game, scripted, three rounds.
+const GUESS: &str = "tests/fixtures/guess-resume.toml";
+
+/// The records a researcher publishes from.
+const RECORDS: &[&str] = &[
+    "state.parquet",
+    "state.csv",
+    "decisions.jsonl",
+    "aggregates.csv",
+    "cells.jsonl",
+];
+
+/// `decisions.jsonl` without what a decision's bits do not determine: its latency, and how
+/// much of its prompt the prefix cache held (a resumed process starts with a cold cache).
+fn decisions(dir: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join("decisions.jsonl")).unwrap();
+    text.lines()
+        .map(|line| {
+            let mut r: serde_json::Value = serde_json::from_str(line).unwrap();
+            let r_obj = r.as_object_mut().unwrap();
+            r_obj.remove("latency_ms");
+            r_obj.remove("cached_tokens");
+            r
+        })
+        .collect()
+}
+
+fn assert_same_records(whole: &Path, pieces: &Path, what: &str) {
+    for name in RECORDS {
+        let (a, b) = (whole.join(name), pieces.join(name));
+        assert_eq!(a.exists(), b.exists(), "{what}: {name}");
+        if !a.exists() {
+            continue;
+        }
+        if *name == "decisions.jsonl" {
+            assert!(
+                decisions(whole) == decisions(pieces),
+                "{what}: the decisions differ from the uninterrupted run's"
+            );
+        } else {
+            assert!(
+                std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(),
+                "{what}: {name} differs from the uninterrupted run's"
+            );
+        }
+    }
+}
+
+fn run(config: &Path, out: &Path, extra: &[&str]) -> (bool, String) {
+    output(
+        throng()
+            .args(["run", "--no-report"])
+            .arg(config)
+            .arg("--out")
+            .arg(out)
+            .args(extra),
+    )
+}
+
+fn resume(out: &Path, extra: &[&str]) -> (bool, String) {
+    output(
+        throng()
+            .args(["run", "--no-report", "--resume"])
+            .arg(out)
+            .args(extra),
+    )
+}
+
+fn manifest(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
+}
+
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(
+        text.contains(from),
+        "{}: no `{from}` in\n{text}",
+        path.display()
+    );
+    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
+}
+
+// Guards against issue 17, item 1: a config edited while a run was paused (the game's ratio,
+// the seed, the number of steps) was applied from the middle of the run on `--resume`,
+// without a word, and the manifest kept showing the old settings.
+#[test]
+fn an_edited_config_is_refused_naming_every_change_until_it_is_undone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = tmp.path().join("whole");
+    let (ok, text) = run(&repo().join(GUESS), &whole, &[]);
+    assert!(ok, "{text}");
+    let out = tmp.path().join("run");
+    let (ok, text) = run(&repo().join(GUESS), &out, &["--stop-after", "2"]);
+    assert!(ok, "{text}");
+    let config = out.join("config.toml");
+    let before = std::fs::read(&config).unwrap();
+    edit(&config, "seed = 9", "seed = 10");
+    edit(&config, "steps = 3", "steps = 8");
+    edit(
+        &config,
+        "name = \"guess\"",
+        "name = \"guess\"\nratio = \"2/3\"\noffset = 1",
+    );
+    let paused = manifest(&out);
+    let (ok, text) = resume(&out, &[]);
+    assert!(!ok, "the edited config was resumed:\n{text}");
+    for change in [
+        "`seed` was 9, now 10",
+        "`steps` was 3, now 8",
+        "`scenario.ratio` = \"2/3\" was added",
+        "`scenario.offset` = 1 was added",
+    ] {
+        assert!(text.contains(change), "`{change}` not named:\n{text}");
+    }
+    assert!(
+        text.contains("inputs/"),
+        "says where the inputs as started are:\n{text}"
+    );
+    assert!(
+        text.contains("--out"),
+        "says how to start a new run:\n{text}"
+    );
+    assert_eq!(
+        manifest(&out),
+        paused,
+        "a refused resume leaves the manifest as it was"
+    );
+    // Undone from the copy the folder keeps, the run resumes to the records of a run never
+    // paused.
+    std::fs::copy(out.join("inputs/config.toml"), &config).unwrap();
+    assert_eq!(std::fs::read(&config).unwrap(), before);
+    let (ok, text) = resume(&out, &[]);
+    assert!(ok, "{text}");
+    assert_same_records(&whole, &out, "resumed after the edit was undone");
+}
+
+// Guards against issue 17, item 1: a prompt template changed while a run was paused was
+// used for the rest of the run. A run reads the copies its folder keeps: an edit of the
+// original changes nothing, and an edit of a copy is refused.
+#[test]
+fn templates_are_the_run_folders_copies_and_an_edited_copy_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let templates = tmp.path().join("templates");
+    std::fs::create_dir_all(&templates).unwrap();
+    for name in ["system.jinja", "player.jinja"] {
+        std::fs::copy(
+            repo().join("templates/guess").join(name),
+            templates.join(name),
+        )
+        .unwrap();
+    }
+    let fixture = std::fs::read_to_string(repo().join(GUESS)).unwrap();
+    let config = tmp.path().join("exp.toml");
+    std::fs::write(
+        &config,
+        fixture.replace(
+            "templates = \"../../templates/guess\"",
+            "templates = \"templates\"",
+        ),
+    )
+    .unwrap();
+    let whole = tmp.path().join("whole");
+    let (ok, text) = run(&config, &whole, &[]);
+    assert!(ok, "{text}");
+    let out = tmp.path().join("run");
+    let (ok, text) = run(&config, &out, &["--stop-after", "1"]);
+    assert!(ok, "{text}");
+    for name in ["system.jinja", "player.jinja"] {
+        assert_eq!(
+            std::fs::read(out.join("inputs/templates").join(name)).unwrap(),
+            std::fs::read(templates.join(name)).unwrap(),
+            "{name} is kept in the run folder"
+        );
+    }
+    // The original changes: the paused run does not see it.
+    std::fs::write(templates.join("player.jinja"), "{{ undefined_thing }}").unwrap();
+    let (ok, text) = resume(&out, &["--stop-after", "1"]);
+    assert!(ok, "the original template reached the paused run:\n{text}");
+    // The run's own copy changes: refused, naming it.
+    let copy = out.join("inputs/templates/system.jinja");
+    let kept = std::fs::read(&copy).unwrap();
+    std::fs::write(&copy, [&kept[..], b"\nOne more rule."].concat()).unwrap();
+    let (ok, text) = resume(&out, &[]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("inputs/templates/system.jinja was edited"),
+        "{text}"
+    );
+    std::fs::remove_file(&copy).unwrap();
+    let (ok, text) = resume(&out, &[]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("inputs/templates/system.jinja is missing"),
+        "{text}"
+    );
+    std::fs::write(&copy, kept).unwrap();
+    let (ok, text) = resume(&out, &[]);
+    assert!(ok, "{text}");
+    assert_same_records(&whole, &out, "resumed from the kept templates");
+}
+
+/// A config for the LLM policy on the tiny random model: every decision samples, so a
+/// different weight format or any other change of bits shows in the records.
+fn llm_config(dir: &Path) -> PathBuf {
+    let path = dir.join("llm.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"name = "resume-llm"
+seed = 3
+replicates = 1
+steps = 3
+policy = "llm"
+templates = {:?}
+agents = 12
+
+[llm]
+max_tokens = 24
+temperature = 1.0
+
+[scenario]
+name = "guess"
+"#,
+            repo().join("templates/guess").display().to_string()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn llm_args(model: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "--model".to_string(),
+        model.display().to_string(),
+        "--kv-memory".into(),
+        "16MiB".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+// Guards against issue 17, item 2: `--resume --weights f32` on an int8 run exited 0 with
+// records that differ from an uninterrupted run, and overwrote the manifest's weight format;
+// and a resume without --weights loaded `auto`, whatever the run started with.
+#[test]
+fn a_resume_keeps_the_weight_format_and_device_kind_it_started_with() {
+    let model = common::tiny_model(&TinyLlama::default());
+    let tmp = tempfile::tempdir().unwrap();
+    let config = llm_config(tmp.path());
+    for weights in ["f32", "int8"] {
+        let args = llm_args(model.path(), &["--weights", weights]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let whole = tmp.path().join(format!("whole-{weights}"));
+        let (ok, text) = run(&config, &whole, &args);
+        assert!(ok, "{text}");
+        let out = tmp.path().join(format!("run-{weights}"));
+        let (ok, text) = run(&config, &out, &[&args[..], &["--stop-after", "1"]].concat());
+        assert!(ok, "{text}");
+        assert_eq!(manifest(&out)["weight_format"], weights);
+        let other = if weights == "f32" { "int8" } else { "f32" };
+        for refused in [
+            &["--weights", other][..],
+            &["--weights", weights],
+            &["--device", "cuda:0"],
+            &["--out", "elsewhere"],
+        ] {
+            let (ok, text) = resume(&out, refused);
+            assert!(!ok, "{refused:?} was accepted:\n{text}");
+            assert!(text.contains("--resume"), "{refused:?}: {text}");
+        }
+        assert_eq!(manifest(&out)["weight_format"], weights, "left as it was");
+        // Without --weights, the resume loads the format the run started with, not `auto`.
+        let (ok, text) = resume(&out, &[]);
+        assert!(ok, "{text}");
+        assert_eq!(manifest(&out)["weight_format"], weights);
+        assert_same_records(&whole, &out, &format!("{weights}, resumed"));
+    }
+}
+
+// The README says a resume may change the number of threads because no kernel's result
+// depends on it; this holds it to that, for every CPU format `auto` chooses.
+#[test]
+fn a_resume_on_another_number_of_threads_gives_the_same_records() {
+    let model = common::tiny_model(&TinyLlama::default());
+    let tmp = tempfile::tempdir().unwrap();
+    let config = llm_config(tmp.path());
+    for weights in ["f32", "int8", "bf16"] {
+        let args = llm_args(model.path(), &["--weights", weights]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let whole = tmp.path().join(format!("whole-{weights}"));
+        let (ok, text) = output(
+            throng()
+                .args(["--threads", "2", "run", "--no-report"])
+                .arg(&config)
+                .arg("--out")
+                .arg(&whole)
+                .args(&args),
+        );
+        assert!(ok, "{text}");
+        let out = tmp.path().join(format!("run-{weights}"));
+        let (ok, text) = output(
+            throng()
+                .args(["--threads", "1", "run", "--no-report"])
+                .arg(&config)
+                .arg("--out")
+                .arg(&out)
+                .args(&args)
+                .args(["--stop-after", "1"]),
+        );
+        assert!(ok, "{text}");
+        let (ok, text) = output(
+            throng()
+                .args(["--threads", "2", "run", "--no-report", "--resume"])
+                .arg(&out),
+        );
+        assert!(ok, "{text}");
+        assert_same_records(&whole, &out, &format!("{weights}, 1 thread then 2"));
+    }
+}
