@@ -88,6 +88,19 @@ pub struct Manifest {
     /// Why the run stopped, when it failed.
     #[serde(default)]
     pub error: Option<String>,
+    /// The size and SHA-256 of every record file, by its path in the folder, taken when the
+    /// run last stopped writing them (finished or paused) and checked by every reader, so that
+    /// a damaged file is refused rather than read. `None` while the run writes its records, or
+    /// when it was killed or failed before it could take them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksums: Option<std::collections::BTreeMap<String, FileSum>>,
+}
+
+/// A record file as its run left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSum {
+    pub bytes: u64,
+    pub sha256: String,
 }
 
 impl Manifest {

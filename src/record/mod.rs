@@ -9,12 +9,14 @@ pub mod checkpoint;
 mod decision;
 mod folder;
 mod manifest;
+mod seal;
 pub mod table;
 mod writer;
 
 pub use decision::{DecisionLog, DecisionRecord};
 pub use folder::{FolderError, LOCK, RunFolder};
-pub use manifest::{Counters, Manifest, Status, peak_rss_bytes};
+pub use manifest::{Counters, FileSum, Manifest, Status, peak_rss_bytes};
+pub use seal::{checksums, record_files, verify};
 pub use writer::{
     StepRecord, StepWriter, merge_parts, reset as writer_reset, rewind as writer_rewind,
 };
@@ -45,10 +47,11 @@ pub struct CellRecord {
     pub world: serde_json::Value,
 }
 
-/// The first `limit` cells of a run's `cells.jsonl`, read without touching the rest (at
-/// 100,000 replicates the file holds gigabytes).
+/// The first `limit` cells of a run's `cells.jsonl` (at 100,000 replicates the file holds
+/// gigabytes), once the whole file has passed its checksum (see [`verify`]).
 pub fn read_cells(dir: &Path, limit: usize) -> Result<Vec<CellRecord>, RecordError> {
     use std::io::BufRead;
+    verify(dir, CELLS)?;
     let path = dir.join(CELLS);
     let file = std::fs::File::open(&path).map_err(|e| RecordError::io(&path, e))?;
     std::io::BufReader::new(file)
@@ -113,6 +116,7 @@ pub fn read_state(dir: &Path) -> Result<Vec<arrow_array::RecordBatch>, RecordErr
 pub fn read_table(dir: &Path, name: &str) -> Result<Vec<arrow_array::RecordBatch>, RecordError> {
     let merged = dir.join(format!("{name}.parquet"));
     if merged.exists() {
+        verify(dir, &format!("{name}.parquet"))?;
         return table::read_parquet(&merged);
     }
     let parts = dir.join(format!("{name}.parts"));
@@ -130,8 +134,12 @@ pub fn read_table(dir: &Path, name: &str) -> Result<Vec<arrow_array::RecordBatch
         }
     };
     files.sort();
+    let sealed = seal::Sealed::read(dir);
     let mut batches = Vec::new();
     for file in files {
+        if let Some(part) = file.file_name() {
+            sealed.verify(&format!("{name}.parts/{}", part.to_string_lossy()))?;
+        }
         batches.extend(table::read_parquet(&file)?);
     }
     Ok(batches)
@@ -151,8 +159,12 @@ pub fn rows_of<R: DeserializeOwned>(
     Ok(rows)
 }
 
-/// Reads a CSV file of the run folder into rows.
+/// Reads a CSV file of the run folder into rows, once it has passed its checksum (see
+/// [`verify`]).
 pub fn read_csv<R: DeserializeOwned>(path: &Path) -> Result<Vec<R>, RecordError> {
+    if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+        verify(dir, &name.to_string_lossy())?;
+    }
     let mut reader = csv::Reader::from_path(path).map_err(|e| RecordError::format(path, e))?;
     reader
         .deserialize()

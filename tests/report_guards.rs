@@ -1,0 +1,172 @@
+//! What `throng report` refuses, through the built binary: record files damaged since the run
+//! wrote them (every file it reads is checked against the checksums the manifest keeps).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn throng() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
+    cmd.current_dir(repo()).env_remove("THRONG_CRASH_AT");
+    cmd
+}
+
+fn output(cmd: &mut Command) -> (bool, String) {
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("panicked"),
+        "throng panicked instead of reporting an error:\n{text}"
+    );
+    (out.status.success(), text)
+}
+
+/// Two population sizes of two replicates, 3 steps each; scripted.
+const ENERGY: &str = "tests/fixtures/energy-resume.toml";
+const GUESS: &str = "tests/fixtures/guess-resume.toml";
+
+fn run(config: &str, out: &Path, extra: &[&str]) {
+    let (ok, text) = output(
+        throng()
+            .args(["run", config, "--no-report", "--out"])
+            .arg(out)
+            .args(extra),
+    );
+    assert!(ok, "{text}");
+}
+
+fn report(dir: &Path) -> (bool, String) {
+    output(throng().arg("report").arg(dir))
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Flips every bit of up to 64 bytes of `path` from `offset` on.
+fn flip(path: &Path, offset: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let end = (offset + 64).min(bytes.len());
+    for b in &mut bytes[offset..end] {
+        *b ^= 0xff;
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Damages `name` in a copy of the run `whole` with `damage`, and checks that the report refuses
+/// it by name, says it is damaged and what to do, and writes nothing.
+fn assert_refused(whole: &Path, scratch: &Path, name: &str, how: &str, damage: impl Fn(&Path)) {
+    if scratch.exists() {
+        std::fs::remove_dir_all(scratch).unwrap();
+    }
+    copy_dir(whole, scratch);
+    damage(&scratch.join(name));
+    let (ok, text) = report(scratch);
+    let what = format!("{name} {how}");
+    assert!(!ok, "{what}: the report read a damaged file:\n{text}");
+    assert!(text.contains(name), "{what}: the file is named: {text}");
+    assert!(text.contains("damaged"), "{what}: {text}");
+    assert!(
+        text.contains("throng run") && text.contains("copy"),
+        "{what}: says what to do: {text}"
+    );
+    assert!(
+        !scratch.join("report.html").exists() && !scratch.join("summary.json").exists(),
+        "{what}: no report drawn from it"
+    );
+}
+
+// Guards against issue 17, item 3: XOR-ing 64 bytes in the middle of a finished run's
+// `state.parquet` went unnoticed, and the report plotted the damaged values.
+#[test]
+fn the_report_refuses_every_record_file_it_reads_once_damaged_anywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The files each scenario's report reads.
+    for (config, files) in [
+        (
+            ENERGY,
+            &[
+                "state.parquet",
+                "trades.parquet",
+                "steps.csv",
+                "cells.jsonl",
+            ][..],
+        ),
+        (GUESS, &["state.parquet", "aggregates.csv", "steps.csv"]),
+    ] {
+        let whole = tmp.path().join("whole");
+        if whole.exists() {
+            std::fs::remove_dir_all(&whole).unwrap();
+        }
+        run(config, &whole, &[]);
+        let scratch = tmp.path().join("scratch");
+        for name in files {
+            let len = std::fs::metadata(whole.join(name)).unwrap().len() as usize;
+            assert!(len > 64, "{config}: {name} is too short to damage");
+            // The header, the data pages, the footer that describes them, and the very end.
+            for offset in [0, len / 4, len / 2, 3 * len / 4, len - 64] {
+                assert_refused(&whole, &scratch, name, &format!("at {offset}"), |p| {
+                    flip(p, offset)
+                });
+            }
+            assert_refused(&whole, &scratch, name, "truncated", |p| {
+                let bytes = std::fs::read(p).unwrap();
+                std::fs::write(p, &bytes[..bytes.len() - 1]).unwrap();
+            });
+            assert_refused(&whole, &scratch, name, "appended to", |p| {
+                let mut bytes = std::fs::read(p).unwrap();
+                bytes.push(b'\n');
+                std::fs::write(p, &bytes).unwrap();
+            });
+        }
+        // The undamaged run reports.
+        let (ok, text) = report(&whole);
+        assert!(ok, "{config}: {text}");
+    }
+}
+
+// The same for a paused run, whose tables are still in parts, and for a run resumed after the
+// pause (the checksums are taken again when it finishes, over the files it then has).
+#[test]
+fn a_paused_runs_parts_are_checked_and_a_resumed_run_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let paused = tmp.path().join("paused");
+    run(GUESS, &paused, &["--stop-after", "2"]);
+    let scratch = tmp.path().join("scratch");
+    for name in [
+        "state.parts/g000-s000001.parquet",
+        "state.parts/g000-s000002.parquet",
+        "aggregates.csv",
+        "steps.csv",
+    ] {
+        let len = std::fs::metadata(paused.join(name)).unwrap().len() as usize;
+        assert_refused(&paused, &scratch, name, "in a paused run", |p| {
+            flip(p, len / 2)
+        });
+    }
+    let (ok, text) = output(
+        throng()
+            .args(["run", "--no-report", "--resume"])
+            .arg(&paused),
+    );
+    assert!(ok, "{text}");
+    let (ok, text) = report(&paused);
+    assert!(ok, "{text}");
+    assert!(!text.contains("unfinished"), "{text}");
+}
