@@ -33,6 +33,9 @@ pub const CELLS: &str = "cells.jsonl";
 /// The state table's name: `state.parquet`, written in parts under `state.parts/`.
 pub const STATE: &str = "state";
 pub const STATE_CSV: &str = "state.csv";
+/// The agents' LLM-written personas: `personas.parquet`, one row per agent of each replicate
+/// of each population size, written as each population size starts.
+pub const PERSONAS: &str = "personas";
 pub const STATE_PARQUET: &str = "state.parquet";
 pub const DECISIONS: &str = "decisions.jsonl";
 pub const STEPS: &str = "steps.csv";
