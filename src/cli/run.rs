@@ -126,6 +126,14 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
         agents: args.agents.clone(),
         model: model_given.then(|| args.model.model.clone()),
     };
+    if let (Some(dir), Some(out)) = (&args.resume, &args.out) {
+        bail!(
+            "--resume continues the run in its own folder, {}: drop --out {} (to continue it \
+             elsewhere, copy the folder there and resume the copy)",
+            dir.display(),
+            out.display()
+        );
+    }
     // Rank 0 alone takes (and locks) the run folder and writes it; the other ranks follow
     // the folder it names (a default one is named by rank 0's clock).
     let opened = match (root, &args.config, &args.resume) {
@@ -377,7 +385,17 @@ fn open_new(
         ..Manifest::default()
     };
     let folder = RunFolder::create(&dir, &manifest)?;
-    write_resolved_config(exp, &dir)?;
+    let written = record::full_disk_at("config", &dir.join(record::CONFIG))
+        .map_err(anyhow::Error::from)
+        .and_then(|()| write_resolved_config(exp, &dir));
+    if let Err(e) = written {
+        // Nothing has run: leave the place as it was, so that the same --out works again.
+        folder.abandon();
+        return Err(e.context(format!(
+            "cannot start the run in {}: its config could not be written (the folder is left as it was)",
+            dir.display()
+        )));
+    }
     Ok((loaded, folder, manifest))
 }
 
@@ -414,8 +432,12 @@ fn write_resolved_config(exp: &Experiment, dir: &Path) -> Result<()> {
     if let toml::Value::Table(llm) = llm {
         llm.insert("model".into(), toml::Value::String(c.llm.model.clone()));
     }
-    std::fs::write(dir.join(record::CONFIG), toml::to_string_pretty(&table)?)?;
-    std::fs::write(dir.join("config.original.toml"), &exp.source.text)?;
+    let config = dir.join(record::CONFIG);
+    std::fs::write(&config, toml::to_string_pretty(&table)?)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+    let original = dir.join(record::CONFIG_ORIGINAL);
+    std::fs::write(&original, &exp.source.text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", original.display()))?;
     Ok(())
 }
 

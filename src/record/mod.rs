@@ -14,7 +14,7 @@ pub mod table;
 mod writer;
 
 pub use decision::{DecisionLog, DecisionRecord};
-pub use folder::{FolderError, LOCK, RunFolder};
+pub use folder::{CONFIG_ORIGINAL, FolderError, LOCK, RunFolder, never_started};
 pub use manifest::{Counters, FileSum, Manifest, Status, peak_rss_bytes};
 pub use seal::{checksums, record_files, verify};
 pub use writer::{
@@ -93,6 +93,18 @@ impl RecordError {
             message: message.to_string(),
         }
     }
+}
+
+/// For tests of a full disk without one: `THRONG_FULL_DISK_AT=POINT` makes a new run's first
+/// write at `POINT` (`manifest`, `config`) fail as a full disk does, leaving the file it was
+/// writing empty. Does nothing otherwise.
+pub fn full_disk_at(point: &str, path: &Path) -> Result<(), RecordError> {
+    if std::env::var("THRONG_FULL_DISK_AT").is_ok_and(|p| p == point) {
+        let _ = std::fs::File::create(path);
+        // ENOSPC, as the kernel reports a full disk.
+        return Err(RecordError::io(path, std::io::Error::from_raw_os_error(28)));
+    }
+    Ok(())
 }
 
 /// Writes `value` as pretty JSON atomically (a crash leaves the old file or the new one).
