@@ -339,6 +339,71 @@ fn leftovers_of_a_start_that_never_ran_are_taken_as_empty_and_not_resumed() {
     assert_eq!(tree(&out), ["manifest.json.tmp", "notes.txt"]);
 }
 
+// Guards against issue 17, item 14: a paused run whose `config.toml` was deleted was told to
+// start again "(or delete the folder)", which would discard its finished steps.
+#[test]
+fn a_paused_run_that_lost_its_config_keeps_its_steps_and_says_how_to_get_it_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = tmp.path().join("whole");
+    let (ok, text) = output(&mut run_cmd(&whole));
+    assert!(ok, "{text}");
+    let out = tmp.path().join("paused");
+    let (ok, text) = run(&out, &["--stop-after", "3"]);
+    assert!(ok, "{text}");
+    let config = out.join("config.toml");
+    let kept = std::fs::read(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    let records = tree(&out);
+    let (ok, text) = resume(&out);
+    assert!(!ok, "{text}");
+    for says in [
+        "config.toml is missing",
+        "3 finished steps (of 6)",
+        "do not delete the folder",
+        &format!("{}", config.display()),
+        "config.original.toml is the config as written",
+        "steps = 3, replicates = 2, agents = [200, 300], policy = scripted",
+    ] {
+        assert!(text.contains(says), "says {says:?}: {text}");
+    }
+    assert!(!text.contains("or delete the folder"), "{text}");
+    assert!(!text.contains("never ran"), "{text}");
+    assert_eq!(tree(&out), records, "the refused resume touched nothing");
+    // Without the original either, it names the experiment file the run started from.
+    std::fs::rename(
+        out.join("config.original.toml"),
+        tmp.path().join("original"),
+    )
+    .unwrap();
+    let (ok, text) = resume(&out);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(&format!("the run was started from {GUESS}")),
+        "{text}"
+    );
+    // With the config back, the run goes on to the records of a run never interrupted.
+    std::fs::rename(
+        tmp.path().join("original"),
+        out.join("config.original.toml"),
+    )
+    .unwrap();
+    std::fs::write(&config, kept).unwrap();
+    let (ok, text) = resume(&out);
+    assert!(ok, "{text}");
+    for name in [
+        "state.parquet",
+        "state.csv",
+        "aggregates.csv",
+        "cells.jsonl",
+        "decisions.jsonl",
+    ] {
+        assert!(
+            std::fs::read(whole.join(name)).unwrap() == std::fs::read(out.join(name)).unwrap(),
+            "{name} differs from the uninterrupted run's"
+        );
+    }
+}
+
 // Guards against issue 17, item 15: `--resume R --out elsewhere` ignored `--out` silently.
 #[test]
 fn resume_refuses_an_out_folder() {

@@ -337,10 +337,7 @@ fn open_resumed(
     }
     let config = dir.join(record::CONFIG);
     if !config.is_file() {
-        bail!(
-            "cannot resume {}: it stopped before its config was written, so it never ran; start it again with a new --out (or delete the folder)",
-            dir.display()
-        );
+        bail!("{}", missing_config(dir, &manifest));
     }
     let mut loaded = scenarios::load(&config, overrides)?;
     let point = loaded.resume_from(dir)?;
@@ -397,6 +394,57 @@ fn open_new(
         )));
     }
     Ok((loaded, folder, manifest))
+}
+
+/// Why a run whose `config.toml` is gone cannot be resumed, and what to do: a run that never
+/// ran is started again; a run with finished steps keeps them, and gets its config back.
+fn missing_config(dir: &Path, manifest: &Manifest) -> String {
+    let checkpoint = [record::checkpoint::CHECKPOINT, record::checkpoint::PREVIOUS]
+        .iter()
+        .any(|name| dir.join(name).exists());
+    if !checkpoint && manifest.steps_done == 0 && record::never_started(dir).is_some() {
+        return format!(
+            "cannot resume {0}: the run stopped at its start, before its config was written (a full \
+             disk, or a kill), so it never ran and holds no records: start it again with `throng run \
+             CONFIG --out {0}`, which takes the folder as empty",
+            dir.display()
+        );
+    }
+    let original = dir.join(record::CONFIG_ORIGINAL);
+    let source = match original.is_file() {
+        true => format!(
+            "{} is the config as written, before the command line's overrides",
+            original.display()
+        ),
+        false => format!(
+            "the run was started from {}",
+            match manifest.config_file.is_empty() {
+                true => "an experiment file",
+                false => &manifest.config_file,
+            }
+        ),
+    };
+    format!(
+        "cannot resume {dir}: its config.toml is missing (deleted or moved since the run started). \
+         Nothing is lost: the records of its {done} finished steps (of {planned}) are still in {dir}, \
+         so do not delete the folder. Put the config it ran with back as {config} and resume again: \
+         {source}; the run used steps = {steps}, replicates = {replicates}, agents = {agents:?}, \
+         policy = {policy}{model} (manifest.json), and a relative `templates` path in it must lead \
+         from {dir} to the templates",
+        dir = dir.display(),
+        done = manifest.steps_done,
+        planned = manifest.planned_steps(),
+        config = dir.join(record::CONFIG).display(),
+        steps = manifest.steps,
+        replicates = manifest.replicates,
+        agents = manifest.populations,
+        policy = manifest.policy,
+        model = manifest
+            .model
+            .as_ref()
+            .map(|m| format!(", model = {m}"))
+            .unwrap_or_default(),
+    )
 }
 
 /// Writes `config.toml` into the run folder: the experiment as run (command-line overrides
