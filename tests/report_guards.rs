@@ -1,8 +1,10 @@
 //! What `throng report` refuses, through the built binary: record files damaged since the run
-//! wrote them (every file it reads is checked against the checksums the manifest keeps).
+//! wrote them (every file it reads is checked against the checksums the manifest keeps), and
+//! a folder a run is still writing (no report is written into it).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -169,4 +171,62 @@ fn a_paused_runs_parts_are_checked_and_a_resumed_run_reports() {
     let (ok, text) = report(&paused);
     assert!(ok, "{text}");
     assert!(!text.contains("unfinished"), "{text}");
+}
+
+/// Large enough that the run lasts a second or so.
+const LONG: &str = "tests/fixtures/guess-kill.toml";
+
+// Guards against issue 17, item 11: `throng report` on a run still writing its folder wrote
+// its report into that folder, and the stale report stayed after the run finished.
+#[test]
+fn the_report_of_a_run_still_writing_its_folder_is_refused_and_written_by_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut running = throng()
+        .args(["run", LONG, "--out"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = running.id() as i32;
+    let started = Instant::now();
+    while !out.join("manifest.json").exists() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no manifest");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Held still mid-run, as a long step would hold it.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let refused = report(&out);
+    let files: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let (ok, text) = refused;
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(&format!("throng (pid {pid}) is still writing")),
+        "names the writer: {text}"
+    );
+    assert!(
+        text.contains("writes its report when it ends"),
+        "says when the report comes: {text}"
+    );
+    assert!(
+        !files
+            .iter()
+            .any(|f| f == "report.html" || f == "summary.json" || f.starts_with("fig")),
+        "nothing of a report was written into the folder: {files:?}"
+    );
+    // The run ends, writing its own report, of the finished run.
+    assert!(running.wait().unwrap().success());
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        !html.contains("unfinished"),
+        "the run's own report is whole"
+    );
+    // Once the run has let go of the folder, a report is written as always.
+    let (ok, text) = report(&out);
+    assert!(ok, "{text}");
 }

@@ -489,8 +489,9 @@ fn write_resolved_config(exp: &Experiment, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `throng report RUN_DIR`.
+/// `throng report RUN_DIR`: never into a folder a run is writing.
 pub fn report(dir: PathBuf) -> Result<()> {
+    let _lock = record::lock_for_report(&dir)?;
     let text = scenarios::report(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
     out!("{}", text.trim_end())?;
     out!("report: {}", dir.join("report.html").display())?;

@@ -52,6 +52,10 @@ pub enum FolderError {
     )]
     InsideRun { dir: PathBuf, run: PathBuf },
     #[error(
+        "throng (pid {pid}) is still writing {dir}: a report now would show the run in the middle of a step and go stale as it goes on, so none is written. The run writes its report when it ends (if it was started with --no-report, run `throng report {dir}` then)"
+    )]
+    Busy { dir: PathBuf, pid: String },
+    #[error(
         "cannot start the run in {dir}: its manifest could not be written ({source}); the folder is left as it was"
     )]
     CannotStart { dir: PathBuf, source: RecordError },
@@ -294,6 +298,20 @@ fn enclosing_run(dir: &Path) -> Option<PathBuf> {
         .skip(1)
         .find(|a| super::read_json::<Manifest>(&a.join(MANIFEST)).is_ok())
         .map(Path::to_path_buf)
+}
+
+/// Takes the lock of the run folder `dir` to write its report there, so that no run writes
+/// the folder meanwhile; refused while a run holds it. `None` for a folder without a lock file
+/// (no run ever wrote it).
+pub fn lock_for_report(dir: &Path) -> Result<Option<File>, FolderError> {
+    if !dir.join(LOCK).is_file() {
+        return Ok(None);
+    }
+    match lock(dir) {
+        Ok(file) => Ok(Some(file)),
+        Err(FolderError::Locked { dir, pid }) => Err(FolderError::Busy { dir, pid }),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

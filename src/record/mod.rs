@@ -14,7 +14,7 @@ pub mod table;
 mod writer;
 
 pub use decision::{DecisionLog, DecisionRecord};
-pub use folder::{CONFIG_ORIGINAL, FolderError, LOCK, RunFolder, never_started};
+pub use folder::{CONFIG_ORIGINAL, FolderError, LOCK, RunFolder, lock_for_report, never_started};
 pub use manifest::{Counters, FileSum, Manifest, Status, peak_rss_bytes};
 pub use seal::{checksums, record_files, verify};
 pub use writer::{
