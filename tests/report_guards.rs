@@ -143,6 +143,52 @@ fn the_report_refuses_every_record_file_it_reads_once_damaged_anywhere() {
     }
 }
 
+/// Removes `name` in a copy of the run `whole` and checks that the report says it is missing,
+/// by name, rather than reporting without it.
+fn assert_missing(whole: &Path, scratch: &Path, name: &str) {
+    if scratch.exists() {
+        std::fs::remove_dir_all(scratch).unwrap();
+    }
+    copy_dir(whole, scratch);
+    std::fs::remove_file(scratch.join(name)).unwrap();
+    let (ok, text) = report(scratch);
+    assert!(
+        !ok,
+        "{name} deleted: the report went on without it:\n{text}"
+    );
+    assert!(
+        text.contains(name) && text.contains("missing") && text.contains("throng run"),
+        "{name} deleted: {text}"
+    );
+    assert!(!scratch.join("report.html").exists(), "{name} deleted");
+}
+
+// A record file deleted since the run wrote it: a lost `trades.parquet` read as a run without
+// trades, and a lost part left its step out of the report without a word.
+#[test]
+fn the_report_refuses_a_run_whose_record_files_are_gone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scratch = tmp.path().join("scratch");
+    let whole = tmp.path().join("energy");
+    run(ENERGY, &whole, &[]);
+    for name in [
+        "state.parquet",
+        "trades.parquet",
+        "steps.csv",
+        "cells.jsonl",
+    ] {
+        assert_missing(&whole, &scratch, name);
+    }
+    let paused = tmp.path().join("paused");
+    run(ENERGY, &paused, &["--stop-after", "2"]);
+    for name in [
+        "state.parts/g000-s000001.parquet",
+        "trades.parts/g000-s000002.parquet",
+    ] {
+        assert_missing(&paused, &scratch, name);
+    }
+}
+
 // The same for a paused run, whose tables are still in parts, and for a run resumed after the
 // pause (the checksums are taken again when it finishes, over the files it then has).
 #[test]

@@ -130,10 +130,12 @@ pub fn read_state(dir: &Path) -> Result<Vec<arrow_array::RecordBatch>, RecordErr
 /// the run has not finished).
 pub fn read_table(dir: &Path, name: &str) -> Result<Vec<arrow_array::RecordBatch>, RecordError> {
     let merged = dir.join(format!("{name}.parquet"));
+    let sealed = seal::Sealed::read(dir);
     if merged.exists() {
-        verify(dir, &format!("{name}.parquet"))?;
+        sealed.verify(&format!("{name}.parquet"))?;
         return table::read_parquet(&merged);
     }
+    sealed.verify_table(name)?;
     let parts = dir.join(format!("{name}.parts"));
     let mut files: Vec<PathBuf> = match std::fs::read_dir(&parts) {
         Ok(entries) => entries
@@ -149,7 +151,6 @@ pub fn read_table(dir: &Path, name: &str) -> Result<Vec<arrow_array::RecordBatch
         }
     };
     files.sort();
-    let sealed = seal::Sealed::read(dir);
     let mut batches = Vec::new();
     for file in files {
         if let Some(part) = file.file_name() {
@@ -158,6 +159,15 @@ pub fn read_table(dir: &Path, name: &str) -> Result<Vec<arrow_array::RecordBatch
         batches.extend(table::read_parquet(&file)?);
     }
     Ok(batches)
+}
+
+/// Whether the run in `dir` has written the Parquet table `name`: it is there, joined or in
+/// parts, or the manifest's checksums say the run left it (and [`read_table`] then says it is
+/// gone).
+pub fn has_table(dir: &Path, name: &str) -> bool {
+    dir.join(format!("{name}.parquet")).exists()
+        || dir.join(format!("{name}.parts")).exists()
+        || seal::Sealed::read(dir).lists_table(name)
 }
 
 /// Deserialises every row of `batches` into `R` (for scenarios whose rows are structs).

@@ -109,6 +109,16 @@ impl<'a> Sealed<'a> {
             return Ok(());
         };
         let path = self.dir.join(name);
+        if !path.exists() {
+            return Err(self.damaged(
+                name,
+                format!(
+                    "missing: the run left it when it {} ({MANIFEST} lists it), and it has been \
+                     deleted or moved since",
+                    manifest.status
+                ),
+            ));
+        }
         let found = sum(&path)?;
         let detail = if found.bytes != expected.bytes {
             format!(
@@ -123,16 +133,52 @@ impl<'a> Sealed<'a> {
         } else {
             return Ok(());
         };
-        Err(RecordError::format(
-            &path,
+        Err(self.damaged(
+            name,
             format!(
                 "damaged (truncated or corrupt): {detail}, so its values cannot be trusted and it is \
-                 not read. Restore it from a copy of the folder, or run the experiment again into a \
-                 new folder (`throng run {} --out NEW_DIR`): the same config and seed give the same \
-                 records on the same kind of device",
-                self.dir.join(super::CONFIG).display()
+                 not read"
             ),
         ))
+    }
+
+    /// Whether the run left table `name` (joined, or in parts), by its checksums.
+    pub(crate) fn lists_table(&self, name: &str) -> bool {
+        let Some(sums) = self.manifest.as_ref().and_then(|m| m.checksums.as_ref()) else {
+            return false;
+        };
+        let (joined, parts) = (format!("{name}.parquet"), format!("{name}.parts/"));
+        sums.keys()
+            .any(|listed| *listed == joined || listed.starts_with(&parts))
+    }
+
+    /// Checks that no file of table `name` the run left (joined, or in parts) is missing: a
+    /// lost part would otherwise leave its steps out of a report without a word.
+    pub(crate) fn verify_table(&self, name: &str) -> Result<(), RecordError> {
+        let Some(sums) = self.manifest.as_ref().and_then(|m| m.checksums.as_ref()) else {
+            return Ok(());
+        };
+        let joined = format!("{name}.parquet");
+        let parts = format!("{name}.parts/");
+        for listed in sums.keys() {
+            if (*listed == joined || listed.starts_with(&parts)) && !self.dir.join(listed).exists()
+            {
+                self.verify(listed)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn damaged(&self, name: &str, problem: String) -> RecordError {
+        RecordError::format(
+            &self.dir.join(name),
+            format!(
+                "{problem}. Restore it from a copy of the folder, or run the experiment again into \
+                 a new folder (`throng run {} --out NEW_DIR`): the same config and seed give the \
+                 same records on the same kind of device",
+                self.dir.join(super::CONFIG).display()
+            ),
+        )
     }
 }
 

@@ -150,11 +150,8 @@ impl Run {
             ));
         }
         // Runs from before the trades table, or without a single purchase, have none; one
-        // that is there but damaged is refused like the state.
-        let written = [format!("{TRADES}.parquet"), format!("{TRADES}.parts")]
-            .iter()
-            .any(|name| dir.join(name).exists());
-        let trades: Vec<Trade> = match written {
+        // that is damaged, or gone since the run wrote it, is refused like the state.
+        let trades: Vec<Trade> = match record::has_table(dir, TRADES) {
             true => {
                 let batches = record::read_table(dir, TRADES).map_err(|e| e.to_string())?;
                 record::rows_of(&batches, dir).map_err(|e| e.to_string())?
