@@ -52,9 +52,15 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             // The chain of causes, without anyhow's backtrace: the messages name the problem
             // and the fix; a backtrace would bury them.
+            // A cause whose words the message above already gave is not repeated.
             eprintln!("Error: {e}");
+            let mut said = e.to_string();
             for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                let cause = cause.to_string();
+                if !said.contains(&cause) {
+                    eprintln!("  caused by: {cause}");
+                }
+                said = cause;
             }
             std::process::ExitCode::FAILURE
         }

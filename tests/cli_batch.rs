@@ -220,3 +220,82 @@ fn a_full_disk_for_stdout_is_a_clear_error() {
     assert!(run.join("state.parquet").exists() && run.join("report.html").exists());
     let _ = std::io::stdout().flush();
 }
+
+// Guards against issue 17, item 16: one line of invalid UTF-8 in a `--requests` file aborted
+// the whole batch (exit 1, no line number, no responses), where a bad line must become an
+// error line in its place while the others are answered.
+#[test]
+fn lines_that_are_not_utf8_become_error_lines_and_the_rest_are_answered() {
+    let model = tiny();
+    let lines: Vec<&[u8]> = vec![
+        br#"{"prompt": "one", "max_tokens": 3, "tag": "a"}"#,
+        // Latin-1 text: valid JSON around one byte that is not UTF-8; its tag still reads.
+        b"{\"prompt\": \"caf\xe9\", \"max_tokens\": 3, \"tag\": \"latin\"}",
+        br#"{"prompt": "three", "max_tokens": 3}"#,
+        // Bytes that are nothing at all.
+        b"\xff\xfe\x00\x01garbage",
+        // A line ending in CRLF, as Windows editors write.
+        b"{\"prompt\": \"five\", \"max_tokens\": 3, \"tag\": \"crlf\"}\r",
+        b"",
+        // A UTF-8 sequence cut short.
+        b"{\"prompt\": \"\xe2\x82\", \"max_tokens\": 3}",
+        br#"{"prompt": "seven", "max_tokens": 3, "tag": "g"}"#,
+        // The last line, without a newline after it.
+        b"{\"prompt\": \"\xc0\xafend\"}",
+    ];
+    let path = model.path().join("requests.jsonl");
+    std::fs::write(&path, lines.join(&b"\n"[..])).unwrap();
+    for unordered in [false, true] {
+        let mut cmd = throng();
+        cmd.args(["generate", "--model"])
+            .arg(model.path())
+            .arg("--requests")
+            .arg(&path);
+        if unordered {
+            cmd.arg("--unordered");
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!out.status.success(), "some requests failed: {stderr}");
+        assert!(stderr.contains("4 of 8 requests failed"), "{stderr}");
+        let mut lines = json_lines(&out.stdout);
+        assert_eq!(
+            lines.len(),
+            8,
+            "one line per request (the blank line is none)"
+        );
+        lines.sort_by_key(|l| l["index"].as_u64());
+        for (i, line) in lines.iter().enumerate() {
+            assert_eq!(line["index"], i, "{line}");
+        }
+        let err = |i: usize| lines[i]["error"].as_str().unwrap_or_default().to_string();
+        // Requests 1, 3, 5 and 7 are lines 2, 4, 7 and 9 of the file.
+        for (i, line, byte) in [
+            (1, 2, "0xe9"),
+            (3, 4, "0xff"),
+            (5, 7, "0xe2"),
+            (7, 9, "0xc0"),
+        ] {
+            let e = err(i);
+            assert!(
+                e.contains(&format!("{} line {line}:", path.display())),
+                "request {i} names its line {line}: {e}"
+            );
+            assert!(
+                e.contains("not valid UTF-8") && e.contains(byte),
+                "request {i}: {e}"
+            );
+        }
+        assert_eq!(lines[1]["tag"], "latin", "the bad line's tag is kept");
+        for i in [0, 2, 4, 6] {
+            assert!(
+                lines[i].get("error").is_none(),
+                "request {i} answered: {}",
+                lines[i]
+            );
+        }
+        assert_eq!(lines[4]["tag"], "crlf");
+        assert_eq!(lines[6]["tag"], "g");
+    }
+}

@@ -272,8 +272,9 @@ fn a_real_sigkill_at_random_moments_resumes_exactly() {
     let mut kills = Vec::new();
     for attempt in 0..6 {
         let mut cmd = throng();
-        // A kill before the run wrote its manifest leaves no run to resume: start it again.
-        if attempt == 0 || !pieces.join("manifest.json").exists() {
+        // A kill before the run wrote its config (the last of the files its start writes)
+        // leaves a run that never ran, which --out takes as empty: start it again.
+        if attempt == 0 || never_ran(&pieces) {
             cmd.args(["run", KILLED, "--no-report", "--out"])
                 .arg(&pieces);
         } else {
@@ -297,9 +298,18 @@ fn a_real_sigkill_at_random_moments_resumes_exactly() {
         !kills.is_empty(),
         "no run was killed: the window is too short"
     );
-    let (ok, text) = resume(&pieces);
+    let (ok, text) = match never_ran(&pieces) {
+        true => run(KILLED, &pieces, &[]),
+        false => resume(&pieces),
+    };
     assert!(ok || text.contains("has finished"), "{text}");
     assert_same_records(&whole, &pieces, &format!("killed after {kills:?}"));
+}
+
+/// Whether a run's start was killed before it wrote its `config.toml`, the last file a start
+/// writes: such a folder holds no run to resume.
+fn never_ran(dir: &Path) -> bool {
+    !dir.join("manifest.json").exists() || !dir.join("config.toml").exists()
 }
 
 // A corrupt `state.parquet` went unnoticed, because the report read the CSV.

@@ -110,7 +110,9 @@ enum Source {
     },
     File {
         path: PathBuf,
-        lines: std::io::Lines<std::io::BufReader<std::fs::File>>,
+        /// Read as bytes: a line that is not UTF-8 is an error of its own, not the end of
+        /// the file.
+        lines: std::io::Split<std::io::BufReader<std::fs::File>>,
         line: usize,
         index: usize,
         max_tokens: usize,
@@ -150,26 +152,53 @@ impl Source {
                 max_tokens,
                 sampling,
             } => loop {
-                let Some(text) = lines.next() else {
+                let Some(bytes) = lines.next() else {
                     return Ok(None);
                 };
                 *line += 1;
-                let text = text.with_context(|| format!("reading {}", path.display()))?;
-                if text.trim().is_empty() {
+                let mut bytes = bytes.with_context(|| format!("reading {}", path.display()))?;
+                if bytes.last() == Some(&b'\r') {
+                    bytes.pop();
+                }
+                let text = String::from_utf8(bytes);
+                if text.as_ref().is_ok_and(|t| t.trim().is_empty()) {
                     continue;
                 }
                 let i = *index;
                 *index += 1;
-                return Ok(Some(parse_line(
-                    &text,
-                    i,
-                    *line,
-                    path,
-                    *max_tokens,
-                    *sampling,
-                )));
+                return Ok(Some(match text {
+                    Ok(text) => parse_line(&text, i, *line, path, *max_tokens, *sampling),
+                    Err(e) => not_utf8(&e, i, *line, path),
+                }));
             },
         }
+    }
+}
+
+/// A line of a requests file that is not UTF-8 (JSON must be): an error of its own, carrying
+/// the line's `tag` when the rest of the line still says it.
+fn not_utf8(
+    e: &std::string::FromUtf8Error,
+    index: usize,
+    line: usize,
+    path: &std::path::Path,
+) -> Item {
+    let bytes = e.as_bytes();
+    let at = e.utf8_error().valid_up_to();
+    let tag = serde_json::from_str::<serde_json::Value>(&String::from_utf8_lossy(bytes))
+        .ok()
+        .and_then(|v| v.get("tag").and_then(|t| t.as_str()).map(str::to_string));
+    Item {
+        index,
+        request: Err(format!(
+            "{} line {line}: not valid UTF-8 (byte 0x{:02x} at column {}): a requests file is \
+             JSON Lines, which must be UTF-8; re-save the file as UTF-8 (e.g. `iconv -f latin1 -t \
+             utf-8`)",
+            path.display(),
+            bytes[at],
+            at + 1
+        )),
+        tag,
     }
 }
 
@@ -248,7 +277,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
             Source::File {
                 path: path.clone(),
-                lines: std::io::BufReader::new(file).lines(),
+                lines: std::io::BufReader::new(file).split(b'\n'),
                 line: 0,
                 index: 0,
                 max_tokens: args.max_tokens,

@@ -183,11 +183,19 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
         agents: args.agents.clone(),
         model: model_given.then(|| args.model.model.clone()),
     };
+    if let (Some(dir), Some(out)) = (&args.resume, &args.out) {
+        bail!(
+            "--resume continues the run in its own folder, {}: drop --out {} (to continue it \
+             elsewhere, copy the folder there and resume the copy)",
+            dir.display(),
+            out.display()
+        );
+    }
+    if args.resume.is_some() {
+        refuse_resume_flags()?;
+    }
     // Rank 0 alone takes (and locks) the run folder and writes it; the other ranks follow
     // the folder it names (a default one is named by rank 0's clock).
-    if args.resume.is_some() {
-        refuse_resume_flags(&args)?;
-    }
     let opened = match (root, &args.config, &args.resume) {
         (false, ..) => None,
         (true, _, Some(dir)) => Some(open_resumed(dir, &overrides)?),
@@ -401,18 +409,12 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
 /// refused, as the config overrides are (see [`open_resumed`]). `--device` is checked once the
 /// manifest is read (a device of the same kind computes the same bits); `--threads` changes
 /// no bits (see the README, "Seeds") and is allowed.
-fn refuse_resume_flags(args: &RunArgs) -> Result<()> {
+fn refuse_resume_flags() -> Result<()> {
     if flag_given("--weights") {
         bail!(
             "--resume continues a run with the weight format it started with (its manifest's \
              `weight_format`): drop --weights; another format computes other bits, so the \
              resumed steps would not be the run's. To use another format, start a new run"
-        );
-    }
-    if args.out.is_some() {
-        bail!(
-            "--resume continues a run in its own folder: drop --out (to run the same config into \
-             a new folder, start a new run: throng run CONFIG --out DIR)"
         );
     }
     Ok(())
@@ -441,10 +443,7 @@ fn open_resumed(
     }
     let config = dir.join(record::CONFIG);
     if !config.is_file() {
-        bail!(
-            "cannot resume {}: it stopped before its config was written, so it never ran; start it again with a new --out (or delete the folder)",
-            dir.display()
-        );
+        bail!("{}", missing_config(dir, &manifest));
     }
     check_inputs(dir, &manifest)?;
     let mut loaded = scenarios::load(&config, overrides)?;
@@ -517,64 +516,175 @@ fn open_new(
         started_unix: record::now_unix(),
         ..Manifest::default()
     };
-    let mut manifest = manifest;
+    let inputs = Inputs::of(exp)?;
+    let manifest = Manifest {
+        inputs: inputs.fingerprints(),
+        ..manifest
+    };
     let folder = RunFolder::create(&dir, &manifest)?;
-    manifest.inputs = write_inputs(exp, &dir)?;
-    record::write_json_atomic(&dir.join(record::MANIFEST), &manifest)?;
+    let written = record::full_disk_at("config", &dir.join(record::CONFIG))
+        .map_err(anyhow::Error::from)
+        .and_then(|()| inputs.write(&dir));
+    if let Err(e) = written {
+        // Nothing has run: leave the place as it was, so that the same --out works again.
+        folder.abandon();
+        return Err(e.context(format!(
+            "cannot start the run in {}: its config could not be written (the folder is left as it was)",
+            dir.display()
+        )));
+    }
     Ok((loaded, folder, manifest))
 }
 
-/// Writes the run's inputs into its folder and returns their fingerprints: `config.toml`, the
-/// experiment as run (command-line overrides applied), so that `--resume` and readers need
-/// nothing else, with the original beside it; and under `inputs/`, that config as it started
-/// and a copy of every prompt template, which `config.toml` points at, so that a resume runs
-/// the templates the run started with, whatever happens to the originals.
-fn write_inputs(exp: &Experiment, dir: &Path) -> Result<BTreeMap<String, String>> {
-    let templates = Path::new(record::inputs::INPUTS).join("templates");
-    std::fs::create_dir_all(dir.join(&templates))?;
-    let mut files = vec![record::CONFIG.to_string()];
-    for (name, text) in scenarios::prompts(exp)?.templates() {
-        let file = templates.join(format!("{name}.jinja"));
-        std::fs::write(dir.join(&file), text)?;
-        files.push(file.display().to_string());
+/// Why a run whose `config.toml` is gone cannot be resumed, and what to do: a run that never
+/// ran is started again; a run with finished steps keeps them, and gets its config back.
+fn missing_config(dir: &Path, manifest: &Manifest) -> String {
+    let checkpoint = [record::checkpoint::CHECKPOINT, record::checkpoint::PREVIOUS]
+        .iter()
+        .any(|name| dir.join(name).exists());
+    if !checkpoint && manifest.steps_done == 0 && record::never_started(dir).is_some() {
+        return format!(
+            "cannot resume {0}: the run stopped at its start, before its config was written (a full \
+             disk, or a kill), so it never ran and holds no records: start it again with `throng run \
+             CONFIG --out {0}`, which takes the folder as empty",
+            dir.display()
+        );
     }
-    let mut table: toml::Table = toml::from_str(&exp.source.text)?;
-    let c = &exp.config;
-    table.insert(
-        "replicates".into(),
-        toml::Value::Integer(c.replicates.0 as i64),
-    );
-    table.insert("steps".into(), toml::Value::Integer(c.steps.0 as i64));
-    table.insert("policy".into(), toml::Value::String(c.policy.name().into()));
-    table.insert(
-        "agents".into(),
-        toml::Value::Array(
-            c.agents
-                .0
-                .iter()
-                .map(|&a| toml::Value::Integer(a as i64))
-                .collect(),
+    let started = dir.join(record::inputs::STARTED_CONFIG);
+    let original = dir.join(record::CONFIG_ORIGINAL);
+    let source = match (started.is_file(), original.is_file()) {
+        (true, _) => format!(
+            "{} is the config as the run started (copy it back as it is)",
+            started.display()
         ),
-    );
-    table.insert(
-        "templates".into(),
-        toml::Value::String(templates.display().to_string()),
-    );
-    let llm = table
-        .entry("llm")
-        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-    if let toml::Value::Table(llm) = llm {
-        llm.insert("model".into(), toml::Value::String(c.llm.model.clone()));
-    }
-    let text = toml::to_string_pretty(&table)?;
-    std::fs::write(dir.join(record::CONFIG), &text)?;
-    std::fs::write(dir.join(record::inputs::STARTED_CONFIG), &text)?;
-    std::fs::write(dir.join("config.original.toml"), &exp.source.text)?;
-    Ok(record::inputs::fingerprints(dir, files)?)
+        (false, true) => format!(
+            "{} is the config as written, before the command line's overrides",
+            original.display()
+        ),
+        (false, false) => format!(
+            "the run was started from {}",
+            match manifest.config_file.is_empty() {
+                true => "an experiment file",
+                false => &manifest.config_file,
+            }
+        ),
+    };
+    format!(
+        "cannot resume {dir}: its config.toml is missing (deleted or moved since the run started). \
+         Nothing is lost: the records of its {done} finished steps (of {planned}) are still in {dir}, \
+         so do not delete the folder. Put the config it ran with back as {config} and resume again: \
+         {source}; the run used steps = {steps}, replicates = {replicates}, agents = {agents:?}, \
+         policy = {policy}{model} (manifest.json), and a relative `templates` path in it must lead \
+         from {dir} to the templates",
+        dir = dir.display(),
+        done = manifest.steps_done,
+        planned = manifest.planned_steps(),
+        config = dir.join(record::CONFIG).display(),
+        steps = manifest.steps,
+        replicates = manifest.replicates,
+        agents = manifest.populations,
+        policy = manifest.policy,
+        model = manifest
+            .model
+            .as_ref()
+            .map(|m| format!(", model = {m}"))
+            .unwrap_or_default(),
+    )
 }
 
-/// `throng report RUN_DIR`.
+/// What a new run reads, resolved before its folder is written: `config.toml`, the experiment
+/// as run (command-line overrides applied), so that `--resume` and readers need nothing else;
+/// and a copy of every prompt template, which `config.toml` points at (under `inputs/`), so
+/// that a resume runs the templates the run started with, whatever happens to the originals.
+struct Inputs {
+    /// `config.toml`'s text.
+    config: String,
+    /// The config file as written, before overrides.
+    original: String,
+    /// Each template's path in the folder and its text.
+    templates: Vec<(String, String)>,
+}
+
+impl Inputs {
+    fn of(exp: &Experiment) -> Result<Self> {
+        let folder = Path::new(record::inputs::INPUTS).join("templates");
+        let templates = scenarios::prompts(exp)?
+            .templates()
+            .map(|(name, text)| {
+                let path = folder.join(format!("{name}.jinja"));
+                (path.display().to_string(), text.to_string())
+            })
+            .collect();
+        let mut table: toml::Table = toml::from_str(&exp.source.text)?;
+        let c = &exp.config;
+        table.insert(
+            "replicates".into(),
+            toml::Value::Integer(c.replicates.0 as i64),
+        );
+        table.insert("steps".into(), toml::Value::Integer(c.steps.0 as i64));
+        table.insert("policy".into(), toml::Value::String(c.policy.name().into()));
+        table.insert(
+            "agents".into(),
+            toml::Value::Array(
+                c.agents
+                    .0
+                    .iter()
+                    .map(|&a| toml::Value::Integer(a as i64))
+                    .collect(),
+            ),
+        );
+        table.insert(
+            "templates".into(),
+            toml::Value::String(folder.display().to_string()),
+        );
+        let llm = table
+            .entry("llm")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(llm) = llm {
+            llm.insert("model".into(), toml::Value::String(c.llm.model.clone()));
+        }
+        Ok(Self {
+            config: toml::to_string_pretty(&table)?,
+            original: exp.source.text.clone(),
+            templates,
+        })
+    }
+
+    /// The sha256 of each file the run reads, as the manifest keeps them.
+    fn fingerprints(&self) -> BTreeMap<String, String> {
+        std::iter::once((record::CONFIG.to_string(), &self.config))
+            .chain(
+                self.templates
+                    .iter()
+                    .map(|(path, text)| (path.clone(), text)),
+            )
+            .map(|(path, text)| (path, record::inputs::fingerprint(text.as_bytes())))
+            .collect()
+    }
+
+    /// Writes the copies first and `config.toml` last, so that a folder with a `config.toml`
+    /// holds every input.
+    fn write(&self, dir: &Path) -> Result<()> {
+        let write = |file: &str, text: &str| -> Result<()> {
+            let path = dir.join(file);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", parent.display()))?;
+            }
+            std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        };
+        for (path, text) in &self.templates {
+            write(path, text)?;
+        }
+        write(record::inputs::STARTED_CONFIG, &self.config)?;
+        write(record::CONFIG_ORIGINAL, &self.original)?;
+        write(record::CONFIG, &self.config)
+    }
+}
+
+/// `throng report RUN_DIR`: never into a folder a run is writing.
 pub fn report(dir: PathBuf) -> Result<()> {
+    let _lock = record::lock_for_report(&dir)?;
     let text = scenarios::report(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
     out!("{}", text.trim_end())?;
     out!("report: {}", dir.join("report.html").display())?;

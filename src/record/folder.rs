@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 
 /// The lock file, inside the run folder; it holds the writer's process id.
 pub const LOCK: &str = ".throng.lock";
+/// The manifest's temporary copy, renamed into place once written.
+const MANIFEST_TMP: &str = "manifest.json.tmp";
+/// The config as written, beside the config as run (`config.toml`).
+pub const CONFIG_ORIGINAL: &str = "config.original.toml";
 
 #[derive(Debug, thiserror::Error)]
 pub enum FolderError {
@@ -27,6 +31,34 @@ pub enum FolderError {
     Missing { dir: PathBuf },
     #[error("cannot resume {dir}: it is not a throng run folder (it has no manifest.json)")]
     NotARun { dir: PathBuf },
+    #[error(
+        "cannot resume {dir}: the run stopped at its start, before its {missing} was written (a full disk, or a kill), so it never ran and holds no records: start it again with `throng run CONFIG --out {dir}`, which takes the folder as empty"
+    )]
+    NeverStarted { dir: PathBuf, missing: &'static str },
+    #[error(
+        "{dir} cannot hold a run: {file} is a file, not a folder; give --out a new or empty folder"
+    )]
+    NotAFolder { dir: PathBuf, file: PathBuf },
+    #[error(
+        "{dir} cannot hold a run: {link} is a symbolic link to {target}, which does not exist; give --out a new or empty folder, or create {target} first"
+    )]
+    DanglingLink {
+        dir: PathBuf,
+        link: PathBuf,
+        target: PathBuf,
+    },
+    #[error(
+        "{dir} is inside the run folder {run}, whose files belong to that run alone: give --out a folder outside it"
+    )]
+    InsideRun { dir: PathBuf, run: PathBuf },
+    #[error(
+        "throng (pid {pid}) is still writing {dir}: a report now would show the run in the middle of a step and go stale as it goes on, so none is written. The run writes its report when it ends (if it was started with --no-report, run `throng report {dir}` then)"
+    )]
+    Busy { dir: PathBuf, pid: String },
+    #[error(
+        "cannot start the run in {dir}: its manifest could not be written ({source}); the folder is left as it was"
+    )]
+    CannotStart { dir: PathBuf, source: RecordError },
     #[error(transparent)]
     Record(#[from] RecordError),
 }
@@ -37,6 +69,9 @@ pub struct RunFolder {
     dir: PathBuf,
     /// Held open for the lock's sake; dropping it releases the folder.
     _lock: File,
+    /// The folders this process made for the run (`dir` and any missing parents), innermost
+    /// first: what [`RunFolder::abandon`] removes again.
+    made: Vec<PathBuf>,
 }
 
 fn lock(dir: &Path) -> Result<File, FolderError> {
@@ -74,43 +109,91 @@ fn lock(dir: &Path) -> Result<File, FolderError> {
 }
 
 impl RunFolder {
-    /// Takes `dir` for a new run: it must not exist, or be empty. The manifest (status
-    /// `running`) is written before anything else, so that the folder is recognisably a run
-    /// from its first moment.
+    /// Takes `dir` for a new run: it must not exist, or be empty (or hold only what a start
+    /// that never ran left: see [`never_started`]), and lie outside every other run's folder.
+    /// The manifest (status `running`) is written before anything else, so that the folder is
+    /// recognisably a run from its first moment; if it cannot be written (a full disk), what
+    /// this start made is removed again and the folder is left as it was.
     pub fn create(dir: &Path, manifest: &Manifest) -> Result<Self, FolderError> {
+        usable(dir)?;
+        if let Some(run) = enclosing_run(dir) {
+            return Err(FolderError::InsideRun {
+                dir: dir.to_path_buf(),
+                run,
+            });
+        }
+        let made: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+            .map(Path::to_path_buf)
+            .collect();
         std::fs::create_dir_all(dir).map_err(|e| RecordError::io(dir, e))?;
         let holds_run = || FolderError::HoldsRun {
             dir: dir.to_path_buf(),
         };
-        if dir.join(MANIFEST).exists() {
-            // Held by a run still writing it, or an old run to resume.
-            lock(dir)?;
-            return Err(holds_run());
-        }
         // Checked before the lock file is made, so a refused folder is left as it was.
-        let entries = std::fs::read_dir(dir).map_err(|e| RecordError::io(dir, e))?;
-        let mut foreign: Vec<String> = entries
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|name| name != LOCK)
-            .collect();
-        if !foreign.is_empty() {
+        if never_started(dir).is_none() {
+            if dir.join(MANIFEST).exists() {
+                // Held by a run still writing it, or an old run to resume.
+                lock(dir)?;
+                return Err(holds_run());
+            }
+            let entries = std::fs::read_dir(dir).map_err(|e| RecordError::io(dir, e))?;
+            let mut foreign: Vec<String> = entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name != LOCK)
+                .collect();
             foreign.sort();
             return Err(FolderError::Foreign {
                 dir: dir.to_path_buf(),
-                example: foreign.swap_remove(0),
+                example: foreign.first().cloned().unwrap_or_default(),
             });
         }
         let file = lock(dir)?;
-        if dir.join(MANIFEST).exists() {
-            // Another run took the folder between our look and our lock.
+        // Another run may have taken the folder between our look and our lock.
+        let Some(leftovers) = never_started(dir) else {
             return Err(holds_run());
-        }
-        super::write_json_atomic(&dir.join(MANIFEST), manifest)?;
-        Ok(Self {
+        };
+        let folder = Self {
             dir: dir.to_path_buf(),
             _lock: file,
-        })
+            made,
+        };
+        let written = leftovers
+            .iter()
+            .filter(|name| *name != LOCK)
+            .try_for_each(|name| {
+                let path = dir.join(name);
+                std::fs::remove_file(&path).map_err(|e| RecordError::io(&path, e))
+            })
+            .and_then(|()| super::full_disk_at("manifest", &dir.join(MANIFEST_TMP)))
+            .and_then(|()| super::write_json_atomic(&dir.join(MANIFEST), manifest));
+        if let Err(source) = written {
+            folder.abandon();
+            return Err(FolderError::CannotStart {
+                dir: dir.to_path_buf(),
+                source,
+            });
+        }
+        Ok(folder)
+    }
+
+    /// Gives up a new run's folder whose start failed (its config could not be written): removes
+    /// what the start wrote (manifest, configs, lock) and the folders it made, leaving the place
+    /// as it was before, so that the same `--out` can be given again.
+    pub fn abandon(self) {
+        for name in [MANIFEST_TMP, MANIFEST, super::CONFIG, CONFIG_ORIGINAL, LOCK] {
+            let _ = std::fs::remove_file(self.dir.join(name));
+        }
+        let _ = std::fs::remove_dir_all(self.dir.join(super::inputs::INPUTS));
+        drop(self._lock);
+        // Only folders it made, and only while empty.
+        for dir in &self.made {
+            if std::fs::remove_dir(dir).is_err() {
+                break;
+            }
+        }
     }
 
     /// Takes the run folder `dir` to resume it.
@@ -121,6 +204,14 @@ impl RunFolder {
             });
         }
         if !dir.join(MANIFEST).is_file() {
+            if let Some(leftovers) = never_started(dir)
+                && !leftovers.is_empty()
+            {
+                return Err(FolderError::NeverStarted {
+                    dir: dir.to_path_buf(),
+                    missing: "manifest",
+                });
+            }
             return Err(FolderError::NotARun {
                 dir: dir.to_path_buf(),
             });
@@ -129,11 +220,106 @@ impl RunFolder {
         Ok(Self {
             dir: dir.to_path_buf(),
             _lock: file,
+            made: Vec::new(),
         })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+}
+
+/// What a start that never ran left in `dir`, if that is all the folder holds: nothing, or
+/// some of the lock, the manifest (or its temporary copy, cut short by a full disk), the
+/// config as written and the copies of its inputs (`inputs/`, written before `config.toml`),
+/// with no `config.toml` and no finished step. Such a folder is taken as
+/// empty by a new run. `None` when it holds anything else.
+pub fn never_started(dir: &Path) -> Option<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).ok()? {
+        let name = entry.ok()?.file_name().to_string_lossy().into_owned();
+        let start = [
+            LOCK,
+            MANIFEST_TMP,
+            MANIFEST,
+            CONFIG_ORIGINAL,
+            super::inputs::INPUTS,
+        ];
+        if !start.contains(&name.as_str()) {
+            return None;
+        }
+        names.push(name);
+    }
+    if names.iter().any(|n| n == MANIFEST) {
+        // A run's manifest, written at its start and never since.
+        let manifest: Manifest = super::read_json(&dir.join(MANIFEST)).ok()?;
+        if manifest.steps_done > 0 || manifest.status != super::Status::Running {
+            return None;
+        }
+    }
+    names.sort();
+    Some(names)
+}
+
+/// Refuses, by name, a `dir` that can never be a folder: a file, a symbolic link to nothing,
+/// or a path through either.
+fn usable(dir: &Path) -> Result<(), FolderError> {
+    for path in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() && !path.exists() {
+            return Err(FolderError::DanglingLink {
+                dir: dir.to_path_buf(),
+                link: path.to_path_buf(),
+                target: std::fs::read_link(path).unwrap_or_default(),
+            });
+        }
+        if !path.is_dir() {
+            return Err(FolderError::NotAFolder {
+                dir: dir.to_path_buf(),
+                file: path.to_path_buf(),
+            });
+        }
+        // The rest of the path lies inside a folder that exists.
+        break;
+    }
+    Ok(())
+}
+
+/// The run folder `dir` would lie inside, if any: the nearest folder above it holding a
+/// throng manifest, after links and `..` are resolved.
+fn enclosing_run(dir: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(dir).ok()?;
+    let existing = absolute.ancestors().find(|a| a.exists())?;
+    let mut resolved = existing.canonicalize().ok()?;
+    for part in absolute.strip_prefix(existing).ok()?.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                resolved.pop();
+            }
+            std::path::Component::Normal(name) => resolved.push(name),
+            _ => {}
+        }
+    }
+    resolved
+        .ancestors()
+        .skip(1)
+        .find(|a| super::read_json::<Manifest>(&a.join(MANIFEST)).is_ok())
+        .map(Path::to_path_buf)
+}
+
+/// Takes the lock of the run folder `dir` to write its report there, so that no run writes
+/// the folder meanwhile; refused while a run holds it. `None` for a folder without a lock file
+/// (no run ever wrote it).
+pub fn lock_for_report(dir: &Path) -> Result<Option<File>, FolderError> {
+    if !dir.join(LOCK).is_file() {
+        return Ok(None);
+    }
+    match lock(dir) {
+        Ok(file) => Ok(Some(file)),
+        Err(FolderError::Locked { dir, pid }) => Err(FolderError::Busy { dir, pid }),
+        Err(e) => Err(e),
     }
 }
 
@@ -178,6 +364,8 @@ mod tests {
         );
         let run = tmp.path().join("run");
         drop(RunFolder::create(&run, &Manifest::default()).unwrap());
+        // A run's config follows its manifest (a folder with a manifest alone never ran).
+        std::fs::write(run.join(super::super::CONFIG), "").unwrap();
         let err = RunFolder::create(&run, &Manifest::default()).unwrap_err();
         assert!(err.to_string().contains("--resume"), "{err}");
         let err = RunFolder::resume(&tmp.path().join("nowhere")).unwrap_err();

@@ -97,6 +97,19 @@ pub struct Manifest {
     /// under `inputs/`), taken when it started: `--resume` refuses when any has changed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub inputs: BTreeMap<String, String>,
+    /// The size and SHA-256 of every record file, by its path in the folder, taken when the
+    /// run last stopped writing them (finished or paused) and checked by every reader, so that
+    /// a damaged file is refused rather than read. `None` while the run writes its records, or
+    /// when it was killed or failed before it could take them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksums: Option<BTreeMap<String, FileSum>>,
+}
+
+/// A record file as its run left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSum {
+    pub bytes: u64,
+    pub sha256: String,
 }
 
 impl Manifest {

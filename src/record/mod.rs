@@ -10,12 +10,14 @@ mod decision;
 mod folder;
 pub mod inputs;
 mod manifest;
+mod seal;
 pub mod table;
 mod writer;
 
 pub use decision::{DecisionLog, DecisionRecord};
-pub use folder::{FolderError, LOCK, RunFolder};
-pub use manifest::{Counters, Manifest, Status, peak_rss_bytes};
+pub use folder::{CONFIG_ORIGINAL, FolderError, LOCK, RunFolder, lock_for_report, never_started};
+pub use manifest::{Counters, FileSum, Manifest, Status, peak_rss_bytes};
+pub use seal::{checksums, record_files, verify};
 pub use writer::{
     StepRecord, StepWriter, merge_parts, reset as writer_reset, rewind as writer_rewind,
 };
@@ -32,6 +34,9 @@ pub const CELLS: &str = "cells.jsonl";
 /// The state table's name: `state.parquet`, written in parts under `state.parts/`.
 pub const STATE: &str = "state";
 pub const STATE_CSV: &str = "state.csv";
+/// The agents' LLM-written personas: `personas.parquet`, one row per agent of each replicate
+/// of each population size, written as each population size starts.
+pub const PERSONAS: &str = "personas";
 pub const STATE_PARQUET: &str = "state.parquet";
 pub const DECISIONS: &str = "decisions.jsonl";
 pub const STEPS: &str = "steps.csv";
@@ -46,10 +51,11 @@ pub struct CellRecord {
     pub world: serde_json::Value,
 }
 
-/// The first `limit` cells of a run's `cells.jsonl`, read without touching the rest (at
-/// 100,000 replicates the file holds gigabytes).
+/// The first `limit` cells of a run's `cells.jsonl` (at 100,000 replicates the file holds
+/// gigabytes), once the whole file has passed its checksum (see [`verify`]).
 pub fn read_cells(dir: &Path, limit: usize) -> Result<Vec<CellRecord>, RecordError> {
     use std::io::BufRead;
+    verify(dir, CELLS)?;
     let path = dir.join(CELLS);
     let file = std::fs::File::open(&path).map_err(|e| RecordError::io(&path, e))?;
     std::io::BufReader::new(file)
@@ -90,6 +96,18 @@ impl RecordError {
     }
 }
 
+/// For tests of a full disk without one: `THRONG_FULL_DISK_AT=POINT` makes a new run's first
+/// write at `POINT` (`manifest`, `config`) fail as a full disk does, leaving the file it was
+/// writing empty. Does nothing otherwise.
+pub fn full_disk_at(point: &str, path: &Path) -> Result<(), RecordError> {
+    if std::env::var("THRONG_FULL_DISK_AT").is_ok_and(|p| p == point) {
+        let _ = std::fs::File::create(path);
+        // ENOSPC, as the kernel reports a full disk.
+        return Err(RecordError::io(path, std::io::Error::from_raw_os_error(28)));
+    }
+    Ok(())
+}
+
 /// Writes `value` as pretty JSON atomically (a crash leaves the old file or the new one).
 pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), RecordError> {
     let tmp = path.with_extension("json.tmp");
@@ -113,9 +131,12 @@ pub fn read_state(dir: &Path) -> Result<Vec<arrow_array::RecordBatch>, RecordErr
 /// the run has not finished).
 pub fn read_table(dir: &Path, name: &str) -> Result<Vec<arrow_array::RecordBatch>, RecordError> {
     let merged = dir.join(format!("{name}.parquet"));
+    let sealed = seal::Sealed::read(dir);
     if merged.exists() {
+        sealed.verify(&format!("{name}.parquet"))?;
         return table::read_parquet(&merged);
     }
+    sealed.verify_table(name)?;
     let parts = dir.join(format!("{name}.parts"));
     let mut files: Vec<PathBuf> = match std::fs::read_dir(&parts) {
         Ok(entries) => entries
@@ -133,9 +154,21 @@ pub fn read_table(dir: &Path, name: &str) -> Result<Vec<arrow_array::RecordBatch
     files.sort();
     let mut batches = Vec::new();
     for file in files {
+        if let Some(part) = file.file_name() {
+            sealed.verify(&format!("{name}.parts/{}", part.to_string_lossy()))?;
+        }
         batches.extend(table::read_parquet(&file)?);
     }
     Ok(batches)
+}
+
+/// Whether the run in `dir` has written the Parquet table `name`: it is there, joined or in
+/// parts, or the manifest's checksums say the run left it (and [`read_table`] then says it is
+/// gone).
+pub fn has_table(dir: &Path, name: &str) -> bool {
+    dir.join(format!("{name}.parquet")).exists()
+        || dir.join(format!("{name}.parts")).exists()
+        || seal::Sealed::read(dir).lists_table(name)
 }
 
 /// Deserialises every row of `batches` into `R` (for scenarios whose rows are structs).
@@ -152,8 +185,12 @@ pub fn rows_of<R: DeserializeOwned>(
     Ok(rows)
 }
 
-/// Reads a CSV file of the run folder into rows.
+/// Reads a CSV file of the run folder into rows, once it has passed its checksum (see
+/// [`verify`]).
 pub fn read_csv<R: DeserializeOwned>(path: &Path) -> Result<Vec<R>, RecordError> {
+    if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+        verify(dir, &name.to_string_lossy())?;
+    }
     let mut reader = csv::Reader::from_path(path).map_err(|e| RecordError::format(path, e))?;
     reader
         .deserialize()

@@ -290,6 +290,8 @@ impl RecordsConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentConfig {
+    /// Names the run's folder (`runs/<name>-<unix time>`): one path component.
+    #[serde(deserialize_with = "run_name")]
     pub name: String,
     #[serde(default)]
     pub description: String,
@@ -338,6 +340,51 @@ pub enum Split {
     /// Every rank holds every cell and decides for its share of the agents; decisions are
     /// exchanged every step.
     Agents,
+}
+
+/// The longest `name` taken: the folder `<name>-<unix time>` must fit a file name's 255 bytes.
+pub const MAX_NAME_BYTES: usize = 200;
+
+/// Why `name` cannot name a run folder, if it cannot: it becomes one component of a path
+/// (`runs/<name>-<unix time>`), so it must be non-empty, hold no separator, not be `.` or
+/// `..`, and hold no control character.
+pub fn check_run_name(name: &str) -> Result<(), String> {
+    const FIX: &str =
+        "give a short name of letters, digits, `-`, `_` or `.` (e.g. name = \"exp1\")";
+    let problem = if name.trim().is_empty() {
+        "is empty".to_string()
+    } else if let Some(c) = name.chars().find(|&c| c == '/' || c == '\\') {
+        format!(
+            "holds the path separator `{c}`: a name is one folder name, not a path (use --out to choose where the run goes)"
+        )
+    } else if name == "." {
+        "is `.`, the current folder, not a folder of its own".to_string()
+    } else if name == ".." {
+        "is `..`, the folder above, not a folder of its own".to_string()
+    } else if let Some(c) = name.chars().find(|c| c.is_control()) {
+        format!("holds the control character {c:?}")
+    } else if name.len() > MAX_NAME_BYTES {
+        format!(
+            "is {} bytes long, more than the {MAX_NAME_BYTES} a folder name can take",
+            name.len()
+        )
+    } else {
+        return Ok(());
+    };
+    let shown: String = name.chars().take(40).collect();
+    let shown = match shown.len() < name.len() {
+        true => format!("{shown:?}..."),
+        false => format!("{shown:?}"),
+    };
+    Err(format!(
+        "{shown} cannot name a run folder: it {problem}; {FIX}"
+    ))
+}
+
+fn run_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    check_run_name(&name).map_err(serde::de::Error::custom)?;
+    Ok(name)
 }
 
 fn one() -> Count {

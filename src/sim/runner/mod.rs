@@ -138,6 +138,11 @@ pub fn run<S: Scenario>(
     }
     let mut budget = options.stop_after.unwrap_or(usize::MAX);
     let state_csv = exp.records.state_csv(exp.largest_step_rows());
+    // The checksums of a paused run's records no longer hold once a resume cuts or appends
+    // to them: they go from the manifest before any record is touched.
+    if root && manifest.checksums.take().is_some() {
+        record::write_json_atomic(&dir.join(record::MANIFEST), manifest)?;
+    }
     // Rank 0 alone writes the run folder.
     let mut recorder = match root {
         true => Some(Recorder::open(dir, state_csv, start.as_ref())?),
@@ -205,6 +210,7 @@ pub fn run<S: Scenario>(
             // it at the end of a step, so `paused` says it.
             if budget == 0 || paused || (asked && ranks.size() == 1) {
                 if let Some(recorder) = &recorder {
+                    manifest.checksums = Some(record::checksums(dir)?);
                     recorder.manifest(manifest)?;
                 }
                 return Ok(Ended::Paused);
@@ -290,6 +296,8 @@ pub fn run<S: Scenario>(
     if let Some(recorder) = recorder {
         recorder.manifest(manifest)?;
         recorder.finish()?;
+        // Taken once the parts are joined; the caller writes the finished manifest.
+        manifest.checksums = Some(record::checksums(dir)?);
     }
     Ok(Ended::Finished)
 }

@@ -16,6 +16,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Where a run stands, saved after every step.
@@ -97,7 +98,45 @@ impl Recorder {
                 replicate: info.replicate,
                 world: arms[cells.arm_of[c]].describe(&cells.worlds[c]),
             }))?;
+        self.personas(cells, group)?;
         self.state(arms, cells, group, 0)
+    }
+
+    /// The LLM-written personas of a new group's agents, one row per agent of each
+    /// replicate (every arm of a replicate has the same agents), into `personas.parquet`:
+    /// part of the group's first part, so that a resume keeps or cuts it with that part.
+    fn personas<S: Scenario>(&mut self, cells: &Cells<S>, group: usize) -> Result<(), RunError> {
+        use arrow_array::{ArrayRef, StringArray, UInt64Array};
+        let batches: Vec<_> = cells
+            .agents
+            .iter()
+            .enumerate()
+            .filter_map(|(replicate, agents)| {
+                let personas = agents.population.personas.as_ref()?;
+                let n = personas.len();
+                let constant =
+                    |v: usize| Arc::new(UInt64Array::from_value(v as u64, n)) as ArrayRef;
+                let population = cells.infos.first().map_or(n, |c| c.population);
+                Some(
+                    arrow_array::RecordBatch::try_from_iter([
+                        ("population", constant(population)),
+                        ("replicate", constant(replicate)),
+                        (
+                            "agent",
+                            Arc::new(UInt64Array::from_iter_values(0..n as u64)) as ArrayRef,
+                        ),
+                        (
+                            "persona",
+                            Arc::new(StringArray::from_iter_values(personas.iter())) as ArrayRef,
+                        ),
+                    ])
+                    .expect("invariant: columns of one length"),
+                )
+            })
+            .collect();
+        let part = format!("g{group:03}-s{:06}", 0);
+        self.writer.table(record::PERSONAS, &part, &batches)?;
+        Ok(())
     }
 
     fn state<S: Scenario>(

@@ -149,10 +149,14 @@ impl Run {
                 dir.display()
             ));
         }
-        // Runs from before the trades table, or without a single purchase, have none.
-        let trades: Vec<Trade> = match record::read_table(dir, TRADES) {
-            Ok(batches) => record::rows_of(&batches, dir).map_err(|e| e.to_string())?,
-            Err(_) => Vec::new(),
+        // Runs from before the trades table, or without a single purchase, have none; one
+        // that is damaged, or gone since the run wrote it, is refused like the state.
+        let trades: Vec<Trade> = match record::has_table(dir, TRADES) {
+            true => {
+                let batches = record::read_table(dir, TRADES).map_err(|e| e.to_string())?;
+                record::rows_of(&batches, dir).map_err(|e| e.to_string())?
+            }
+            false => Vec::new(),
         };
         let steps = record::read_steps(dir).map_err(|e| e.to_string())?;
         let described_cells = record::read_cells(dir, usize::MAX).map_err(|e| e.to_string())?;
