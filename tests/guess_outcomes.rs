@@ -1,6 +1,8 @@
 //! What the guessing game says of its outcomes, end to end: who won a round (one definition
 //! for the aggregates, the state, the prompts and the report), the equilibrium of every rule,
-//! and why.
+//! and the notes a report must open with.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -9,6 +11,7 @@ use throng::scenarios::guess::{Decision, GuessGame, config::GuessConfig};
 use throng::sim::population::Population;
 use throng::sim::prompt::PromptBook;
 use throng::sim::scenario::{CellInfo, Scenario};
+use throng::testing::TinyLlama;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -275,4 +278,122 @@ fn unstable_rules_report_the_equilibrium_the_clamped_rule_has() {
     );
     let (at, line) = equilibrium_of("1/2", "5");
     assert_eq!(at, Some(10.0), "{line}");
+}
+
+fn notes(printed: &str) -> Vec<&str> {
+    printed
+        .lines()
+        .filter(|l| l.starts_with("NOTE: "))
+        .collect()
+}
+
+/// The report's page opens with its notes, before the title.
+fn page_notes(dir: &Path) -> String {
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    html[..html.find("<h1>").unwrap()].to_string()
+}
+
+// Guards against issue 17, item 22: a scripted guessing-game report (round-1 means falling
+// with education, as its level-k rules make them) said nothing of the policy, unlike the energy
+// market's; nor did a mixed run's, or one on a model below the study's.
+#[test]
+fn guessing_reports_say_when_rules_or_a_small_model_made_the_numbers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = |name: &str, policy: &str, agents: usize, extra: &str| {
+        let path = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                r#"name = "{name}"
+templates = {:?}
+seed = 4
+steps = 1
+policy = "{policy}"
+agents = {agents}
+
+[llm]
+max_tokens = 16
+
+[scenario]
+name = "guess"
+
+[population.attributes.education]
+shares = {{ "elementary school" = 30, "high school" = 30, "doctorate" = 40 }}
+{extra}"#,
+                repo().join("templates/guess").display().to_string()
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let scripted = config("scripted", "scripted", 300, "");
+    let out = tmp.path().join("scripted");
+    let printed = run(&scripted, &out, &[]);
+    let lines = notes(&printed);
+    assert_eq!(lines.len(), 1, "{printed}");
+    assert!(
+        lines[0].contains("Scripted policy")
+            && lines[0].contains("not a language model")
+            && lines[0].contains("education")
+            && lines[0].contains("built into those rules"),
+        "{printed}"
+    );
+    let top = page_notes(&out);
+    assert!(
+        top.contains("class=\"note\"") && top.contains("Scripted policy"),
+        "{top}"
+    );
+    // `throng report` says the same as the run's end.
+    let again = throng(&["report", out.to_str().unwrap()]);
+    assert!(again.status.success());
+    assert_eq!(notes(&text(&again)), lines);
+
+    // Some agents on a tiny model, the others scripted: both notes.
+    let model = common::tiny_model(&TinyLlama {
+        max_position_embeddings: 2048,
+        ..TinyLlama::default()
+    });
+    let model = model.path().to_str().unwrap().to_string();
+    let llm_args = [
+        "--model",
+        model.as_str(),
+        "--weights",
+        "f32",
+        "--kv-memory",
+        "64MiB",
+    ];
+    let mixed = config(
+        "mixed",
+        "scripted",
+        300,
+        "\n[[policy_groups]]\npolicy = \"llm\"\nshare = 0.02\n",
+    );
+    let out = tmp.path().join("mixed");
+    let printed = run(&mixed, &out, &llm_args);
+    let lines = notes(&printed);
+    assert_eq!(lines.len(), 2, "{printed}");
+    assert!(
+        lines[0].contains("Mixed policy") && lines[0].contains("education"),
+        "{printed}"
+    );
+    assert!(
+        lines[1].contains("Small model") && lines[1].contains("Llama 3 8B"),
+        "{printed}"
+    );
+    let top = page_notes(&out);
+    assert!(
+        top.contains("Mixed policy") && top.contains("Small model"),
+        "{top}"
+    );
+
+    // Every agent on the tiny model: the small-model note alone.
+    let llm = config("llm", "llm", 6, "");
+    let out = tmp.path().join("llm");
+    let printed = run(&llm, &out, &llm_args);
+    let lines = notes(&printed);
+    assert_eq!(lines.len(), 1, "{printed}");
+    assert!(
+        lines[0].contains("Small model") && lines[0].contains("--model llama-3.1-8b-instruct"),
+        "{printed}"
+    );
 }

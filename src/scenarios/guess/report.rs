@@ -8,7 +8,10 @@
 //! (nobody has seen a result yet), so group means there get intervals across agents.
 
 use super::rules;
-use crate::analysis::html::{esc, figures, headline, page, table, unfinished, unfinished_note};
+use crate::analysis::caveats;
+use crate::analysis::html::{
+    esc, figures, headline, notes_html, page, table, unfinished, unfinished_note,
+};
 use crate::analysis::plot::{self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines};
 use crate::analysis::stats::Summary;
 use crate::record::{self, Manifest, StepRecord};
@@ -117,6 +120,8 @@ pub struct RuleEquilibrium {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub manifest: Manifest,
+    /// Lines a reader must see first: a model smaller than the study's, scripted players.
+    pub notes: Vec<String>,
     /// Every target rule of the run (one unless arms change it), with its equilibrium.
     pub rules: Vec<RuleEquilibrium>,
     pub rounds: Vec<RoundSummary>,
@@ -415,6 +420,34 @@ fn rules_of(dir: &Path, manifest: &Manifest) -> Vec<RuleEquilibrium> {
     rules
 }
 
+/// The million-agent study ran Llama 3 8B.
+const STUDY: caveats::Study = caveats::Study {
+    model: "Llama 3 8B",
+    parameters: 8.0,
+    on_smaller_models: "",
+    behaviour: "the way LLM agents play the game that the study describes",
+    reproduce_with: "a model of the study's size",
+    preset: "llama-3.1-8b-instruct",
+    config: "experiments/guess-1m-llm.toml",
+};
+
+/// What a reader must know before trusting the numbers (see [`caveats::notes`]): scripted
+/// players, whose level-k rules build in the education gradient the study reports, a mixed
+/// policy, or a model below the study's.
+fn notes(manifest: &Manifest, attributes: &[(String, Vec<String>)]) -> Vec<String> {
+    let education = attributes.iter().any(|(name, _)| name == "education");
+    let scripted = caveats::ScriptedRules {
+        agents: "players follow a level-k model of the game (level 0 guesses at random, level k best-responds to level k-1, later rounds best-respond to the last mean)",
+        tests: "the game's rules, the records and the report",
+        built_in: if education {
+            "Differences by education are built into those rules: players of a later-listed (higher) education category reason a level deeper more often, so round-1 mean guesses that fall with education, or with any attribute drawn together with it, come from the rules, not from a finding."
+        } else {
+            ""
+        },
+    };
+    caveats::notes(manifest, &STUDY, &scripted, String::new)
+}
+
 /// Writes the figures, `summary.json` and `report.html` into `dir` and returns the numbers.
 pub fn report(dir: &Path) -> Result<Report, String> {
     let manifest: Manifest =
@@ -675,6 +708,7 @@ pub fn report(dir: &Path) -> Result<Report, String> {
 
     let report = Report {
         rules: rules_of(dir, &manifest),
+        notes: notes(&manifest, &gathered.attributes),
         manifest,
         rounds,
         groups,
@@ -758,6 +792,9 @@ pub fn text(report: &Report) -> String {
     if let Some(note) = unfinished(m) {
         let _ = writeln!(out, "NOTE: {note}");
     }
+    for note in &report.notes {
+        let _ = writeln!(out, "NOTE: {note}");
+    }
     let _ = writeln!(out, "{}", headline(m));
     let _ = writeln!(
         out,
@@ -800,6 +837,7 @@ const TIES: &str = "Where guesses on both sides of the target were equally close
 fn html(report: &Report) -> String {
     let m = &report.manifest;
     let mut body = unfinished_note(m);
+    body.push_str(&notes_html(&report.notes));
     let _ = write!(
         body,
         "<h1>{}</h1><p>Scenario <b>guess</b>, policy <b>{}</b>, model <b>{}</b>, seed {}, {} replicates, {} rounds; \
