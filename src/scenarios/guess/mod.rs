@@ -352,6 +352,10 @@ impl Scenario for GuessGame {
             .expect("invariant: columns match their fields")
     }
 
+    fn aggregates_schema() -> Option<arrow_schema::SchemaRef> {
+        Some(report::round_batch(&[]).schema())
+    }
+
     fn aggregates(&self, game: &Game, cell: &CellInfo, step: usize) -> Option<RecordBatch> {
         let result = step.checked_sub(1).and_then(|r| game.results.get(r))?;
         let mut row = report::RoundRow {

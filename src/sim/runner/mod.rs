@@ -140,7 +140,12 @@ pub fn run<S: Scenario>(
     let state_csv = exp.records.state_csv(exp.largest_step_rows());
     // Rank 0 alone writes the run folder.
     let mut recorder = match root {
-        true => Some(Recorder::open(dir, state_csv, start.as_ref())?),
+        true => Some(Recorder::open(
+            dir,
+            state_csv,
+            S::aggregates_schema().as_deref(),
+            start.as_ref(),
+        )?),
         false => None,
     };
     if let (Some(cp), Some(llm)) = (&start, policies.llm.as_deref_mut()) {
