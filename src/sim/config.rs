@@ -137,6 +137,10 @@ impl PolicyKind {
     }
 }
 
+/// The most a sampling temperature may be (of decisions and of personas): beyond it replies
+/// are noise.
+pub const MAX_TEMPERATURE: f32 = 10.0;
+
 /// Sampling and model settings of the `llm` policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -425,7 +429,8 @@ impl ScenarioProblem {
             let field = e.path().to_string();
             ScenarioProblem {
                 field: if field == "." { String::new() } else { field },
-                message: e.into_inner().to_string(),
+                // The message alone: the field is named by the caller, at its line.
+                message: e.into_inner().message().trim().to_string(),
             }
         })
     }

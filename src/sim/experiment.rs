@@ -4,8 +4,8 @@
 //! file, line and field, or at the flag that caused it.
 
 use super::config::{
-    ConfigError, Count, ExperimentConfig, LlmConfig, LlmOverrides, PolicyGroupConfig, PolicyKind,
-    RecordsConfig, ScenarioProblem, Sizes, Source, find_field,
+    ConfigError, Count, ExperimentConfig, LlmConfig, LlmOverrides, MAX_TEMPERATURE,
+    PolicyGroupConfig, PolicyKind, RecordsConfig, ScenarioProblem, Sizes, Source, find_field,
 };
 use super::population::{Attribute, PopulationSpec};
 use std::ops::Range;
@@ -190,7 +190,7 @@ impl Experiment {
             return Err(source.error(None, format!("two arms are named `{}`", w[0])));
         }
         for arm in &arms {
-            check_sampling(&source, arm)?;
+            check_sampling(&source, &config, arm)?;
         }
         let population = match &config.population {
             None => PopulationSpec::default(),
@@ -391,28 +391,63 @@ fn sweep_arms(
     Ok(out)
 }
 
-fn check_sampling(source: &Source, arm: &Arm) -> Result<(), ConfigError> {
+fn check_sampling(
+    source: &Source,
+    config: &ExperimentConfig,
+    arm: &Arm,
+) -> Result<(), ConfigError> {
     let l = &arm.llm;
-    let problem = if !(l.temperature.is_finite() && l.temperature >= 0.0) {
-        Some(format!("temperature {} must be >= 0", l.temperature))
-    } else if !(l.top_p > 0.0 && l.top_p <= 1.0) {
-        Some(format!("top_p {} must be in (0, 1]", l.top_p))
-    } else if l.max_tokens == 0 {
-        Some("max_tokens must be at least 1".into())
-    } else if l.top_k == Some(0) {
-        Some("top_k must be at least 1 (or absent)".into())
-    } else if l.wave == 0 {
-        Some("wave must be at least 1".into())
-    } else {
-        None
-    };
+    let problem =
+        if !(l.temperature.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&l.temperature)) {
+            Some((
+                "temperature",
+                format!(
+                    "temperature {} must be from 0 to {MAX_TEMPERATURE}",
+                    l.temperature
+                ),
+            ))
+        } else if !(l.top_p > 0.0 && l.top_p <= 1.0) {
+            Some(("top_p", format!("top_p {} must be in (0, 1]", l.top_p)))
+        } else if l.max_tokens == 0 {
+            Some(("max_tokens", "max_tokens must be at least 1".into()))
+        } else if l.top_k == Some(0) {
+            Some(("top_k", "top_k must be at least 1 (or absent)".into()))
+        } else if l.wave == 0 {
+            Some(("wave", "wave must be at least 1".into()))
+        } else {
+            None
+        };
     match problem {
         None => Ok(()),
-        Some(p) => Err(source.error(
-            Some(arm.span.clone()),
+        Some((key, p)) => Err(source.error(
+            Some(sampling_span(source, config, arm, key)),
             format!("arm `{}`: llm: {p}", arm.name),
         )),
     }
+}
+
+/// Where sampling setting `key` of `arm` is set: a `[sweep]` of it, the arm's own `llm`
+/// table, or the `[llm]` section; the arm itself when none says.
+fn sampling_span(source: &Source, config: &ExperimentConfig, arm: &Arm, key: &str) -> Range<usize> {
+    let text = &source.text;
+    if let Some(sweep) = config
+        .sweep
+        .as_ref()
+        .filter(|s| s.get_ref().llm.contains_key(key))
+    {
+        return find_field(text, sweep.span(), key, "sweep").unwrap_or(sweep.span());
+    }
+    let in_arm = config.arms.iter().any(|a| a.span() == arm.span);
+    if in_arm && let Some(at) = find_field(text, arm.span.clone(), key, "arms.") {
+        return at;
+    }
+    let section = text
+        .match_indices("[llm]")
+        .map(|(i, _)| i)
+        .find(|&i| i == 0 || text[..i].ends_with('\n'));
+    section
+        .and_then(|start| find_field(text, start..text.len(), key, "llm"))
+        .unwrap_or(arm.span.clone())
 }
 
 fn policy_group(

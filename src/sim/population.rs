@@ -409,6 +409,25 @@ impl PopulationConfig {
                 rows,
             });
         }
+        if let Some(personas) = &self.personas {
+            let p = personas.get_ref();
+            let at = Some(personas.span());
+            let top = crate::sim::config::MAX_TEMPERATURE;
+            if !(p.temperature.is_finite() && (0.0..=top).contains(&p.temperature)) {
+                return Err(PopulationProblem::new(
+                    at,
+                    "population.personas.temperature",
+                    format!("must be a number from 0 to {top}, got {}", p.temperature),
+                ));
+            }
+            if p.max_tokens == 0 {
+                return Err(PopulationProblem::new(
+                    at,
+                    "population.personas.max_tokens",
+                    "must be at least 1: a persona needs words",
+                ));
+            }
+        }
         let _ = span;
         Ok(PopulationSpec {
             draw: self.draw,

@@ -1,0 +1,245 @@
+//! Config values that load but make no sense are refused when the config is read, at their
+//! file, line and field, before any run folder is written: numbers that are not finite or lie
+//! outside their documented ranges.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use throng::sim::config::ConfigError;
+use throng::sim::experiment::Overrides;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A config of `scenario` with `body` after the header lines; returns its path.
+fn write(dir: &Path, scenario: &str, body: &str) -> PathBuf {
+    let path = dir.join("exp.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"checks\"\nsteps = 1\nagents = 4\npolicy = \"scripted\"\ntemplates = {:?}\n{body}",
+            repo().join("templates").join(scenario).display().to_string()
+        )
+        .replace("SCENARIO", scenario),
+    )
+    .unwrap();
+    path
+}
+
+fn load(scenario: &str, body: &str) -> Result<(), ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), scenario, body);
+    throng::scenarios::load(&path, &Overrides::default()).map(|_| ())
+}
+
+/// The 1-based line of `body` (after the 5 header lines) that contains `needle`.
+fn line_of(body: &str, needle: &str) -> usize {
+    5 + 1
+        + body
+            .lines()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle:?} not in {body}"))
+}
+
+/// Asserts that `body` is refused at the line holding `needle`, naming `field` and `words`.
+fn refused(scenario: &str, body: &str, needle: &str, field: &str, words: &str) {
+    let err = load(scenario, body).expect_err(body);
+    let text = err.to_string();
+    assert_eq!(err.line(), Some(line_of(body, needle)), "{text}\n{body}");
+    assert!(
+        text.contains(&format!("`{field}`")) && text.contains(words),
+        "{text}\n{body}"
+    );
+    assert!(!text.contains('\n'), "one line: {text}");
+}
+
+const MARKET: [&str; 15] = [
+    "starting_resources",
+    "starting_production",
+    "starting_energy_price",
+    "starting_consumer_price",
+    "production_cost",
+    "max_capacity",
+    "capacity_upgrade_cost",
+    "capacity_upgrade_amount",
+    "production_cost_penalty",
+    "starting_demand",
+    "demand_step",
+    "consumer_price_cap",
+    "max_production_change",
+    "max_price_change",
+    "max_consumer_price",
+];
+
+// Guards against issue 17, item 4: `starting_resources = nan` gave every company NaN
+// resources (nobody could go bankrupt; "0 of 20 bankrupt"), and `-1e308` was accepted too.
+#[test]
+fn every_market_number_must_be_finite_and_within_its_range() {
+    let hostile = ["nan", "inf", "-inf", "-1e308", "-1", "1e13", "1e308"];
+    for knob in MARKET {
+        for value in hostile {
+            // Limits take "none" or a number >= 0, so their negatives are refused by type.
+            let words = if knob.starts_with("max_") && knob.ends_with("change")
+                || knob == "max_consumer_price"
+            {
+                "number"
+            } else {
+                "from 0 to 10^12"
+            };
+            let body = format!("\n[scenario]\nname = \"energy_market\"\n{knob} = {value}\n");
+            refused("energy_market", &body, knob, knob, words);
+        }
+        for fine in ["0", "1e12", "2.5"] {
+            let body = format!("\n[scenario]\nname = \"energy_market\"\n{knob} = {fine}\n");
+            load("energy_market", &body).unwrap_or_else(|e| panic!("{knob} = {fine}: {e}"));
+        }
+    }
+    for (knob, top) in [
+        ("regulator_max", "100"),
+        ("renewable_discount", "10"),
+        ("max_renewable_mix", "100"),
+    ] {
+        for value in ["nan", "-0.5", "1e9", "inf"] {
+            let body = format!("\n[scenario]\nname = \"energy_market\"\n{knob} = {value}\n");
+            refused(
+                "energy_market",
+                &body,
+                knob,
+                knob,
+                &format!("from 0 to {top}"),
+            );
+        }
+        let body = format!("\n[scenario]\nname = \"energy_market\"\n{knob} = {top}\n");
+        load("energy_market", &body).unwrap();
+    }
+}
+
+// Guards against issue 17, item 4: arms and sweeps override knobs, and their values must be
+// refused as the base's are, at their own line.
+#[test]
+fn arms_and_sweeps_are_held_to_the_same_ranges() {
+    let body = "\n[scenario]\nname = \"energy_market\"\n\n[[arms]]\nname = \"fine\"\n\n[[arms]]\nname = \"broke\"\nscenario = { starting_resources = nan }\n";
+    refused(
+        "energy_market",
+        body,
+        "starting_resources = nan",
+        "starting_resources",
+        "arm `broke`",
+    );
+    let body = "\n[scenario]\nname = \"energy_market\"\n\n[sweep]\nscenario = { demand_step = [50, -1e308] }\n";
+    refused(
+        "energy_market",
+        body,
+        "demand_step",
+        "demand_step",
+        "-1e308",
+    );
+    let body =
+        "\n[scenario]\nname = \"guess\"\n\n[sweep]\nscenario = { ratio = [\"1/2\", \"nan\"] }\n";
+    refused("guess", body, "ratio =", "ratio", "");
+}
+
+// Guards against issue 17, item 4: the guessing game's rule takes exact fractions, which must
+// be finite and within a range in which every target stays exact.
+#[test]
+fn the_guess_rule_needs_bounded_exact_fractions() {
+    for (knob, value, words) in [
+        ("ratio", "nan", "not a number"),
+        ("ratio", "inf", "not a number"),
+        ("ratio", "11", "outside 0 to 10"),
+        ("ratio", "\"21/2\"", "outside 0 to 10"),
+        ("ratio", "-0.5", "negative"),
+        ("ratio", "\"1/3000007\"", "denominator above 1000000"),
+        ("ratio", "0.12345678", "denominator above 1000000"),
+        ("offset", "-inf", "not a number"),
+        ("offset", "-101", "outside -100 to 100"),
+        ("offset", "1e300", "too many digits"),
+        ("offset", "\"201/2\"", "outside -100 to 100"),
+    ] {
+        let body = format!("\n[scenario]\nname = \"guess\"\n{knob} = {value}\n");
+        refused("guess", &body, &format!("{knob} ="), knob, words);
+    }
+    for (ratio, offset) in [
+        ("10", "-100"),
+        ("\"3/2\"", "5"),
+        ("0", "100"),
+        ("0.000001", "0"),
+    ] {
+        let body = format!("\n[scenario]\nname = \"guess\"\nratio = {ratio}\noffset = {offset}\n");
+        load("guess", &body).unwrap_or_else(|e| panic!("{body}: {e}"));
+    }
+}
+
+// Guards against issue 17, item 4: sampling temperatures are floats of the config too; a NaN
+// persona temperature was accepted.
+#[test]
+fn sampling_temperatures_are_finite_and_bounded_at_their_line() {
+    let body = "\n[llm]\nmax_tokens = 8\ntemperature = nan\n\n[scenario]\nname = \"guess\"\n";
+    refused(
+        "guess",
+        body,
+        "temperature",
+        "base",
+        "temperature NaN must be from 0 to 10",
+    );
+    let body = "\n[scenario]\nname = \"guess\"\n\n[[arms]]\nname = \"hot\"\nllm = { temperature = 11.0 }\n";
+    refused("guess", body, "temperature", "hot", "from 0 to 10");
+    let body = "\n[scenario]\nname = \"guess\"\n\n[sweep]\nllm = { temperature = [0.5, -1.0] }\n";
+    refused(
+        "guess",
+        body,
+        "temperature",
+        "temperature=-1.0",
+        "from 0 to 10",
+    );
+    let body = "policy = \"llm\"\n\n[scenario]\nname = \"guess\"\n\n[population.attributes.age]\nrange = [18, 80]\n\n[population.personas]\ntemperature = nan\n";
+    let body = body.replace("policy = \"llm\"\n", "");
+    let err = {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "guess", &body);
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("policy = \"scripted\"", "policy = \"llm\"");
+        std::fs::write(&path, text).unwrap();
+        throng::scenarios::load(&path, &Overrides::default()).unwrap_err()
+    };
+    assert!(
+        err.to_string()
+            .contains("field `population.personas.temperature`: must be a number from 0 to 10"),
+        "{err}"
+    );
+    assert_eq!(
+        err.line(),
+        Some(line_of(&body, "temperature = nan")),
+        "{err}"
+    );
+}
+
+// Guards against issue 17, item 4, as a user meets it: the run is refused with exit code 1
+// and no folder is written.
+#[test]
+fn a_nan_knob_stops_the_run_before_any_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let body = "\n[scenario]\nname = \"energy_market\"\nstarting_resources = nan\n";
+    let config = write(tmp.path(), "energy_market", body);
+    let out = tmp.path().join("run");
+    let output = Command::new(env!("CARGO_BIN_EXE_throng"))
+        .args([
+            "run",
+            config.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "exp.toml:{}:1: field `starting_resources`: must be a number from 0 to 10^12, got NaN",
+            line_of(body, "starting_resources")
+        )),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+}
