@@ -243,3 +243,136 @@ fn a_nan_knob_stops_the_run_before_any_folder() {
     );
     assert!(!out.exists());
 }
+
+/// A guessing-game config whose population has attribute `age` written as `attribute`.
+fn with_age(attribute: &str) -> String {
+    format!("\n[scenario]\nname = \"guess\"\n\n[population.attributes.age]\n{attribute}\n")
+}
+
+// Guards against issue 17, item 7: `integer = true` with `range = [18.2, 18.7]` (no whole
+// number inside) passed validation, then panicked (`min > max`, exit 101) and left a folder
+// with status `running`, whose `--resume` panicked the same way.
+#[test]
+fn a_whole_number_attribute_needs_a_whole_number_in_its_range() {
+    for range in ["[18.2, 18.7]", "[0.1, 0.9]", "[-0.5, -0.1]", "[18.5, 18.5]"] {
+        let body = with_age(&format!("range = {range}\ninteger = true"));
+        refused(
+            "guess",
+            &body,
+            "range =",
+            "population.attributes.age.range",
+            "holds no whole number",
+        );
+        // The same with a normal distribution, and as a real number without `integer`.
+        let body = with_age(&format!(
+            "range = {range}\ninteger = true\ndistribution = {{ normal = {{ mean = 18.4, sd = 2 }} }}"
+        ));
+        refused(
+            "guess",
+            &body,
+            "range =",
+            "population.attributes.age.range",
+            "integer",
+        );
+        load("guess", &with_age(&format!("range = {range}"))).unwrap();
+    }
+    for range in ["[18, 18]", "[18.5, 19.5]", "[-3, 3]"] {
+        load(
+            "guess",
+            &with_age(&format!("range = {range}\ninteger = true")),
+        )
+        .unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let config = write(
+        tmp.path(),
+        "guess",
+        &with_age("range = [18.2, 18.7]\ninteger = true"),
+    );
+    let out = tmp.path().join("run");
+    let output = Command::new(env!("CARGO_BIN_EXE_throng"))
+        .args([
+            "run",
+            config.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("holds no whole number"), "{stderr}");
+    assert!(!out.exists(), "no folder for a config that cannot run");
+}
+
+// Guards against issue 17, item 7's siblings: other populations that cannot be drawn as
+// written (inverted, unbounded or out-of-storage ranges, a distribution with no weight in its
+// range, bands that are not numbers, shares of nothing) are refused at their line too.
+#[test]
+fn populations_that_cannot_be_drawn_are_refused_at_their_line() {
+    for (attribute, needle, field, words) in [
+        ("range = [80, 18]", "range", "range", "not a range"),
+        ("range = [nan, 80]", "range", "range", "not a range"),
+        ("range = [18, inf]", "range", "range", "not a range"),
+        ("range = [0, 1e13]", "range", "range", "10^12"),
+        ("range = [-1e308, 1e308]", "range", "range", "10^12"),
+        (
+            "range = [0, 100000000]\ninteger = true",
+            "range",
+            "range",
+            "16777216",
+        ),
+        (
+            "range = [18, 80]\ndistribution = { normal = { mean = 1000, sd = 1 } }",
+            "distribution",
+            "distribution",
+            "no weight",
+        ),
+        (
+            "range = [18, 80]\ndistribution = { normal = { mean = nan, sd = 1 } }",
+            "distribution",
+            "distribution",
+            "finite mean",
+        ),
+        (
+            "range = [18, 80]\ndistribution = { normal = { mean = 40, sd = 0 } }",
+            "distribution",
+            "distribution",
+            "sd > 0",
+        ),
+        (
+            "range = [18, 80]\nbands = [18, 30, inf]",
+            "bands",
+            "bands",
+            "finite numbers",
+        ),
+        (
+            "range = [18, 80]\nbands = [18, 60, 30]",
+            "bands",
+            "bands",
+            "increasing",
+        ),
+        (
+            "shares = { young = 50, old = 0 }",
+            "shares",
+            "shares",
+            "share above 0",
+        ),
+        (
+            "shares = { young = 50, old = nan }",
+            "shares",
+            "shares",
+            "share above 0",
+        ),
+        ("shares = {}", "shares", "shares", "no categories"),
+    ] {
+        let body = with_age(attribute);
+        refused(
+            "guess",
+            &body,
+            &format!("{needle} ="),
+            &format!("population.attributes.age.{field}"),
+            words,
+        );
+    }
+}
