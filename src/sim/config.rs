@@ -60,11 +60,16 @@ impl Source {
         })
     }
 
+    /// The line (1-based) of byte offset `at`.
+    pub fn line(&self, at: usize) -> usize {
+        self.text[..at.min(self.text.len())].matches('\n').count() + 1
+    }
+
     /// An error at byte range `span` (0 when unknown).
     pub fn error(&self, span: Option<Range<usize>>, message: impl Into<String>) -> ConfigError {
         let at = span.map_or(0, |s| s.start.min(self.text.len()));
         let before = &self.text[..at];
-        let line = before.matches('\n').count() + 1;
+        let line = self.line(at);
         let column = at - before.rfind('\n').map_or(0, |i| i + 1) + 1;
         ConfigError::At {
             file: self.path.clone(),
@@ -238,7 +243,7 @@ fn all() -> f64 {
 
 /// What the decisions log keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "DecisionLogSpec")]
 pub enum DecisionLogMode {
     /// Every decision.
     #[default]
@@ -247,6 +252,33 @@ pub enum DecisionLogMode {
     None,
     /// Every decision of a seeded sample of this many agents per cell.
     Sample(usize),
+}
+
+/// [`DecisionLogMode`] as written, checked as it is read, so that a mistake is reported at
+/// its line.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum DecisionLogSpec {
+    All,
+    None,
+    Sample(usize),
+}
+
+impl TryFrom<DecisionLogSpec> for DecisionLogMode {
+    type Error = String;
+    fn try_from(spec: DecisionLogSpec) -> Result<Self, String> {
+        Ok(match spec {
+            DecisionLogSpec::All => DecisionLogMode::All,
+            DecisionLogSpec::None => DecisionLogMode::None,
+            DecisionLogSpec::Sample(0) => {
+                return Err(
+                    "a sample of 0 agents logs nothing: use decisions = \"none\", or sample at least 1"
+                        .into(),
+                );
+            }
+            DecisionLogSpec::Sample(n) => DecisionLogMode::Sample(n),
+        })
+    }
 }
 
 /// Whether the state table is also written as CSV.

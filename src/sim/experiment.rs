@@ -184,10 +184,21 @@ impl Experiment {
         if let Some(sweep) = &config.sweep {
             arms = sweep_arms(&source, arms, sweep, config.arms.is_empty())?;
         }
-        let mut names: Vec<&String> = arms.iter().map(|a| &a.name).collect();
-        names.sort();
-        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(source.error(None, format!("two arms are named `{}`", w[0])));
+        for (i, arm) in arms.iter().enumerate() {
+            if let Some(first) = arms[..i].iter().find(|a| a.name == arm.name) {
+                let name_of = |a: &Arm| {
+                    find_field(&source.text, a.span.clone(), "name", "arms.")
+                        .unwrap_or(a.span.clone())
+                };
+                return Err(source.error(
+                    Some(name_of(arm)),
+                    format!(
+                        "field `arms.name`: two arms are named `{}` (the first at line {}): give each arm a name of its own",
+                        arm.name,
+                        source.line(name_of(first).start)
+                    ),
+                ));
+            }
         }
         for arm in &arms {
             check_sampling(&source, &config, arm)?;
@@ -222,12 +233,6 @@ impl Experiment {
             ));
         }
         let records = config.records.clone();
-        if let super::config::DecisionLogMode::Sample(0) = records.decisions {
-            return Err(source.error(
-                find_field(&source.text, 0..source.text.len(), "decisions", "records"),
-                "field `records.decisions`: a sample of 0 agents logs nothing: use decisions = \"none\"",
-            ));
-        }
         Ok(Self {
             source,
             config,
@@ -340,6 +345,22 @@ fn sweep_arms(
             find_field(&source.text, sweep.span(), key, "sweep"),
             format!("field `sweep.{key}`: give at least one value"),
         ));
+    }
+    for (is_llm, key, values) in &axes {
+        let texts: Vec<String> = values.iter().map(value_text).collect();
+        if let Some((_, twice)) = texts
+            .iter()
+            .enumerate()
+            .find(|(i, t)| texts[..*i].contains(t))
+        {
+            return Err(source.error(
+                find_field(&source.text, sweep.span(), key, "sweep").or(Some(sweep.span())),
+                format!(
+                    "field `sweep.{}.{key}`: `{twice}` is listed twice: each value makes an arm, so give each once",
+                    if *is_llm { "llm" } else { "scenario" }
+                ),
+            ));
+        }
     }
     let mut out = Vec::new();
     for arm in arms {

@@ -220,6 +220,16 @@ fn normalise(
         100.0
     } else if (sum - 1.0).abs() <= SHARE_TOLERANCE {
         1.0
+    } else if shares.clone().all(|s| s <= 1.0) {
+        // Written as fractions (none above 1), so read as fractions.
+        return Err(PopulationProblem::new(
+            Some(span.clone()),
+            field,
+            format!(
+                "shares sum to {}: as fractions they must sum to 1 (or, in percent, to 100)",
+                fmt_number(sum)
+            ),
+        ));
     } else {
         return Err(PopulationProblem::new(
             Some(span.clone()),

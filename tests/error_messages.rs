@@ -1,0 +1,136 @@
+//! Errors say where the problem is and what to do: the config line of a duplicate or a
+//! nonsensical setting, the variable a template lacks, the unit shares are written in, the
+//! cause of a bad model file in a line or two, and a model path that does not exist.
+
+use std::path::{Path, PathBuf};
+use throng::sim::experiment::Overrides;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+const HEADER: &str = "name = \"errors\"\nsteps = 1\nagents = 4\npolicy = \"scripted\"\n";
+
+/// A guessing-game config: `HEADER`, its templates, then `body`.
+fn write(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("exp.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "{HEADER}templates = {:?}\n{body}",
+            repo().join("templates/guess").display().to_string()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// The error of loading `body`, and the 1-based line of the config that holds `needle`.
+fn error_at(body: &str, needle: &str) -> (String, Option<usize>, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), body);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = 1 + text
+        .lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("{needle:?} not in {text}"));
+    let err = throng::scenarios::load(&path, &Overrides::default()).expect_err(body);
+    (err.to_string(), err.line(), line)
+}
+
+const SCENARIO: &str = "\n[scenario]\nname = \"guess\"\n";
+
+// Guards against issue 17, item 18: duplicate arm names, duplicate sweep values and
+// `records.decisions = { sample = 0 }` were reported at `1:1` instead of their line.
+#[test]
+fn config_mistakes_are_reported_at_their_own_line() {
+    // The second arm of a name, with the line of the first.
+    let body = format!(
+        "{SCENARIO}\n[[arms]]\nname = \"a\"\n\n[[arms]]\nname = \"b\"\n\n[[arms]]\nname = \"a\"\nscenario = {{ hint = true }}\n"
+    );
+    let (err, line, _) = error_at(&body, "name = \"a\"");
+    let lines: Vec<usize> = format!("{HEADER}templates = x\n{body}")
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("name = \"a\""))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(line, Some(lines[1]), "{err}");
+    assert!(
+        err.contains("two arms are named `a`")
+            && err.contains(&format!("the first at line {}", lines[0]))
+            && err.contains("field `arms.name`"),
+        "{err}"
+    );
+    // A value listed twice in a sweep, of a scenario knob or a sampling setting; `0.5` and
+    // "0.5" would make two arms of the same name too.
+    for (sweep, key, twice) in [
+        (
+            "scenario = { ratio = [\"1/2\", \"2/3\", \"1/2\"] }",
+            "ratio",
+            "1/2",
+        ),
+        ("scenario = { hint = [true, true] }", "hint", "true"),
+        (
+            "llm = { temperature = [0.5, 0.7, 0.5] }",
+            "temperature",
+            "0.5",
+        ),
+        ("scenario = { offset = [0.5, \"0.5\"] }", "offset", "0.5"),
+    ] {
+        let body = format!("{SCENARIO}\n[sweep]\n{sweep}\n");
+        let (err, line, expected) = error_at(&body, key);
+        assert_eq!(line, Some(expected), "{err}");
+        assert!(
+            err.contains(&format!(".{key}`: `{twice}` is listed twice")),
+            "{err}"
+        );
+    }
+    // A sample of no agents, in a [records] table and as a dotted key.
+    let body = format!("{SCENARIO}\n[records]\ncsv = \"never\"\ndecisions = {{ sample = 0 }}\n");
+    let (err, line, expected) = error_at(&body, "sample = 0");
+    assert_eq!(line, Some(expected), "{err}");
+    assert!(
+        err.contains("`decisions`") && err.contains("a sample of 0 agents logs nothing"),
+        "{err}"
+    );
+    let body = format!("records.decisions = {{ sample = 0 }}\n{SCENARIO}");
+    let (err, line, expected) = error_at(&body, "sample = 0");
+    assert_eq!(line, Some(expected), "{err}");
+    assert!(err.contains("a sample of 0 agents"), "{err}");
+    // Larger samples are fine.
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        &format!("{SCENARIO}\n[records]\ndecisions = {{ sample = 3 }}\n"),
+    );
+    throng::scenarios::load(&path, &Overrides::default()).unwrap();
+}
+
+// Guards against issue 17, item 18: shares written as fractions that sum to 0.9 were reported
+// as "sum to 0.9%".
+#[test]
+fn shares_are_reported_in_the_unit_they_are_written_in() {
+    let body = format!(
+        "{SCENARIO}\n[population.attributes.education]\nshares = {{ school = 0.5, university = 0.4 }}\n"
+    );
+    let (err, line, expected) = error_at(&body, "shares");
+    assert_eq!(line, Some(expected), "{err}");
+    assert!(
+        err.contains("shares sum to 0.9: as fractions they must sum to 1") && !err.contains('%'),
+        "{err}"
+    );
+    let body = format!(
+        "{SCENARIO}\n[population.attributes.education]\nshares = {{ school = 50, university = 40 }}\n"
+    );
+    let (err, _, _) = error_at(&body, "shares");
+    assert!(
+        err.contains("shares sum to 90%: they must sum to 100%"),
+        "{err}"
+    );
+    let body = format!(
+        "{SCENARIO}\n[population.attributes.a]\nshares = {{ x = 1, y = 1 }}\n\n[population.attributes.b]\nshares = {{ x = 1, y = 1 }}\n\n[[population.joint]]\nattributes = [\"a\", \"b\"]\nrows = [{{ a = \"x\", b = \"x\", share = 0.3 }}, {{ a = \"y\", b = \"y\", share = 0.3 }}]\n"
+    );
+    let (err, _, _) = error_at(&body, "shares");
+    assert!(err.contains("sum to 2: as fractions"), "{err}");
+}
