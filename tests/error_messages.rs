@@ -2,8 +2,12 @@
 //! nonsensical setting, the variable a template lacks, the unit shares are written in, the
 //! cause of a bad model file in a line or two, and a model path that does not exist.
 
+mod common;
+
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use throng::sim::experiment::Overrides;
+use throng::testing::TinyLlama;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -133,4 +137,121 @@ fn shares_are_reported_in_the_unit_they_are_written_in() {
     );
     let (err, _, _) = error_at(&body, "shares");
     assert!(err.contains("sum to 2: as fractions"), "{err}");
+}
+
+fn throng(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
+    cmd.args(args);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs `config` with the LLM policy on a tiny model into `out`.
+fn run_llm(config: &Path, model: &Path, out: &Path) -> Output {
+    throng(
+        &[
+            "run",
+            config.to_str().unwrap(),
+            "--model",
+            model.to_str().unwrap(),
+            "--weights",
+            "f32",
+            "--kv-memory",
+            "64MiB",
+            "--no-report",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    )
+}
+
+// Guards against issue 17, item 18: an undefined template variable said "undefined value (in
+// player:1)" without naming the variable, and the failed folder's advice was `--resume`, which
+// renders the same template again.
+#[test]
+fn an_undefined_template_variable_is_named_with_a_fix_that_works() {
+    let model = common::tiny_model(&TinyLlama {
+        max_position_embeddings: 2048,
+        ..TinyLlama::default()
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    for (template, edit, variable, steps_before) in [
+        ("player", "{{ foo }}\n", "`foo`", 0),
+        (
+            "player",
+            "{{ own.missing }} {{ round }}\n",
+            "`own.missing`",
+            0,
+        ),
+        ("system", "{{ playerz }} players\n", "`playerz`", 0),
+        // Round 2 only: the first step finishes, and its records are kept.
+        (
+            "player",
+            "{% if round > 1 %}{{ earlier_rounds }}{% endif %}\n",
+            "`earlier_rounds`",
+            1,
+        ),
+    ] {
+        let templates = tmp.path().join(format!("templates-{variable}"));
+        std::fs::create_dir_all(&templates).unwrap();
+        for name in ["system", "player", "persona"] {
+            let file = format!("{name}.jinja");
+            let mut text =
+                std::fs::read_to_string(repo().join("templates/guess").join(&file)).unwrap();
+            if name == template {
+                text = format!("{edit}{text}");
+            }
+            std::fs::write(templates.join(&file), text).unwrap();
+        }
+        let config = tmp.path().join(format!("{template}-{steps_before}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "name = \"undefined\"\nsteps = 2\nagents = 3\npolicy = \"llm\"\ntemplates = {:?}\n\n[llm]\nmax_tokens = 8\n{SCENARIO}",
+                templates.display().to_string()
+            ),
+        )
+        .unwrap();
+        let out = tmp
+            .path()
+            .join(format!("run-{template}-{steps_before}-{}", variable.len()));
+        let output = run_llm(&config, model.path(), &out);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("{template}.jinja"))
+                && err.contains(&format!("undefined variable {variable}"))
+                && err.contains("is given: "),
+            "{err}"
+        );
+        assert!(err.contains("line 1 ("), "the line and its text: {err}");
+        // The advice is to fix the template and start again, not to resume.
+        assert!(
+            err.contains("start a new run: throng run")
+                && err.contains(&format!(
+                    "fix {}",
+                    templates.join(format!("{template}.jinja")).display()
+                ))
+                && !err.contains(&format!("throng run --resume {}", out.display())),
+            "{err}"
+        );
+        match steps_before {
+            0 => assert!(err.contains("has no finished step"), "{err}"),
+            n => assert!(
+                err.contains(&format!("keeps the {n} step finished")),
+                "{err}"
+            ),
+        }
+        let manifest: throng::record::Manifest =
+            throng::record::read_json(&out.join("manifest.json")).unwrap();
+        assert_eq!(manifest.status, throng::record::Status::Failed);
+        assert!(manifest.error.unwrap().contains(variable));
+    }
 }
