@@ -6,6 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 use throng::sim::experiment::Overrides;
 use throng::testing::TinyLlama;
 
@@ -254,4 +255,103 @@ fn an_undefined_template_variable_is_named_with_a_fix_that_works() {
         assert_eq!(manifest.status, throng::record::Status::Failed);
         assert!(manifest.error.unwrap().contains(variable));
     }
+}
+
+// Guards against issue 17, item 18: a file of garbage given as a GGUF model was refused with
+// about 20 lines of candle backtrace (RUST_BACKTRACE=1) around its one-line cause.
+#[test]
+fn a_garbage_model_file_is_refused_in_a_line_or_two() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut bytes: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let garbage = tmp.path().join("garbage.gguf");
+    std::fs::write(&garbage, &bytes).unwrap();
+    // The GGUF magic and version, then garbage counts.
+    bytes.splice(0..8, *b"GGUF\x03\x00\x00\x00");
+    let magic = tmp.path().join("magic.gguf");
+    std::fs::write(&magic, &bytes).unwrap();
+    for (file, cause) in [(&garbage, "unknown magic"), (&magic, "tensor_count")] {
+        for backtrace in ["1", "full", "0"] {
+            let out = throng(
+                &[
+                    "generate",
+                    "--model",
+                    file.to_str().unwrap(),
+                    "--prompt",
+                    "hi",
+                ],
+                &[
+                    ("RUST_BACKTRACE", backtrace),
+                    ("RUST_LIB_BACKTRACE", backtrace),
+                ],
+            );
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(1), "{err}");
+            assert!(
+                err.lines().count() <= 2 && !err.contains("candle_core::") && !err.contains(" at "),
+                "RUST_BACKTRACE={backtrace}: {err}"
+            );
+            assert!(
+                err.contains(cause)
+                    && err.contains("not GGUF")
+                    && err.contains(file.to_str().unwrap()),
+                "{err}"
+            );
+        }
+    }
+}
+
+// Guards against issue 17, item 18: a nonexistent `dir/file.gguf`, or a FIFO, was taken for a
+// Hugging Face repo id (and looked up on the network), or blocked reading the pipe.
+#[test]
+fn a_model_that_looks_like_a_path_is_read_as_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("model.gguf");
+    let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(status.success());
+    let dangling = tmp.path().join("gone");
+    std::os::unix::fs::symlink(tmp.path().join("nowhere.gguf"), &dangling).unwrap();
+    let fifo = fifo.to_str().unwrap().to_string();
+    let dangling = dangling.to_str().unwrap().to_string();
+    for (spec, words) in [
+        ("dir/file.gguf", "no such file or folder"),
+        ("models/SmolLM2.Q4_1.GGUF", "no such file or folder"),
+        ("./not-here", "no such file or folder"),
+        ("../not-here/either", "no such file or folder"),
+        ("/no/such/model", "no such file or folder"),
+        (fifo.as_str(), "is a named pipe (FIFO), not a regular file"),
+        ("/dev/null", "is a device, not a regular file"),
+        (dangling.as_str(), "a symbolic link to"),
+    ] {
+        let started = Instant::now();
+        let out = throng(
+            &["generate", "--model", spec, "--prompt", "hi"],
+            &[("HF_HUB_OFFLINE", "0")],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{spec}: {err}");
+        assert!(err.contains(spec) && err.contains(words), "{spec}: {err}");
+        assert!(
+            !err.contains("Hugging Face cache") && !err.contains("huggingface.co"),
+            "{spec} was looked up as a repo id: {err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(30), "{spec} hung");
+    }
+    // A repo id is still a repo id: offline, its error names the Hub.
+    let out = throng(
+        &[
+            "generate",
+            "--model",
+            "someone/some-model",
+            "--prompt",
+            "hi",
+        ],
+        &[("HF_HUB_OFFLINE", "1")],
+    );
+    assert!(
+        stderr(&out).contains("Hugging Face cache"),
+        "{}",
+        stderr(&out)
+    );
 }
