@@ -376,3 +376,112 @@ fn populations_that_cannot_be_drawn_are_refused_at_their_line() {
         );
     }
 }
+
+// Guards against issue 17, item 19: `steps = 2^40` was accepted, and ran writing one Parquet
+// part per step; replicates and sweeps that multiply into millions of arms had no bound either.
+#[test]
+fn counts_have_documented_upper_bounds() {
+    for (line, needle, words) in [
+        (
+            "steps = 1099511627776",
+            "steps =",
+            "1099511627776 steps are more than the 100000",
+        ),
+        ("steps = 100001", "steps =", "more than the 100000"),
+        (
+            "replicates = 1000001",
+            "replicates =",
+            "more than the 1000000",
+        ),
+    ] {
+        let body = format!("{line}\n\n[scenario]\nname = \"guess\"\n");
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "guess", &body);
+        // The header's own `steps = 1` gives way to the line under test.
+        let text = std::fs::read_to_string(&path).unwrap().replacen(
+            "steps = 1\n",
+            "",
+            usize::from(line.starts_with("steps")),
+        );
+        std::fs::write(&path, &text).unwrap();
+        let err = throng::scenarios::load(&path, &Overrides::default()).unwrap_err();
+        let expected = 1 + text.lines().position(|l| l.contains(needle)).unwrap();
+        assert_eq!(err.line(), Some(expected), "{err}");
+        assert!(err.to_string().contains(words), "{err}");
+    }
+    // At the bounds, fine.
+    load(
+        "guess",
+        "replicates = 1000000\n\n[scenario]\nname = \"guess\"\n",
+    )
+    .unwrap();
+    // The same bounds for the command line's overrides.
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "guess", "\n[scenario]\nname = \"guess\"\n");
+    for (overrides, flag) in [
+        (
+            Overrides {
+                steps: Some(1 << 40),
+                ..Overrides::default()
+            },
+            "--steps",
+        ),
+        (
+            Overrides {
+                replicates: Some(10_000_000),
+                ..Overrides::default()
+            },
+            "--replicates",
+        ),
+        (
+            Overrides {
+                agents: Some(vec![2; 1001]),
+                ..Overrides::default()
+            },
+            "--agents",
+        ),
+    ] {
+        let err = throng::scenarios::load(&path, &overrides)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with(flag) && err.contains("more than"), "{err}");
+    }
+    let ok = Overrides {
+        steps: Some(100_000),
+        ..Overrides::default()
+    };
+    throng::scenarios::load(&path, &ok).unwrap();
+    // A sweep is counted before its arms are made: 10 x 10 x 11 x 10 = 11,000.
+    let ten: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+    let body = format!(
+        "\n[scenario]\nname = \"guess\"\n\n[sweep]\nscenario = {{ ratio = [{0}], offset = [{0}], memory = [{0}], reasoning_chars = [{1}] }}\n",
+        ten.join(", "),
+        (20..31)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    refused(
+        "guess",
+        &body,
+        "[sweep]",
+        "sweep",
+        "11000 arms (1 x 10 x 10 x 10 x 11), more than the 10000",
+    );
+    // A whole run: refused before any folder, with exit code 1.
+    let tmp = tempfile::tempdir().unwrap();
+    let config = write(tmp.path(), "guess", "\n[scenario]\nname = \"guess\"\n");
+    let out = tmp.path().join("run");
+    let output = Command::new(env!("CARGO_BIN_EXE_throng"))
+        .args(["run", config.to_str().unwrap(), "--steps", "1099511627776"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--steps: 1099511627776 steps are more than the 100000"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+}

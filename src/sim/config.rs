@@ -332,8 +332,9 @@ pub struct ExperimentConfig {
     #[serde(default)]
     pub seed: u64,
     /// Independent repetitions of every arm and population size.
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "replicates")]
     pub replicates: Count,
+    #[serde(deserialize_with = "steps")]
     pub steps: Count,
     /// The policy of every agent outside `policy_groups`.
     #[serde(default = "default_policy")]
@@ -384,6 +385,17 @@ fn default_policy() -> PolicyKind {
     PolicyKind::Llm
 }
 
+/// The most steps a run may take: every step writes a Parquet part of each table (joined when
+/// the run ends) and a checkpoint, so 100,000 steps already leave 100,000 files per table.
+pub const MAX_STEPS: usize = 100_000;
+/// The most replicates: a million games or markets of each arm and population size.
+pub const MAX_REPLICATES: usize = 1_000_000;
+/// The most arms a run may have, `[[arms]]` crossed with every `[sweep]` combination.
+pub const MAX_ARMS: usize = 10_000;
+/// The most population sizes a run may list (each is a group of Parquet parts, numbered in
+/// three digits).
+pub const MAX_POPULATION_SIZES: usize = 1_000;
+
 /// A count that must be at least 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Count(pub usize);
@@ -395,6 +407,36 @@ impl Count {
         }
         Ok(Count(n as usize))
     }
+
+    /// A run's steps: at least 1, at most [`MAX_STEPS`].
+    pub fn steps(n: i64) -> Result<Self, String> {
+        let count = Self::new(n)?;
+        if count.0 > MAX_STEPS {
+            return Err(format!(
+                "{n} steps are more than the {MAX_STEPS} a run may take: every step writes a Parquet part of each table and a checkpoint"
+            ));
+        }
+        Ok(count)
+    }
+
+    /// A run's replicates: at least 1, at most [`MAX_REPLICATES`].
+    pub fn replicates(n: i64) -> Result<Self, String> {
+        let count = Self::new(n)?;
+        if count.0 > MAX_REPLICATES {
+            return Err(format!(
+                "{n} replicates are more than the {MAX_REPLICATES} a run may have"
+            ));
+        }
+        Ok(count)
+    }
+}
+
+fn steps<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
+    Count::steps(i64::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
+fn replicates<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
+    Count::replicates(i64::deserialize(d)?).map_err(serde::de::Error::custom)
 }
 
 impl<'de> Deserialize<'de> for Count {

@@ -4,8 +4,9 @@
 //! file, line and field, or at the flag that caused it.
 
 use super::config::{
-    ConfigError, Count, ExperimentConfig, LlmConfig, LlmOverrides, MAX_TEMPERATURE,
-    PolicyGroupConfig, PolicyKind, RecordsConfig, ScenarioProblem, Sizes, Source, find_field,
+    ConfigError, Count, ExperimentConfig, LlmConfig, LlmOverrides, MAX_ARMS, MAX_POPULATION_SIZES,
+    MAX_TEMPERATURE, PolicyGroupConfig, PolicyKind, RecordsConfig, ScenarioProblem, Sizes, Source,
+    find_field,
 };
 use super::population::{Attribute, PopulationSpec};
 use std::ops::Range;
@@ -39,10 +40,10 @@ impl Overrides {
             c.policy = p;
         }
         if let Some(r) = self.replicates {
-            c.replicates = Count::new(r).map_err(|m| flag("--replicates", m))?;
+            c.replicates = Count::replicates(r).map_err(|m| flag("--replicates", m))?;
         }
         if let Some(s) = self.steps {
-            c.steps = Count::new(s).map_err(|m| flag("--steps", m))?;
+            c.steps = Count::steps(s).map_err(|m| flag("--steps", m))?;
         }
         if let Some(a) = &self.agents {
             c.agents = Sizes::new(a.clone()).map_err(|m| flag("--agents", m))?;
@@ -143,6 +144,22 @@ impl Experiment {
         let source = Source::read(path)?;
         let mut config: ExperimentConfig = source.parse()?;
         overrides.apply(&mut config)?;
+        let sizes = config.agents.0.len();
+        if sizes > MAX_POPULATION_SIZES {
+            let message = format!(
+                "{sizes} population sizes are more than the {MAX_POPULATION_SIZES} a run may list"
+            );
+            return Err(match overrides.agents {
+                Some(_) => ConfigError::Flag {
+                    flag: "--agents".into(),
+                    message,
+                },
+                None => source.error(
+                    find_field(&source.text, 0..source.text.len(), "agents", ""),
+                    format!("field `agents`: {message}"),
+                ),
+            });
+        }
         let section = config.scenario.span();
         let mut base = config.scenario.get_ref().clone();
         let scenario = match base.remove("name") {
@@ -180,6 +197,15 @@ impl Experiment {
                 llm: config.llm.clone(),
                 span: section.clone(),
             });
+        }
+        if arms.len() > MAX_ARMS {
+            return Err(source.error(
+                Some(arms[MAX_ARMS].span.clone()),
+                format!(
+                    "{} [[arms]] are more than the {MAX_ARMS} a run may have",
+                    arms.len()
+                ),
+            ));
         }
         if let Some(sweep) = &config.sweep {
             arms = sweep_arms(&source, arms, sweep, config.arms.is_empty())?;
@@ -361,6 +387,24 @@ fn sweep_arms(
                 ),
             ));
         }
+    }
+    // Counted before any is made: a sweep of many long lists is a product, not a sum.
+    let count = axes
+        .iter()
+        .try_fold(arms.len(), |n, (_, _, values)| n.checked_mul(values.len()));
+    if count.is_none_or(|n| n > MAX_ARMS) {
+        let product: Vec<String> = std::iter::once(arms.len())
+            .chain(axes.iter().map(|(_, _, v)| v.len()))
+            .map(|n| n.to_string())
+            .collect();
+        return Err(source.error(
+            Some(sweep.span()),
+            format!(
+                "field `sweep`: its values make {} arms ({}), more than the {MAX_ARMS} a run may have",
+                count.map_or("too many".to_string(), |n| n.to_string()),
+                product.join(" x ")
+            ),
+        ));
     }
     let mut out = Vec::new();
     for arm in arms {
