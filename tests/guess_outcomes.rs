@@ -91,7 +91,7 @@ fn state(dir: &Path) -> std::collections::BTreeMap<(u64, u64), Vec<(f64, bool)>>
 
 // Guards against issue 17, item 5: in replicate 27 of this config, round 1's target is exactly
 // 22.5 and agents guessed 22 and 23; aggregates.csv counted 4 winners, but the state's `won`
-// was true for the two who guessed 22 only.
+// was true for the two who guessed 22 only (13 of its 900 rounds were affected).
 #[test]
 fn guesses_on_both_sides_of_the_target_win_in_the_records_and_the_report() {
     let tmp = tempfile::tempdir().unwrap();
@@ -99,8 +99,8 @@ fn guesses_on_both_sides_of_the_target_win_in_the_records_and_the_report() {
         tmp.path(),
         r#"name = "ties"
 seed = 11
-replicates = 30
-steps = 30
+replicates = 300
+steps = 3
 policy = "scripted"
 agents = 40
 
@@ -152,9 +152,9 @@ decimals = 0
         );
     }
     assert_eq!(rows.len(), 900);
-    assert!(
-        two_sided >= 2,
-        "the premise: several two-sided ties, got {two_sided}"
+    assert_eq!(
+        two_sided, 13,
+        "the review found 13 such rounds of these 900"
     );
     let won: Vec<f64> = state[&(27, 1)]
         .iter()
@@ -164,17 +164,31 @@ decimals = 0
     assert_eq!(won.len(), 4);
     assert!(won.contains(&22.0) && won.contains(&23.0), "{won:?}");
     // The report says so, in the terminal and the page.
-    assert!(printed.contains("games also 23.00"), "{printed}");
+    assert!(
+        printed.contains("(6 of 300 games also a higher one, mean 22.50)"),
+        "{printed}"
+    );
     assert!(printed.contains("every one of them won"), "{printed}");
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
-    assert!(html.contains("also 23.00"));
-    // One game alone shows both numbers.
+    assert!(html.contains("6 of 300 games also a higher one"));
+    // One game alone shows both numbers: seed 67's first game has a target of 18, and
+    // guesses of 16 and 20.
+    let one_game = tmp.path().join("one.toml");
+    std::fs::write(
+        &one_game,
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("seed = 11", "seed = 67"),
+    )
+    .unwrap();
     let one = tmp.path().join("one");
-    let printed = run(&config, &one, &["--replicates", "1", "--steps", "1"]);
+    let printed = run(&one_game, &one, &["--replicates", "1", "--steps", "1"]);
     let row = &rounds(&one)[0];
-    if row.tied_winning_number.is_some() {
-        assert!(printed.contains(" and "), "{printed}");
-    }
+    assert_eq!(
+        (row.target, row.winning_number, row.tied_winning_number),
+        (Some(18.0), Some(16.0), Some(20.0))
+    );
+    assert!(printed.contains("16.00 and 20.00"), "{printed}");
 }
 
 /// A game whose round 1 has a target of exactly 22.5 (mean 33.75): agents 0 and 1 guessed 22

@@ -759,8 +759,13 @@ fn winning_text(r: &RoundSummary) -> String {
             num(r.winning_number),
             num(r.tied_winning_number)
         ),
+        (1, n) => format!(
+            "{} (1 of {n} games also {})",
+            num(r.winning_number),
+            num(r.tied_winning_number)
+        ),
         (k, n) => format!(
-            "{} ({k} of {n} games also {})",
+            "{} ({k} of {n} games also a higher one, mean {})",
             num(r.winning_number),
             num(r.tied_winning_number)
         ),
