@@ -203,3 +203,87 @@ name = "guess"
         "bf16 halves it:\n{text}"
     );
 }
+
+/// `throng plan` of a 6-agent, 2-replicate guessing game on the tiny model with `args`.
+fn plan_tiny(args: &[&str]) -> (Option<i32>, String) {
+    let model = common::tiny_model(&TinyLlama {
+        max_position_embeddings: 2048,
+        ..TinyLlama::default()
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("guess.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "name = \"plan-inputs\"\nsteps = 1\nreplicates = 2\npolicy = \"llm\"\ntemplates = {:?}\nagents = [6, 3]\n\n[llm]\nmax_tokens = 8\n\n[scenario]\nname = \"guess\"\n",
+            repo().join("templates/guess").display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_throng"))
+        .args(["plan", config.to_str().unwrap(), "--model"])
+        .arg(model.path())
+        .args(["--weights", "f32"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+// Guards against issue 17, item 17: `--devices 100000` answered "fits yes, 0.00 s" for a step
+// of a few decisions, and `--target-step` accepted NaN, -5 and 0.
+fn absurd_plan_inputs_are_refused_with_the_fix() {
+    // More devices than the first step has decisions (6 agents x 2 replicates, and 3 x 2).
+    for devices in ["100000", "13", "7"] {
+        let (code, text) = plan_tiny(&["--sample", "1", "--devices", devices]);
+        assert_eq!(code, Some(1), "{text}");
+        assert!(
+            text.contains(&format!(
+                "--devices {devices}: population 3 has 6 decisions in its first step"
+            )) && text.contains("--devices 6 or fewer"),
+            "{text}"
+        );
+        assert!(!text.contains("fits "), "refused before sizing: {text}");
+    }
+    // One device per decision of the smaller population is the most.
+    let (code, text) = plan_tiny(&["--sample", "1", "--devices", "6"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("fits                     yes"), "{text}");
+    // A step time must be a number of seconds above 0.
+    for target in ["nan", "NaN", "-5", "0", "-0", "inf", "1e400", "soon"] {
+        let (code, text) = plan_tiny(&["--sample", "1", "--target-step", target]);
+        assert_eq!(code, Some(2), "--target-step {target}: {text}");
+        assert!(
+            text.contains(&format!("invalid value '{target}' for '--target-step"))
+                && (text.contains("a number above 0") || text.contains("not a number of seconds")),
+            "{text}"
+        );
+    }
+    // An unreachable target names the most devices that could help: one per decision.
+    let (code, text) = plan_tiny(&["--sample", "1", "--target-step", "1e-9"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("not reachable with up to 12 devices (one per decision of the step)"),
+        "{text}"
+    );
+    for (args, words) in [
+        (&["--devices", "0"][..], "--devices must be at least 1"),
+        (&["--max-seqs", "0"][..], "--max-seqs 0 runs no sequence"),
+        (
+            &["--sample", "0"][..],
+            "with --sample 0 nothing measures the speed",
+        ),
+    ] {
+        let (code, text) = plan_tiny(args);
+        assert_eq!(code, Some(1), "{args:?}: {text}");
+        assert!(text.contains(words), "{text}");
+    }
+}

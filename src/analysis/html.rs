@@ -145,6 +145,15 @@ pub fn unfinished(m: &Manifest) -> Option<String> {
     })
 }
 
+/// A report's notes (see [`super::caveats`]), each a highlighted paragraph, for the top of
+/// its page.
+pub fn notes_html(notes: &[String]) -> String {
+    notes
+        .iter()
+        .map(|n| format!("<p class=\"note\">{}</p>", esc(n)))
+        .collect()
+}
+
 /// [`unfinished`] as the first element of a page.
 pub fn unfinished_note(m: &Manifest) -> String {
     unfinished(m)

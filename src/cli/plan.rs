@@ -24,7 +24,7 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 16)]
     pub sample: usize,
     /// A step time to reach, in seconds: says how many devices it needs.
-    #[arg(long)]
+    #[arg(long, value_parser = step_seconds, allow_negative_numbers = true)]
     pub target_step: Option<f64>,
     /// Population sizes, e.g. `20,100` (default: the config's).
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
@@ -33,6 +33,36 @@ pub struct PlanArgs {
     pub replicates: Option<i64>,
     #[command(flatten)]
     pub model: ModelArgs,
+}
+
+/// `--target-step`: a number of seconds above 0 (not NaN, 0, a negative or an infinity).
+fn step_seconds(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(format!(
+            "{text} is not a step time: give the seconds a step may take, a number above 0 (e.g. 30)"
+        ));
+    }
+    Ok(seconds)
+}
+
+/// `--devices N` against population `size`'s first step of `decisions`: a device beyond the
+/// last decision would have nothing to do, and the estimate would read as a step of no time.
+fn check_devices(devices: usize, size: usize, decisions: usize) -> Result<()> {
+    if devices > decisions {
+        bail!(
+            "--devices {devices}: population {size} has {decisions} decisions in its first step, so at most {decisions} devices would have work; plan it with --devices {decisions} or fewer{}",
+            if decisions > 0 {
+                ""
+            } else {
+                " (none of its agents acts)"
+            }
+        );
+    }
+    Ok(())
 }
 
 /// Resident memory of this process, from /proc (Linux); `None` elsewhere.
@@ -86,6 +116,21 @@ pub fn run(args: PlanArgs) -> Result<()> {
             "every agent of {} uses the scripted policy, which needs no model: nothing to size",
             args.config.display()
         );
+    }
+    if args.model.max_seqs == 0 {
+        bail!("--max-seqs 0 runs no sequence: give at least 1");
+    }
+    // Before the model is loaded: no first step has more decisions than agents in its cells.
+    let cells = exp.arms.len() * exp.config.replicates.0;
+    if let Some((agents, size)) = exp
+        .config
+        .agents
+        .0
+        .iter()
+        .map(|&size| (size.saturating_mul(cells), size))
+        .min()
+    {
+        check_devices(args.devices, size, agents)?;
     }
     let model = ModelArgs {
         model: exp.config.llm.model.clone(),
@@ -152,6 +197,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let max_tokens = exp.arms.iter().map(|a| a.llm.max_tokens).max().unwrap_or(0);
     for &size in &exp.config.agents.0 {
         let first = loaded.first_step(&mut llm, size, args.sample)?;
+        check_devices(args.devices, size, first.decisions)?;
         let reply = match &first.sample {
             Some(s) if s.decisions > 0 => Figure::new(
                 s.generated_tokens as f64 / s.decisions as f64,
@@ -255,14 +301,22 @@ pub fn run(args: PlanArgs) -> Result<()> {
             }
         );
         if let Some(target) = args.target_step {
-            match inputs.devices_for(target, 4096) {
+            // More devices than decisions would add none that has work.
+            let limit = first.decisions.clamp(1, 4096);
+            match inputs.devices_for(target, limit) {
                 Some(d) => println!(
                     "  for a {target} s step      {d} device{} (agents split evenly; scaling assumed linear)",
                     if d == 1 { "" } else { "s" }
                 ),
-                None => {
-                    println!("  for a {target} s step      not reachable with up to 4096 devices")
-                }
+                None => println!(
+                    "  for a {target} s step      not reachable with up to {limit} device{}{}",
+                    if limit == 1 { "" } else { "s" },
+                    if limit == first.decisions {
+                        " (one per decision of the step)"
+                    } else {
+                        ""
+                    }
+                ),
             }
         }
     }

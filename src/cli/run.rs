@@ -346,12 +346,32 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
             manifest.status = Status::Failed;
             manifest.error = Some(e.to_string());
             let _ = record::write_json_atomic(&dir.join(record::MANIFEST), &manifest);
-            return Err(e).with_context(|| {
-                format!(
+            let advice = match e.template() {
+                // --resume would render the same template again: the fix is in the template.
+                Some(template) => format!(
+                    "the run stopped at a prompt template, which --resume would render again as it is: \
+                     fix {} where it is (the run reads its templates from there) and start a new run: \
+                     throng run {}; {}",
+                    template.display(),
+                    match manifest.config_file.as_str() {
+                        "" => dir.join(record::CONFIG).display().to_string(),
+                        file => file.to_string(),
+                    },
+                    match manifest.steps_done {
+                        0 => format!("{} has no finished step, delete it", dir.display()),
+                        n => format!(
+                            "{} keeps the {n} step{} finished before it, made with the template as it was",
+                            dir.display(),
+                            if n == 1 { "" } else { "s" }
+                        ),
+                    }
+                ),
+                None => format!(
                     "the run stopped; its finished steps are kept: throng run --resume {}",
                     dir.display()
-                )
-            });
+                ),
+            };
+            return Err(e).context(advice);
         }
     };
     bar.finish();

@@ -31,20 +31,43 @@ pub enum ModelError {
          Hugging Face repo id (`owner/name`); run `throng models` to list presets"
     )]
     UnknownModel { name: String, known: String },
+    #[error(
+        "{path}: no such file or folder{detail}. A model that ends in .gguf, or starts with ./, \
+         ../ or /, is read as a path, not as a preset or a Hugging Face repo id: check the path"
+    )]
+    NoSuchPath { path: PathBuf, detail: String },
+    #[error(
+        "{path} is {kind}, not a regular file: give a GGUF file, a model folder, a preset or a \
+         Hugging Face repo id (owner/name)"
+    )]
+    NotARegularFile { path: PathBuf, kind: String },
     #[error("{0}")]
     Unavailable(String),
     #[error("{0}")]
     InvalidRequest(String),
     #[error(
-        "out of device memory while {during}: {source}; lower the KV budget (--kv-memory), \
-         the batch size (--max-batch-tokens) or pick a smaller model"
+        "out of device memory while {during}: {}; lower the KV budget (--kv-memory), \
+         the batch size (--max-batch-tokens) or pick a smaller model",
+        candle_cause(source)
     )]
     OutOfMemory {
         during: String,
         source: candle_core::Error,
     },
-    #[error("model computation failed: {0}")]
+    #[error("model computation failed: {}", candle_cause(.0))]
     Candle(#[from] candle_core::Error),
+}
+
+/// What a candle error says, without the backtrace candle attaches to it when `RUST_BACKTRACE`
+/// is set (twenty lines of frames in front of a user): the cause, in a line or two.
+pub fn candle_cause(e: &candle_core::Error) -> String {
+    use candle_core::Error as E;
+    match e {
+        E::WithBacktrace { inner, .. } => candle_cause(inner),
+        E::Context { inner, context } => format!("{context}: {}", candle_cause(inner)),
+        E::WithPath { inner, path } => format!("{}: {}", path.display(), candle_cause(inner)),
+        other => other.to_string(),
+    }
 }
 
 impl ModelError {

@@ -3,6 +3,7 @@
 //! file carries them.
 
 use super::config::{RopeConfig, RopeStyle};
+use super::error::candle_cause;
 use super::linear::SourceWeight;
 use super::llama::{Part, WeightSource};
 use super::{ModelConfig, ModelError};
@@ -28,7 +29,10 @@ impl GgufSource {
         let content = Content::read(&mut reader).map_err(|e| {
             ModelError::corrupt(
                 path,
-                format!("cannot read the GGUF header ({e}); the file is truncated or not GGUF, download it again"),
+                format!(
+                    "cannot read the GGUF header ({}); the file is truncated or not GGUF, download it again",
+                    candle_cause(&e)
+                ),
             )
         })?;
         let needed = content
@@ -69,7 +73,12 @@ impl GgufSource {
             .to_u32()
             .or_else(|_| value.to_u64().map(|v| v as u32))
             .or_else(|_| value.to_i32().map(|v| v as u32))
-            .map_err(|e| ModelError::corrupt(&self.path, format!("metadata key `{key}`: {e}")))
+            .map_err(|e| {
+                ModelError::corrupt(
+                    &self.path,
+                    format!("metadata key `{key}`: {}", candle_cause(&e)),
+                )
+            })
     }
 
     fn meta_f32(&self, key: &str) -> Option<f32> {
@@ -159,7 +168,12 @@ impl GgufSource {
                 .tensor(&mut self.reader, "rope_freqs.weight", &Device::Cpu)
                 .and_then(|q| q.dequantize(&Device::Cpu))
                 .and_then(|t| t.flatten_all()?.to_vec1::<f32>())
-                .map_err(|e| ModelError::corrupt(&self.path, format!("rope_freqs.weight: {e}")))?;
+                .map_err(|e| {
+                    ModelError::corrupt(
+                        &self.path,
+                        format!("rope_freqs.weight: {}", candle_cause(&e)),
+                    )
+                })?;
             cfg.rope.freq_factors = Some(factors);
         }
         cfg.check().map_err(|m| ModelError::corrupt(&self.path, m))
@@ -178,7 +192,9 @@ impl WeightSource for GgufSource {
         let q = self
             .content
             .tensor(&mut self.reader, &name, &Device::Cpu)
-            .map_err(|e| ModelError::corrupt(&self.path, format!("tensor `{name}`: {e}")))?;
+            .map_err(|e| {
+                ModelError::corrupt(&self.path, format!("tensor `{name}`: {}", candle_cause(&e)))
+            })?;
         let expected = part.shape(cfg);
         if q.shape().dims() != expected.as_slice() {
             return Err(ModelError::TensorShape {

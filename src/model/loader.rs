@@ -59,11 +59,34 @@ impl ModelSource {
             });
         }
         let path = Path::new(spec);
-        if path.is_dir() {
-            return Ok(ModelSource::HfDir(path.to_path_buf()));
-        }
-        if path.is_file() {
-            return Ok(ModelSource::Gguf(path.to_path_buf()));
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => return Ok(ModelSource::HfDir(path.to_path_buf())),
+            Ok(meta) if meta.is_file() => return Ok(ModelSource::Gguf(path.to_path_buf())),
+            // A FIFO would block the loader forever; a device or socket is no model either.
+            Ok(meta) => {
+                return Err(ModelError::NotARegularFile {
+                    path: path.to_path_buf(),
+                    kind: file_kind(&meta.file_type()),
+                });
+            }
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(ModelError::io(path, e));
+            }
+            // A dangling symbolic link exists as an entry, so it is a path too.
+            Err(_) if looks_like_path(spec) || path.symlink_metadata().is_ok() => {
+                let detail = match std::fs::read_link(path) {
+                    Ok(target) => format!(
+                        " (it is a symbolic link to {}, which does not exist)",
+                        target.display()
+                    ),
+                    Err(_) => String::new(),
+                };
+                return Err(ModelError::NoSuchPath {
+                    path: path.to_path_buf(),
+                    detail,
+                });
+            }
+            Err(_) => {}
         }
         if is_repo_id(spec) {
             let (repo, revision) = match spec.split_once('@') {
@@ -77,6 +100,34 @@ impl ModelSource {
             known: presets.names(),
         })
     }
+}
+
+/// Whether `spec` can only mean a path: a GGUF file's name, or a path from the current, the
+/// parent or the root folder (`dir/file.gguf` would otherwise read as a Hub repo id).
+fn looks_like_path(spec: &str) -> bool {
+    spec.to_ascii_lowercase().ends_with(".gguf")
+        || ["./", "../", "/", "~/"].iter().any(|p| spec.starts_with(p))
+        || spec == "."
+        || spec == ".."
+}
+
+/// What kind of file system entry a non-regular, non-folder file is.
+fn file_kind(kind: &std::fs::FileType) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a named pipe (FIFO)".into();
+        }
+        if kind.is_socket() {
+            return "a socket".into();
+        }
+        if kind.is_char_device() || kind.is_block_device() {
+            return "a device".into();
+        }
+    }
+    let _ = kind;
+    "not a regular file".into()
 }
 
 /// `owner/name` (optionally `@revision`) with the characters the Hub allows.

@@ -1,6 +1,7 @@
 //! Hugging Face checkpoint folders: `config.json` plus one or many memory-mapped
 //! `*.safetensors` shards.
 
+use super::error::candle_cause;
 use super::linear::SourceWeight;
 use super::llama::{Part, WeightSource};
 use super::{ModelConfig, ModelError};
@@ -33,8 +34,12 @@ impl SafetensorsSource {
         }
         // SAFETY: the files are mapped read-only and throng never writes to them; as with
         // every memory-mapped loader, another process truncating them meanwhile is undefined.
-        let files = unsafe { MmapedSafetensors::multi(&shards) }
-            .map_err(|e| ModelError::corrupt(dir, format!("cannot read safetensors: {e}")))?;
+        let files = unsafe { MmapedSafetensors::multi(&shards) }.map_err(|e| {
+            ModelError::corrupt(
+                dir,
+                format!("cannot read safetensors: {}", candle_cause(&e)),
+            )
+        })?;
         let names = files.tensors().into_iter().map(|(name, _)| name).collect();
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -81,10 +86,9 @@ impl WeightSource for SafetensorsSource {
                 name,
             });
         }
-        let tensor = self
-            .files
-            .load(&name, &Device::Cpu)
-            .map_err(|e| ModelError::corrupt(&self.dir, format!("tensor `{name}`: {e}")))?;
+        let tensor = self.files.load(&name, &Device::Cpu).map_err(|e| {
+            ModelError::corrupt(&self.dir, format!("tensor `{name}`: {}", candle_cause(&e)))
+        })?;
         let expected = part.shape(cfg);
         if tensor.dims() != expected.as_slice() {
             return Err(ModelError::TensorShape {

@@ -14,7 +14,7 @@ pub const CHECKPOINT: &str = "checkpoint.bin";
 pub const PREVIOUS: &str = "checkpoint.prev.bin";
 const MAGIC: &[u8; 8] = b"THRONGCK";
 /// Bumped when the payload's layout changes; an older checkpoint is refused by name.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 const HEADER: usize = 8 + 4 + 8 + 32;
 
 /// Writes `value` as the newest checkpoint in `dir`, keeping the last one as the previous.

@@ -6,11 +6,13 @@ use super::{
     table,
 };
 use arrow_array::RecordBatch;
+use arrow_schema::Schema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// One step of one population in `steps.csv`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,7 +56,8 @@ pub struct StepWriter {
     dir: PathBuf,
     /// `None`: the run keeps no state CSV (it would be too large; Parquet has it all).
     state: Option<CsvAppender>,
-    aggregates: CsvAppender,
+    /// `None`: the scenario keeps no aggregates, and the run has no `aggregates.csv`.
+    aggregates: Option<CsvAppender>,
     decisions: BufWriter<File>,
     cells: BufWriter<File>,
     steps: csv::Writer<BufWriter<File>>,
@@ -85,6 +88,22 @@ impl CsvAppender {
         })
     }
 
+    /// Opens `path` for rows of `schema`, writing the header now into an empty file, so that
+    /// the file reads as a table (of no rows) before its first rows come.
+    fn open_with_header(path: PathBuf, schema: &Schema) -> Result<Self, RecordError> {
+        let mut appender = Self::open(path)?;
+        if appender.needs_header {
+            let empty = RecordBatch::new_empty(Arc::new(schema.clone()));
+            table::write_csv(&mut appender.writer, &empty, true, &appender.path)?;
+            appender.needs_header = false;
+            appender
+                .writer
+                .flush()
+                .map_err(|e| RecordError::io(&appender.path, e))?;
+        }
+        Ok(appender)
+    }
+
     fn write(&mut self, batches: &[RecordBatch]) -> Result<(), RecordError> {
         for batch in batches.iter().filter(|b| b.num_rows() > 0) {
             table::write_csv(&mut self.writer, batch, self.needs_header, &self.path)?;
@@ -106,8 +125,13 @@ fn append(path: &Path) -> Result<File, RecordError> {
 
 impl StepWriter {
     /// Opens the run's files in `dir` for appending; `state_csv` says whether the state is
-    /// also written as CSV.
-    pub fn open(dir: &Path, state_csv: bool) -> Result<Self, RecordError> {
+    /// also written as CSV, `aggregates` the columns of `aggregates.csv` (`None`: the scenario
+    /// keeps none, and the file is not written).
+    pub fn open(
+        dir: &Path,
+        state_csv: bool,
+        aggregates: Option<&Schema>,
+    ) -> Result<Self, RecordError> {
         let steps_path = dir.join(STEPS);
         let fresh = std::fs::metadata(&steps_path)
             .map(|m| m.len() == 0)
@@ -117,7 +141,9 @@ impl StepWriter {
             state: state_csv
                 .then(|| CsvAppender::open(dir.join(STATE_CSV)))
                 .transpose()?,
-            aggregates: CsvAppender::open(dir.join(AGGREGATES))?,
+            aggregates: aggregates
+                .map(|schema| CsvAppender::open_with_header(dir.join(AGGREGATES), schema))
+                .transpose()?,
             decisions: BufWriter::new(append(&dir.join(DECISIONS))?),
             cells: BufWriter::new(append(&dir.join(CELLS))?),
             steps: csv::WriterBuilder::new()
@@ -160,7 +186,14 @@ impl StepWriter {
 
     /// Per-step aggregates of the scenario (one row per cell), to `aggregates.csv`.
     pub fn aggregates(&mut self, batches: &[RecordBatch]) -> Result<(), RecordError> {
-        self.aggregates.write(batches)
+        match self.aggregates.as_mut() {
+            Some(aggregates) => aggregates.write(batches),
+            None if batches.iter().all(|b| b.num_rows() == 0) => Ok(()),
+            None => Err(RecordError::format(
+                &self.dir.join(AGGREGATES),
+                "the scenario wrote aggregates without declaring their columns (Scenario::aggregates_schema)",
+            )),
+        }
     }
 
     /// Appends decision records as they are made, one JSON line each, so that a step of
@@ -193,6 +226,7 @@ impl StepWriter {
         APPENDED
             .iter()
             .filter(|&&name| name != STATE_CSV || self.state.is_some())
+            .filter(|&&name| name != AGGREGATES || self.aggregates.is_some())
             .map(|name| {
                 let path = self.dir.join(name);
                 let len = std::fs::metadata(&path)

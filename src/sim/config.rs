@@ -60,11 +60,16 @@ impl Source {
         })
     }
 
+    /// The line (1-based) of byte offset `at`.
+    pub fn line(&self, at: usize) -> usize {
+        self.text[..at.min(self.text.len())].matches('\n').count() + 1
+    }
+
     /// An error at byte range `span` (0 when unknown).
     pub fn error(&self, span: Option<Range<usize>>, message: impl Into<String>) -> ConfigError {
         let at = span.map_or(0, |s| s.start.min(self.text.len()));
         let before = &self.text[..at];
-        let line = before.matches('\n').count() + 1;
+        let line = self.line(at);
         let column = at - before.rfind('\n').map_or(0, |i| i + 1) + 1;
         ConfigError::At {
             file: self.path.clone(),
@@ -136,6 +141,10 @@ impl PolicyKind {
         }
     }
 }
+
+/// The most a sampling temperature may be (of decisions and of personas): beyond it replies
+/// are noise.
+pub const MAX_TEMPERATURE: f32 = 10.0;
 
 /// Sampling and model settings of the `llm` policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -234,7 +243,7 @@ fn all() -> f64 {
 
 /// What the decisions log keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "DecisionLogSpec")]
 pub enum DecisionLogMode {
     /// Every decision.
     #[default]
@@ -243,6 +252,33 @@ pub enum DecisionLogMode {
     None,
     /// Every decision of a seeded sample of this many agents per cell.
     Sample(usize),
+}
+
+/// [`DecisionLogMode`] as written, checked as it is read, so that a mistake is reported at
+/// its line.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum DecisionLogSpec {
+    All,
+    None,
+    Sample(usize),
+}
+
+impl TryFrom<DecisionLogSpec> for DecisionLogMode {
+    type Error = String;
+    fn try_from(spec: DecisionLogSpec) -> Result<Self, String> {
+        Ok(match spec {
+            DecisionLogSpec::All => DecisionLogMode::All,
+            DecisionLogSpec::None => DecisionLogMode::None,
+            DecisionLogSpec::Sample(0) => {
+                return Err(
+                    "a sample of 0 agents logs nothing: use decisions = \"none\", or sample at least 1"
+                        .into(),
+                );
+            }
+            DecisionLogSpec::Sample(n) => DecisionLogMode::Sample(n),
+        })
+    }
 }
 
 /// Whether the state table is also written as CSV.
@@ -298,8 +334,9 @@ pub struct ExperimentConfig {
     #[serde(default)]
     pub seed: u64,
     /// Independent repetitions of every arm and population size.
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "replicates")]
     pub replicates: Count,
+    #[serde(deserialize_with = "steps")]
     pub steps: Count,
     /// The policy of every agent outside `policy_groups`.
     #[serde(default = "default_policy")]
@@ -395,6 +432,17 @@ fn default_policy() -> PolicyKind {
     PolicyKind::Llm
 }
 
+/// The most steps a run may take: every step writes a Parquet part of each table (joined when
+/// the run ends) and a checkpoint, so 100,000 steps already leave 100,000 files per table.
+pub const MAX_STEPS: usize = 100_000;
+/// The most replicates: a million games or markets of each arm and population size.
+pub const MAX_REPLICATES: usize = 1_000_000;
+/// The most arms a run may have, `[[arms]]` crossed with every `[sweep]` combination.
+pub const MAX_ARMS: usize = 10_000;
+/// The most population sizes a run may list (each is a group of Parquet parts, numbered in
+/// three digits).
+pub const MAX_POPULATION_SIZES: usize = 1_000;
+
 /// A count that must be at least 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Count(pub usize);
@@ -406,6 +454,36 @@ impl Count {
         }
         Ok(Count(n as usize))
     }
+
+    /// A run's steps: at least 1, at most [`MAX_STEPS`].
+    pub fn steps(n: i64) -> Result<Self, String> {
+        let count = Self::new(n)?;
+        if count.0 > MAX_STEPS {
+            return Err(format!(
+                "{n} steps are more than the {MAX_STEPS} a run may take: every step writes a Parquet part of each table and a checkpoint"
+            ));
+        }
+        Ok(count)
+    }
+
+    /// A run's replicates: at least 1, at most [`MAX_REPLICATES`].
+    pub fn replicates(n: i64) -> Result<Self, String> {
+        let count = Self::new(n)?;
+        if count.0 > MAX_REPLICATES {
+            return Err(format!(
+                "{n} replicates are more than the {MAX_REPLICATES} a run may have"
+            ));
+        }
+        Ok(count)
+    }
+}
+
+fn steps<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
+    Count::steps(i64::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
+fn replicates<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
+    Count::replicates(i64::deserialize(d)?).map_err(serde::de::Error::custom)
 }
 
 impl<'de> Deserialize<'de> for Count {
@@ -472,7 +550,8 @@ impl ScenarioProblem {
             let field = e.path().to_string();
             ScenarioProblem {
                 field: if field == "." { String::new() } else { field },
-                message: e.into_inner().to_string(),
+                // The message alone: the field is named by the caller, at its line.
+                message: e.into_inner().message().trim().to_string(),
             }
         })
     }

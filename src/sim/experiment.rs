@@ -4,8 +4,9 @@
 //! file, line and field, or at the flag that caused it.
 
 use super::config::{
-    ConfigError, Count, ExperimentConfig, LlmConfig, LlmOverrides, PolicyGroupConfig, PolicyKind,
-    RecordsConfig, ScenarioProblem, Sizes, Source, find_field,
+    ConfigError, Count, ExperimentConfig, LlmConfig, LlmOverrides, MAX_ARMS, MAX_POPULATION_SIZES,
+    MAX_TEMPERATURE, PolicyGroupConfig, PolicyKind, RecordsConfig, ScenarioProblem, Sizes, Source,
+    find_field,
 };
 use super::population::{Attribute, PopulationSpec};
 use std::ops::Range;
@@ -39,10 +40,10 @@ impl Overrides {
             c.policy = p;
         }
         if let Some(r) = self.replicates {
-            c.replicates = Count::new(r).map_err(|m| flag("--replicates", m))?;
+            c.replicates = Count::replicates(r).map_err(|m| flag("--replicates", m))?;
         }
         if let Some(s) = self.steps {
-            c.steps = Count::new(s).map_err(|m| flag("--steps", m))?;
+            c.steps = Count::steps(s).map_err(|m| flag("--steps", m))?;
         }
         if let Some(a) = &self.agents {
             c.agents = Sizes::new(a.clone()).map_err(|m| flag("--agents", m))?;
@@ -143,6 +144,22 @@ impl Experiment {
         let source = Source::read(path)?;
         let mut config: ExperimentConfig = source.parse()?;
         overrides.apply(&mut config)?;
+        let sizes = config.agents.0.len();
+        if sizes > MAX_POPULATION_SIZES {
+            let message = format!(
+                "{sizes} population sizes are more than the {MAX_POPULATION_SIZES} a run may list"
+            );
+            return Err(match overrides.agents {
+                Some(_) => ConfigError::Flag {
+                    flag: "--agents".into(),
+                    message,
+                },
+                None => source.error(
+                    find_field(&source.text, 0..source.text.len(), "agents", ""),
+                    format!("field `agents`: {message}"),
+                ),
+            });
+        }
         let section = config.scenario.span();
         let mut base = config.scenario.get_ref().clone();
         let scenario = match base.remove("name") {
@@ -181,16 +198,36 @@ impl Experiment {
                 span: section.clone(),
             });
         }
+        if arms.len() > MAX_ARMS {
+            return Err(source.error(
+                Some(arms[MAX_ARMS].span.clone()),
+                format!(
+                    "{} [[arms]] are more than the {MAX_ARMS} a run may have",
+                    arms.len()
+                ),
+            ));
+        }
         if let Some(sweep) = &config.sweep {
             arms = sweep_arms(&source, arms, sweep, config.arms.is_empty())?;
         }
-        let mut names: Vec<&String> = arms.iter().map(|a| &a.name).collect();
-        names.sort();
-        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(source.error(None, format!("two arms are named `{}`", w[0])));
+        for (i, arm) in arms.iter().enumerate() {
+            if let Some(first) = arms[..i].iter().find(|a| a.name == arm.name) {
+                let name_of = |a: &Arm| {
+                    find_field(&source.text, a.span.clone(), "name", "arms.")
+                        .unwrap_or(a.span.clone())
+                };
+                return Err(source.error(
+                    Some(name_of(arm)),
+                    format!(
+                        "field `arms.name`: two arms are named `{}` (the first at line {}): give each arm a name of its own",
+                        arm.name,
+                        source.line(name_of(first).start)
+                    ),
+                ));
+            }
         }
         for arm in &arms {
-            check_sampling(&source, arm)?;
+            check_sampling(&source, &config, arm)?;
         }
         let population = match &config.population {
             None => PopulationSpec::default(),
@@ -222,12 +259,6 @@ impl Experiment {
             ));
         }
         let records = config.records.clone();
-        if let super::config::DecisionLogMode::Sample(0) = records.decisions {
-            return Err(source.error(
-                find_field(&source.text, 0..source.text.len(), "decisions", "records"),
-                "field `records.decisions`: a sample of 0 agents logs nothing: use decisions = \"none\"",
-            ));
-        }
         Ok(Self {
             source,
             config,
@@ -341,6 +372,40 @@ fn sweep_arms(
             format!("field `sweep.{key}`: give at least one value"),
         ));
     }
+    for (is_llm, key, values) in &axes {
+        let texts: Vec<String> = values.iter().map(value_text).collect();
+        if let Some((_, twice)) = texts
+            .iter()
+            .enumerate()
+            .find(|(i, t)| texts[..*i].contains(t))
+        {
+            return Err(source.error(
+                find_field(&source.text, sweep.span(), key, "sweep").or(Some(sweep.span())),
+                format!(
+                    "field `sweep.{}.{key}`: `{twice}` is listed twice: each value makes an arm, so give each once",
+                    if *is_llm { "llm" } else { "scenario" }
+                ),
+            ));
+        }
+    }
+    // Counted before any is made: a sweep of many long lists is a product, not a sum.
+    let count = axes
+        .iter()
+        .try_fold(arms.len(), |n, (_, _, values)| n.checked_mul(values.len()));
+    if count.is_none_or(|n| n > MAX_ARMS) {
+        let product: Vec<String> = std::iter::once(arms.len())
+            .chain(axes.iter().map(|(_, _, v)| v.len()))
+            .map(|n| n.to_string())
+            .collect();
+        return Err(source.error(
+            Some(sweep.span()),
+            format!(
+                "field `sweep`: its values make {} arms ({}), more than the {MAX_ARMS} a run may have",
+                count.map_or("too many".to_string(), |n| n.to_string()),
+                product.join(" x ")
+            ),
+        ));
+    }
     let mut out = Vec::new();
     for arm in arms {
         let mut combos: Vec<Vec<usize>> = vec![vec![]];
@@ -391,28 +456,63 @@ fn sweep_arms(
     Ok(out)
 }
 
-fn check_sampling(source: &Source, arm: &Arm) -> Result<(), ConfigError> {
+fn check_sampling(
+    source: &Source,
+    config: &ExperimentConfig,
+    arm: &Arm,
+) -> Result<(), ConfigError> {
     let l = &arm.llm;
-    let problem = if !(l.temperature.is_finite() && l.temperature >= 0.0) {
-        Some(format!("temperature {} must be >= 0", l.temperature))
-    } else if !(l.top_p > 0.0 && l.top_p <= 1.0) {
-        Some(format!("top_p {} must be in (0, 1]", l.top_p))
-    } else if l.max_tokens == 0 {
-        Some("max_tokens must be at least 1".into())
-    } else if l.top_k == Some(0) {
-        Some("top_k must be at least 1 (or absent)".into())
-    } else if l.wave == 0 {
-        Some("wave must be at least 1".into())
-    } else {
-        None
-    };
+    let problem =
+        if !(l.temperature.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&l.temperature)) {
+            Some((
+                "temperature",
+                format!(
+                    "temperature {} must be from 0 to {MAX_TEMPERATURE}",
+                    l.temperature
+                ),
+            ))
+        } else if !(l.top_p > 0.0 && l.top_p <= 1.0) {
+            Some(("top_p", format!("top_p {} must be in (0, 1]", l.top_p)))
+        } else if l.max_tokens == 0 {
+            Some(("max_tokens", "max_tokens must be at least 1".into()))
+        } else if l.top_k == Some(0) {
+            Some(("top_k", "top_k must be at least 1 (or absent)".into()))
+        } else if l.wave == 0 {
+            Some(("wave", "wave must be at least 1".into()))
+        } else {
+            None
+        };
     match problem {
         None => Ok(()),
-        Some(p) => Err(source.error(
-            Some(arm.span.clone()),
+        Some((key, p)) => Err(source.error(
+            Some(sampling_span(source, config, arm, key)),
             format!("arm `{}`: llm: {p}", arm.name),
         )),
     }
+}
+
+/// Where sampling setting `key` of `arm` is set: a `[sweep]` of it, the arm's own `llm`
+/// table, or the `[llm]` section; the arm itself when none says.
+fn sampling_span(source: &Source, config: &ExperimentConfig, arm: &Arm, key: &str) -> Range<usize> {
+    let text = &source.text;
+    if let Some(sweep) = config
+        .sweep
+        .as_ref()
+        .filter(|s| s.get_ref().llm.contains_key(key))
+    {
+        return find_field(text, sweep.span(), key, "sweep").unwrap_or(sweep.span());
+    }
+    let in_arm = config.arms.iter().any(|a| a.span() == arm.span);
+    if in_arm && let Some(at) = find_field(text, arm.span.clone(), key, "arms.") {
+        return at;
+    }
+    let section = text
+        .match_indices("[llm]")
+        .map(|(i, _)| i)
+        .find(|&i| i == 0 || text[..i].ends_with('\n'));
+    section
+        .and_then(|start| find_field(text, start..text.len(), key, "llm"))
+        .unwrap_or(arm.span.clone())
 }
 
 fn policy_group(

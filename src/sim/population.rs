@@ -19,6 +19,13 @@ use std::sync::Arc;
 
 /// Shares that sum to within this of 100% (or of 1) are accepted.
 const SHARE_TOLERANCE: f64 = 1e-6;
+/// The largest magnitude of a numeric attribute's range (values are kept as `f32`).
+const MAX_NUMERIC: f64 = 1e12;
+/// The largest magnitude of a whole-number attribute: `f32` holds every whole number up to
+/// 2^24, and not all of them beyond.
+const MAX_WHOLE: f64 = 16_777_216.0;
+/// Categories of an attribute, and rows of a joint table, are numbered in 16 bits.
+const MAX_CATEGORIES: usize = u16::MAX as usize + 1;
 
 /// How agents are drawn.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,6 +190,12 @@ fn fractions(
             "has no categories: give at least one, with its share".into(),
         ));
     }
+    if shares.len() > MAX_CATEGORIES {
+        return Err(problem(format!(
+            "has {} categories, more than the {MAX_CATEGORIES} an attribute can hold",
+            shares.len()
+        )));
+    }
     for (name, &share) in shares {
         if name.trim().is_empty() {
             return Err(problem("a category has an empty name".into()));
@@ -207,6 +220,16 @@ fn normalise(
         100.0
     } else if (sum - 1.0).abs() <= SHARE_TOLERANCE {
         1.0
+    } else if shares.clone().all(|s| s <= 1.0) {
+        // Written as fractions (none above 1), so read as fractions.
+        return Err(PopulationProblem::new(
+            Some(span.clone()),
+            field,
+            format!(
+                "shares sum to {}: as fractions they must sum to 1 (or, in percent, to 100)",
+                fmt_number(sum)
+            ),
+        ));
     } else {
         return Err(PopulationProblem::new(
             Some(span.clone()),
@@ -268,19 +291,59 @@ impl PopulationConfig {
                             ),
                         ));
                     }
-                    if let NumericDistribution::Normal { mean, sd } = a.distribution
-                        && !(mean.is_finite() && sd.is_finite() && sd > 0.0)
-                    {
+                    if low.abs().max(high.abs()) > MAX_NUMERIC {
                         return Err(PopulationProblem::new(
                             Some(at),
-                            format!("{field}.distribution"),
+                            format!("{field}.range"),
                             format!(
-                                "normal needs a finite mean and sd > 0, got mean {mean}, sd {sd}"
+                                "[{low}, {high}] reaches beyond +/-10^12, the most an attribute holds (values are kept as 32-bit floats)"
                             ),
                         ));
                     }
+                    if a.integer && low.ceil() > high.floor() {
+                        return Err(PopulationProblem::new(
+                            Some(at),
+                            format!("{field}.range"),
+                            format!(
+                                "[{low}, {high}] holds no whole number, but `integer = true` draws whole numbers: widen the range to take one in (e.g. [{}, {}]) or drop `integer`",
+                                low.floor(),
+                                low.floor() + 1.0
+                            ),
+                        ));
+                    }
+                    if a.integer && low.abs().max(high.abs()) > MAX_WHOLE {
+                        return Err(PopulationProblem::new(
+                            Some(at),
+                            format!("{field}.range"),
+                            format!(
+                                "[{low}, {high}] reaches beyond +/-{MAX_WHOLE}: whole numbers are kept exactly (as 32-bit floats) only up to there; drop `integer` for larger values"
+                            ),
+                        ));
+                    }
+                    if let NumericDistribution::Normal { mean, sd } = a.distribution {
+                        if !(mean.is_finite() && sd.is_finite() && sd > 0.0) {
+                            return Err(PopulationProblem::new(
+                                Some(at),
+                                format!("{field}.distribution"),
+                                format!(
+                                    "normal needs a finite mean and sd > 0, got mean {mean}, sd {sd}"
+                                ),
+                            ));
+                        }
+                        let normal = Normal::new(mean, sd).expect("invariant: checked just above");
+                        if normal.cdf(high) - normal.cdf(low) <= f64::EPSILON {
+                            return Err(PopulationProblem::new(
+                                Some(at),
+                                format!("{field}.distribution"),
+                                format!(
+                                    "normal with mean {mean} and sd {sd} puts no weight in [{low}, {high}]: every agent would sit at a bound; move the mean into the range or widen sd"
+                                ),
+                            ));
+                        }
+                    }
                     if let Some(bands) = &a.bands
                         && (bands.len() < 2
+                            || bands.iter().any(|b| !b.is_finite())
                             || bands
                                 .windows(2)
                                 .any(|w| w[0].partial_cmp(&w[1]) != Some(std::cmp::Ordering::Less)))
@@ -288,7 +351,7 @@ impl PopulationConfig {
                         return Err(PopulationProblem::new(
                             Some(at),
                             format!("{field}.bands"),
-                            "band edges must be at least two numbers in increasing order",
+                            "band edges must be at least two finite numbers in increasing order",
                         ));
                     }
                     Attribute::Numeric {
@@ -352,6 +415,16 @@ impl PopulationConfig {
                     "has no rows: give each combination with its share",
                 ));
             }
+            if joint.rows.len() > MAX_CATEGORIES {
+                return Err(PopulationProblem::new(
+                    Some(at),
+                    format!("{field}.rows"),
+                    format!(
+                        "has {} rows, more than the {MAX_CATEGORIES} a joint table can hold",
+                        joint.rows.len()
+                    ),
+                ));
+            }
             let mut rows = Vec::new();
             let mut shares = Vec::new();
             for (r, row) in joint.rows.iter().enumerate() {
@@ -408,6 +481,25 @@ impl PopulationConfig {
                 attributes: members,
                 rows,
             });
+        }
+        if let Some(personas) = &self.personas {
+            let p = personas.get_ref();
+            let at = Some(personas.span());
+            let top = crate::sim::config::MAX_TEMPERATURE;
+            if !(p.temperature.is_finite() && (0.0..=top).contains(&p.temperature)) {
+                return Err(PopulationProblem::new(
+                    at,
+                    "population.personas.temperature",
+                    format!("must be a number from 0 to {top}, got {}", p.temperature),
+                ));
+            }
+            if p.max_tokens == 0 {
+                return Err(PopulationProblem::new(
+                    at,
+                    "population.personas.max_tokens",
+                    "must be at least 1: a persona needs words",
+                ));
+            }
         }
         let _ = span;
         Ok(PopulationSpec {

@@ -105,7 +105,70 @@ impl PromptBook {
             .map(|s| s.trim().to_string())
             .map_err(|e| PromptError::Template {
                 path,
-                message: describe(&e),
+                message: match e.kind() {
+                    minijinja::ErrorKind::UndefinedError => self.undefined(name, context, &e),
+                    _ => describe(&e),
+                },
             })
+    }
+
+    /// What an undefined-value error of template `name` means: which variables the template
+    /// uses that `context` does not give it, at which line, and what it is given, so that
+    /// the message names the variable rather than "undefined value".
+    fn undefined(&self, name: &str, context: &minijinja::Value, e: &minijinja::Error) -> String {
+        let defined = |path: &str| {
+            let mut parts = path.split('.');
+            let head = parts.next().unwrap_or_default();
+            if self.env.globals().any(|(g, _)| g == head) {
+                return true;
+            }
+            let mut value = context.get_attr(head).unwrap_or_default();
+            for part in parts {
+                if value.is_undefined() {
+                    break;
+                }
+                value = value.get_attr(part).unwrap_or_default();
+            }
+            !value.is_undefined()
+        };
+        let mut missing: Vec<String> = self
+            .env
+            .get_template(name)
+            .map(|t| t.undeclared_variables(true))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|v| !defined(v))
+            .map(|v| format!("`{v}`"))
+            .collect();
+        missing.sort();
+        let mut given: Vec<String> = context
+            .try_iter()
+            .map(|keys| keys.map(|k| k.to_string()).collect())
+            .unwrap_or_default();
+        given.sort();
+        let line = e.line().filter(|&l| l > 0);
+        let at = line
+            .map(|l| {
+                let text = self
+                    .source(name)
+                    .and_then(|s| s.lines().nth(l - 1))
+                    .map(|t| format!(" (`{}`)", t.trim()))
+                    .unwrap_or_default();
+                format!("line {l}{text}: ")
+            })
+            .unwrap_or_default();
+        let what = match missing.len() {
+            0 => "an undefined value (a variable, or an attribute of one, that the context does not have)".to_string(),
+            1 => format!("undefined variable {}", missing[0]),
+            _ => format!("undefined variables {}", missing.join(", ")),
+        };
+        format!(
+            "{at}{what}; {name}.jinja is given: {}",
+            if given.is_empty() {
+                "nothing".to_string()
+            } else {
+                given.join(", ")
+            }
+        )
     }
 }

@@ -114,7 +114,14 @@ pub trait Scenario: Sized + Send + Sync {
     ) -> Option<RecordBatch> {
         None
     }
-    /// One row of per-cell aggregates after `step`, kept whatever the decision log keeps.
+    /// The columns of the scenario's per-cell aggregates (`aggregates.csv`), or `None` when it
+    /// has none: the file is then not written at all. Declared up front, so that the file
+    /// has its header from the start, before any step has finished.
+    fn aggregates_schema() -> Option<arrow_schema::SchemaRef> {
+        None
+    }
+    /// One row of per-cell aggregates after `step`, with the columns of
+    /// [`Scenario::aggregates_schema`], kept whatever the decision log keeps.
     fn aggregates(
         &self,
         _world: &Self::World,

@@ -64,6 +64,33 @@ impl From<Limit> for LimitSpec {
 /// The reference's `np.clip` of `adjust_renewable_mix`, whatever its prompt asks for.
 pub const REFERENCE_MIX_CLIP: i64 = 100;
 
+/// The largest amount a knob may set (resources, prices, costs, units of energy, demand): a
+/// trillion, a thousand million times the reference's amounts. A larger one is a typo, not a
+/// market.
+pub const MAX_AMOUNT: f64 = 1e12;
+/// The largest `regulator_max`: a cap per unit of 100 x the demand.
+pub const MAX_REGULATOR: f64 = 100.0;
+/// The largest `renewable_discount`: a renewable price divided by up to 1 + 10 x the mix.
+pub const MAX_DISCOUNT: f64 = 10.0;
+
+/// A number as a config would write it: `-1e308` rather than 309 digits.
+fn written(x: f64) -> String {
+    if x.is_finite() && x != 0.0 && !(1e-4..1e15).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}
+
+/// `1e12` as `10^12`, other bounds as written.
+fn range_end(x: f64) -> String {
+    if x >= 1e6 && x.log10().fract() == 0.0 {
+        format!("10^{}", x.log10() as i32)
+    } else {
+        format!("{x}")
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompanyType {
@@ -285,30 +312,18 @@ impl MarketConfig {
                 ),
             ));
         }
-        let non_negative = [
-            ("consumer_price_cap", self.consumer_price_cap),
-            ("regulator_max", self.regulator_max),
-            ("starting_production", self.starting_production),
-            ("starting_energy_price", self.starting_energy_price),
-            ("starting_consumer_price", self.starting_consumer_price),
-            ("production_cost", self.production_cost),
-            ("max_capacity", self.max_capacity),
-            ("capacity_upgrade_cost", self.capacity_upgrade_cost),
-            ("capacity_upgrade_amount", self.capacity_upgrade_amount),
-            ("production_cost_penalty", self.production_cost_penalty),
-            ("starting_demand", self.starting_demand),
-            ("demand_step", self.demand_step),
-            ("renewable_discount", self.renewable_discount),
-            ("max_renewable_mix", self.max_renewable_mix),
-        ];
-        if let Some((field, value)) = non_negative
-            .iter()
-            .find(|(_, v)| !(v.is_finite() && *v >= 0.0))
-        {
-            return Err(ScenarioProblem::new(
-                *field,
-                format!("must be a number >= 0, got {value}"),
-            ));
+        for (field, value, (low, high)) in self.numbers() {
+            if !(value.is_finite() && (low..=high).contains(&value)) {
+                return Err(ScenarioProblem::new(
+                    field,
+                    format!(
+                        "must be a number from {} to {}, got {}",
+                        range_end(low),
+                        range_end(high),
+                        written(value)
+                    ),
+                ));
+            }
         }
         if self.hidden_round == Some(true) && self.rules != Rules::Reference {
             return Err(ScenarioProblem::new(
@@ -317,6 +332,59 @@ impl MarketConfig {
             ));
         }
         Ok(())
+    }
+
+    /// Every number of the market with its range: amounts of money, energy and prices from 0
+    /// to [`MAX_AMOUNT`], and the few factors within their own ranges.
+    fn numbers(&self) -> Vec<(&'static str, f64, (f64, f64))> {
+        let amount = (0.0, MAX_AMOUNT);
+        let mut numbers = vec![
+            ("starting_resources", self.starting_resources, amount),
+            ("starting_production", self.starting_production, amount),
+            ("starting_energy_price", self.starting_energy_price, amount),
+            (
+                "starting_consumer_price",
+                self.starting_consumer_price,
+                amount,
+            ),
+            ("production_cost", self.production_cost, amount),
+            ("max_capacity", self.max_capacity, amount),
+            ("capacity_upgrade_cost", self.capacity_upgrade_cost, amount),
+            (
+                "capacity_upgrade_amount",
+                self.capacity_upgrade_amount,
+                amount,
+            ),
+            (
+                "production_cost_penalty",
+                self.production_cost_penalty,
+                amount,
+            ),
+            ("starting_demand", self.starting_demand, amount),
+            ("demand_step", self.demand_step, amount),
+            ("consumer_price_cap", self.consumer_price_cap, amount),
+            ("regulator_max", self.regulator_max, (0.0, MAX_REGULATOR)),
+            (
+                "renewable_discount",
+                self.renewable_discount,
+                (0.0, MAX_DISCOUNT),
+            ),
+            (
+                "max_renewable_mix",
+                self.max_renewable_mix,
+                (0.0, REFERENCE_MIX_CLIP as f64),
+            ),
+        ];
+        for (field, limit) in [
+            ("max_production_change", self.max_production_change),
+            ("max_price_change", self.max_price_change),
+            ("max_consumer_price", self.max_consumer_price),
+        ] {
+            if let Some(Limit::At(v)) = limit {
+                numbers.push((field, v, amount));
+            }
+        }
+        numbers
     }
 
     fn limit(&self, knob: Option<Limit>, fixed_default: f64) -> Option<f64> {

@@ -15,6 +15,13 @@ pub enum PromptStyle {
     Cot,
 }
 
+/// The target rule's bounds: `ratio` within 0 to 10, `offset` within -100 to 100, each an
+/// exact fraction whose denominator is at most a million (every target then stays exact in
+/// 128-bit integers for any population).
+pub const MAX_RATIO: i64 = 10;
+pub const MAX_OFFSET: i64 = 100;
+pub const MAX_DENOMINATOR: i64 = 1_000_000;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GuessConfig {
@@ -67,6 +74,27 @@ impl GuessConfig {
                     cfg.ratio
                 ),
             ));
+        }
+        for (field, value, (low, high)) in [
+            ("ratio", cfg.ratio, (0, MAX_RATIO)),
+            ("offset", cfg.offset, (-MAX_OFFSET, MAX_OFFSET)),
+        ] {
+            if value.den > MAX_DENOMINATOR {
+                return Err(ScenarioProblem::new(
+                    field,
+                    format!(
+                        "{value} has a denominator above {MAX_DENOMINATOR}: give a fraction such as \"2/3\" or a decimal of at most 6 places"
+                    ),
+                ));
+            }
+            if value.num < low * value.den || value.num > high * value.den {
+                return Err(ScenarioProblem::new(
+                    field,
+                    format!(
+                        "{value} is outside {low} to {high}: give a {field} within them (guesses lie in [0, 100]; the study's rules have ratios up to 1 and offsets up to 5)"
+                    ),
+                ));
+            }
         }
         if cfg.prompt == PromptStyle::Cot && cfg.reasoning_chars < 20 {
             return Err(ScenarioProblem::new(

@@ -159,6 +159,7 @@ impl Scenario for GuessGame {
                         "mean": num(res.mean),
                         "target": num(res.target),
                         "winning_number": num(res.winning_number),
+                        "winning_numbers": res.winning_numbers().map(num).collect::<Vec<_>>(),
                         "winners": res.winners,
                     })
                 })
@@ -204,7 +205,7 @@ impl Scenario for GuessGame {
                     "round": r + 1,
                     "guess": guess.map(|g| num(hundredths(g))),
                     "won": match (guess, result) {
-                        (Some(g), Some(res)) => hundredths(g) == res.winning_number,
+                        (Some(g), Some(res)) => res.won(hundredths(g)),
                         _ => false,
                     },
                 })
@@ -334,13 +335,10 @@ impl Scenario for GuessGame {
         fields.push(Field::new("won", DataType::Boolean, true));
         let (guesses, won): (Float64Array, BooleanArray) = match round {
             Some((guesses, result)) => {
-                let winning = result.as_ref().map(|r| r.winning_number);
+                let won = |g: u16| result.as_ref().is_some_and(|r| r.won(hundredths(g)));
                 (
                     guesses.iter().map(|g| g.map(hundredths)).collect(),
-                    guesses
-                        .iter()
-                        .map(|g| g.map(|g| Some(hundredths(g)) == winning))
-                        .collect(),
+                    guesses.iter().map(|g| g.map(won)).collect(),
                 )
             }
             None => (
@@ -352,6 +350,10 @@ impl Scenario for GuessGame {
         columns.push(Arc::new(won));
         RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
             .expect("invariant: columns match their fields")
+    }
+
+    fn aggregates_schema() -> Option<arrow_schema::SchemaRef> {
+        Some(report::round_batch(&[]).schema())
     }
 
     fn aggregates(&self, game: &Game, cell: &CellInfo, step: usize) -> Option<RecordBatch> {
@@ -370,8 +372,9 @@ impl Scenario for GuessGame {
             max: None,
             target: None,
             winning_number: None,
+            tied_winning_number: None,
             winners: 0,
-            equilibrium: self.cfg.rule().equilibrium(),
+            equilibrium: self.cfg.rule().equilibrium().stable(),
         };
         if let Some(r) = result {
             row.guesses = r.guesses as usize;
@@ -382,6 +385,7 @@ impl Scenario for GuessGame {
             row.max = Some(r.max);
             row.target = Some(r.target);
             row.winning_number = Some(r.winning_number);
+            row.tied_winning_number = r.tied_winning_number;
             row.winners = r.winners as usize;
         }
         Some(report::round_batch(&[row]))
@@ -391,7 +395,8 @@ impl Scenario for GuessGame {
         json!({
             "players": game.agents,
             "rule": self.cfg.rule_text(),
-            "equilibrium": self.cfg.rule().equilibrium(),
+            "equilibrium": self.cfg.rule().equilibrium().stable(),
+            "equilibrium_text": self.cfg.rule().explain_equilibrium(),
             "prompt": self.cfg.prompt,
             "hint": self.cfg.hint,
         })

@@ -8,7 +8,10 @@
 //! (nobody has seen a result yet), so group means there get intervals across agents.
 
 use super::rules;
-use crate::analysis::html::{esc, figures, headline, page, table, unfinished, unfinished_note};
+use crate::analysis::caveats;
+use crate::analysis::html::{
+    esc, figures, headline, notes_html, page, table, unfinished, unfinished_note,
+};
 use crate::analysis::plot::{self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines};
 use crate::analysis::stats::Summary;
 use crate::record::{self, Manifest, StepRecord};
@@ -39,9 +42,18 @@ pub struct RoundRow {
     pub min: Option<f64>,
     pub max: Option<f64>,
     pub target: Option<f64>,
+    /// The guess closest to the target; the lower one when guesses on both sides of the
+    /// target are equally close.
     pub winning_number: Option<f64>,
+    /// The higher winning guess when guesses on both sides of the target are equally close
+    /// (empty otherwise): those agents win too, and count in `winners`.
+    #[serde(default)]
+    pub tied_winning_number: Option<f64>,
+    /// Agents who guessed a winning number.
     pub winners: usize,
-    /// Where best responses converge (`None` when ratio is 1).
+    /// The number best responses converge to from any start, when there is one (see
+    /// `TargetRule::equilibrium`; empty for ratio 1 without offset, and for a ratio above 1
+    /// whose unstable crossing splits play between 0 and 100).
     pub equilibrium: Option<f64>,
 }
 
@@ -65,7 +77,13 @@ pub struct RoundSummary {
     /// Mean guess: mean over games, with a 95% CI over games when there are at least 2.
     pub mean: Option<Summary>,
     pub target: Option<f64>,
+    /// Mean over games of the winning number (the lower one where two won).
     pub winning_number: Option<f64>,
+    /// Games in which guesses on both sides of the target were equally close, and the mean
+    /// of the higher winning number in those games.
+    pub two_sided_ties: usize,
+    pub tied_winning_number: Option<f64>,
+    /// Mean over games of the agents who guessed a winning number.
     pub winners: f64,
     pub median: Option<f64>,
     pub std: Option<f64>,
@@ -87,9 +105,25 @@ pub struct GroupMean {
     pub mean: Option<Summary>,
 }
 
+/// A target rule of the run and its equilibrium, in words.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RuleEquilibrium {
+    /// `2/3 of the average`, `5 plus 1/2 of the average`.
+    pub rule: String,
+    /// The arms that play it.
+    pub arms: Vec<String>,
+    pub equilibrium: Option<f64>,
+    /// Which equilibrium the clamped rule has, and why.
+    pub explanation: String,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub manifest: Manifest,
+    /// Lines a reader must see first: a model smaller than the study's, scripted players.
+    pub notes: Vec<String>,
+    /// Every target rule of the run (one unless arms change it), with its equilibrium.
+    pub rules: Vec<RuleEquilibrium>,
     pub rounds: Vec<RoundSummary>,
     pub groups: Vec<GroupMean>,
     pub figures: Vec<String>,
@@ -356,6 +390,64 @@ fn attribute_info(dir: &Path) -> AttributeInfo {
     info
 }
 
+/// The run's target rules and their equilibria, from what each arm's first cell says of
+/// itself in `cells.jsonl` (runs written before the explanation was recorded have none).
+fn rules_of(dir: &Path, manifest: &Manifest) -> Vec<RuleEquilibrium> {
+    let cells = manifest.arms.len().max(1) * manifest.replicates.max(1);
+    let Ok(cells) = record::read_cells(dir, cells) else {
+        return Vec::new();
+    };
+    let mut rules: Vec<RuleEquilibrium> = Vec::new();
+    for cell in cells {
+        let world = &cell.world;
+        let (Some(rule), Some(explanation)) = (
+            world.get("rule").and_then(|r| r.as_str()),
+            world.get("equilibrium_text").and_then(|r| r.as_str()),
+        ) else {
+            continue;
+        };
+        match rules.iter_mut().find(|r| r.rule == rule) {
+            Some(known) if known.arms.contains(&cell.arm) => {}
+            Some(known) => known.arms.push(cell.arm.clone()),
+            None => rules.push(RuleEquilibrium {
+                rule: rule.to_string(),
+                arms: vec![cell.arm.clone()],
+                equilibrium: world.get("equilibrium").and_then(|e| e.as_f64()),
+                explanation: explanation.to_string(),
+            }),
+        }
+    }
+    rules
+}
+
+/// The million-agent study ran Llama 3 8B.
+const STUDY: caveats::Study = caveats::Study {
+    model: "Llama 3 8B",
+    parameters: 8.0,
+    on_smaller_models: "",
+    behaviour: "the way LLM agents play the game that the study describes",
+    reproduce_with: "a model of the study's size",
+    preset: "llama-3.1-8b-instruct",
+    config: "experiments/guess-1m-llm.toml",
+};
+
+/// What a reader must know before trusting the numbers (see [`caveats::notes`]): scripted
+/// players, whose level-k rules build in the education gradient the study reports, a mixed
+/// policy, or a model below the study's.
+fn notes(manifest: &Manifest, attributes: &[(String, Vec<String>)]) -> Vec<String> {
+    let education = attributes.iter().any(|(name, _)| name == "education");
+    let scripted = caveats::ScriptedRules {
+        agents: "players follow a level-k model of the game (level 0 guesses at random, level k best-responds to level k-1, later rounds best-respond to the last mean)",
+        tests: "the game's rules, the records and the report",
+        built_in: if education {
+            "Differences by education are built into those rules: players of a later-listed (higher) education category reason a level deeper more often, so round-1 mean guesses that fall with education, or with any attribute drawn together with it, come from the rules, not from a finding."
+        } else {
+            ""
+        },
+    };
+    caveats::notes(manifest, &STUDY, &scripted, String::new)
+}
+
 /// Writes the figures, `summary.json` and `report.html` into `dir` and returns the numbers.
 pub fn report(dir: &Path) -> Result<Report, String> {
     let manifest: Manifest =
@@ -419,6 +511,11 @@ pub fn report(dir: &Path) -> Result<Report, String> {
                     .map(within_guess_bounds),
                 target: pick(|r| r.target),
                 winning_number: pick(|r| r.winning_number),
+                two_sided_ties: reps
+                    .iter()
+                    .filter(|r| r.tied_winning_number.is_some())
+                    .count(),
+                tied_winning_number: pick(|r| r.tied_winning_number),
                 winners: mean(reps.iter().map(|r| r.winners as f64)).unwrap_or(0.0),
                 median: pick(|r| r.median),
                 std: pick(|r| r.std),
@@ -610,6 +707,8 @@ pub fn report(dir: &Path) -> Result<Report, String> {
     }
 
     let report = Report {
+        rules: rules_of(dir, &manifest),
+        notes: notes(&manifest, &gathered.attributes),
         manifest,
         rounds,
         groups,
@@ -649,6 +748,30 @@ fn num(x: Option<f64>) -> String {
     x.map_or("-".into(), |x| format!("{x:.2}"))
 }
 
+/// The winning number of a round: both numbers of a game in which guesses on both sides of
+/// the target won; over several games, the mean of the (lower) winning numbers and how many
+/// games had a second one.
+fn winning_text(r: &RoundSummary) -> String {
+    match (r.two_sided_ties, r.replicates) {
+        (0, _) => num(r.winning_number),
+        (_, 1) => format!(
+            "{} and {}",
+            num(r.winning_number),
+            num(r.tied_winning_number)
+        ),
+        (1, n) => format!(
+            "{} (1 of {n} games also {})",
+            num(r.winning_number),
+            num(r.tied_winning_number)
+        ),
+        (k, n) => format!(
+            "{} ({k} of {n} games also a higher one, mean {})",
+            num(r.winning_number),
+            num(r.tied_winning_number)
+        ),
+    }
+}
+
 fn mean_text(s: &Option<Summary>) -> String {
     match s {
         None => "-".into(),
@@ -674,6 +797,9 @@ pub fn text(report: &Report) -> String {
     if let Some(note) = unfinished(m) {
         let _ = writeln!(out, "NOTE: {note}");
     }
+    for note in &report.notes {
+        let _ = writeln!(out, "NOTE: {note}");
+    }
     let _ = writeln!(out, "{}", headline(m));
     let _ = writeln!(
         out,
@@ -695,18 +821,28 @@ pub fn text(report: &Report) -> String {
             r.round,
             mean_text(&r.mean),
             num(r.target),
-            num(r.winning_number),
+            winning_text(r),
             r.winners,
             num(r.std),
             seconds_text(r.seconds),
         );
     }
+    if report.rounds.iter().any(|r| r.two_sided_ties > 0) {
+        let _ = writeln!(out, "{TIES}");
+    }
+    for rule in &report.rules {
+        let _ = writeln!(out, "equilibrium of {}: {}", rule.rule, rule.explanation);
+    }
     out
 }
+
+/// What a round with two winning numbers means, under the tables that show one.
+const TIES: &str = "Where guesses on both sides of the target were equally close (a target of 22.5, guesses 22 and 23), every one of them won: both winning numbers are shown, all their agents count as winners, and aggregates.csv has the higher in `tied_winning_number`.";
 
 fn html(report: &Report) -> String {
     let m = &report.manifest;
     let mut body = unfinished_note(m);
+    body.push_str(&notes_html(&report.notes));
     let _ = write!(
         body,
         "<h1>{}</h1><p>Scenario <b>guess</b>, policy <b>{}</b>, model <b>{}</b>, seed {}, {} replicates, {} rounds; \
@@ -748,7 +884,7 @@ fn html(report: &Report) -> String {
                 esc(&r.arm),
                 r.population.to_string(),
                 r.round.to_string(),
-                num(r.winning_number),
+                winning_text(r),
                 format!("{:.1}", r.winners),
                 mean_text(&r.mean),
                 num(r.median),
@@ -761,6 +897,23 @@ fn html(report: &Report) -> String {
             ]
         }),
     ));
+    if report.rounds.iter().any(|r| r.two_sided_ties > 0) {
+        let _ = write!(body, "<p>{}</p>", esc(TIES));
+    }
+    if !report.rules.is_empty() {
+        body.push_str(
+            "<h2>Equilibrium</h2><p>Guesses are clamped to [0, 100], so the equilibrium is a fixed \
+             point of x &rarr; clamp(ratio &times; x + offset, 0, 100): a crowd that all guess it \
+             has its target there.</p>",
+        );
+        body.push_str(&table(
+            &["rule", "arms", "equilibrium"],
+            report
+                .rules
+                .iter()
+                .map(|r| vec![esc(&r.rule), esc(&r.arms.join(", ")), esc(&r.explanation)]),
+        ));
+    }
     if !report.groups.is_empty() {
         body.push_str(
             "<h2>Round 1 by group</h2><p>Mean guess with a 95% CI across agents (Student's t, cut at 0 \

@@ -145,19 +145,197 @@ pub struct RoundResult {
     pub min: f64,
     pub max: f64,
     pub target: f64,
-    /// The guess closest to the target (the lower one when two different guesses are
-    /// equally close).
+    /// The guess closest to the target (the lower one when guesses on both sides of the
+    /// target are equally close).
     pub winning_number: f64,
-    /// Agents whose guess is closest to the target.
+    /// The other winning guess when guesses on both sides of the target are equally close
+    /// (target 22.5, guesses 22 and 23): the higher one. Both win.
+    #[serde(default)]
+    pub tied_winning_number: Option<f64>,
+    /// Agents whose guess is closest to the target: every agent who guessed a winning number.
     pub winners: u64,
 }
 
+impl RoundResult {
+    /// Whether `guess` won the round: the one definition of a winner that the state's `won`
+    /// column, the prompts' "(you won)", the aggregates' `winners` and the report share.
+    pub fn won(&self, guess: f64) -> bool {
+        guess == self.winning_number || Some(guess) == self.tied_winning_number
+    }
+
+    /// The winning numbers, lower first (one, or two on both sides of the target).
+    pub fn winning_numbers(&self) -> impl Iterator<Item = f64> + '_ {
+        std::iter::once(self.winning_number).chain(self.tied_winning_number)
+    }
+}
+
+/// Where best responses lead when every guess is clamped to [0, 100]: the fixed points of
+/// `x -> clamp(ratio x + offset, 0, 100)` (a crowd all guessing a fixed point has its target
+/// there), and which of them play converges to.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Equilibrium {
+    /// Best responses converge to `at` from any start. `unstable`: another fixed point, which
+    /// play leaves at the slightest deviation (ratio above 1 without offset: 0).
+    Stable { at: f64, unstable: Option<f64> },
+    /// Two equilibria, 0 and 100 (ratio above 1, negative offset): play whose mean starts
+    /// below `threshold` falls to 0, above it climbs to 100.
+    Split { threshold: f64 },
+    /// Every number is one: ratio 1 without offset makes the target the mean itself.
+    Every,
+}
+
+impl Equilibrium {
+    /// The single number best responses converge to from any start, if there is one.
+    pub fn stable(&self) -> Option<f64> {
+        match self {
+            Equilibrium::Stable { at, .. } => Some(*at),
+            _ => None,
+        }
+    }
+}
+
+/// A number as the report writes it: `10`, `33.33`.
+fn short(x: f64) -> String {
+    let r = (x * 100.0).round() / 100.0;
+    if r.fract() == 0.0 {
+        format!("{}", r as i64)
+    } else {
+        format!("{r}")
+    }
+}
+
 impl TargetRule {
-    /// The equilibrium a population converges to when everyone best-responds:
-    /// `x = ratio x + offset`, clipped to the range; `None` when ratio is 1.
-    pub fn equilibrium(&self) -> Option<f64> {
-        let r = self.ratio.value();
-        ((r - 1.0).abs() > 1e-12).then(|| (self.offset.value() / (1.0 - r)).clamp(0.0, 100.0))
+    /// The equilibrium of the clamped rule, computed exactly. With `r = ratio`, `c = offset`
+    /// and `x* = c / (1 - r)`, where the line `r x + c` crosses the diagonal:
+    /// - `r < 1`: the rule pulls every mean towards `x*` (clamped to [0, 100]), the one
+    ///   equilibrium (2/3: 0; 5 + mean/2: 10).
+    /// - `r = 1`: the target is the mean plus `c`: with `c > 0` it is above every mean and
+    ///   best responses climb to the bound 100, with `c < 0` they fall to 0, and with `c = 0`
+    ///   every number is an equilibrium.
+    /// - `r > 1`: `x*` repels. Below it the target is under the mean and play falls to 0;
+    ///   above it, play climbs to 100. So `x* <= 0` (`c >= 0`) gives 100 (and 0 too when
+    ///   `c = 0`, unstable), `x* >= 100` gives 0, and `x*` within (0, 100) gives both bounds,
+    ///   split at `x*`.
+    pub fn equilibrium(&self) -> Equilibrium {
+        let (p, q) = (self.ratio.num as i128, self.ratio.den as i128);
+        let (a, b) = (self.offset.num as i128, self.offset.den as i128);
+        let top = 100;
+        match (p - q).signum() {
+            // x* = c / (1 - r) = a q / (b (q - p)), with b (q - p) > 0.
+            -1 => {
+                let (num, den) = (a * q, b * (q - p));
+                let at = if num <= 0 {
+                    0.0
+                } else if num >= top * den {
+                    100.0
+                } else {
+                    num as f64 / den as f64
+                };
+                Equilibrium::Stable { at, unstable: None }
+            }
+            0 => match a.signum() {
+                0 => Equilibrium::Every,
+                1 => Equilibrium::Stable {
+                    at: 100.0,
+                    unstable: None,
+                },
+                _ => Equilibrium::Stable {
+                    at: 0.0,
+                    unstable: None,
+                },
+            },
+            // x* = c / (1 - r) = -a q / (b (p - q)), with b (p - q) > 0.
+            _ => {
+                let (num, den) = (-a * q, b * (p - q));
+                match (num.signum(), (num - top * den).signum()) {
+                    (-1, _) => Equilibrium::Stable {
+                        at: 100.0,
+                        unstable: None,
+                    },
+                    (0, _) => Equilibrium::Stable {
+                        at: 100.0,
+                        unstable: Some(0.0),
+                    },
+                    (_, -1) => Equilibrium::Split {
+                        threshold: num as f64 / den as f64,
+                    },
+                    (_, 0) => Equilibrium::Stable {
+                        at: 0.0,
+                        unstable: Some(100.0),
+                    },
+                    _ => Equilibrium::Stable {
+                        at: 0.0,
+                        unstable: None,
+                    },
+                }
+            }
+        }
+    }
+
+    /// The equilibrium and why, in a sentence for the report.
+    pub fn explain_equilibrium(&self) -> String {
+        let (r, c) = (self.ratio, self.offset);
+        let one = Fraction { num: 1, den: 1 };
+        // `3/2 x + 5`, `3/2 x`, `2 x - 50`.
+        let line = match c.num.signum() {
+            0 => format!("{r} x"),
+            1 => format!("{r} x + {c}"),
+            _ => format!(
+                "{r} x - {}",
+                Fraction {
+                    num: -c.num,
+                    den: c.den
+                }
+            ),
+        };
+        let crossing = || {
+            let x = c.value() / (1.0 - r.value());
+            format!("x = {line} only at x = {}", short(x))
+        };
+        match self.equilibrium() {
+            Equilibrium::Every => "none: with ratio 1 and no offset the target is the mean itself, so every number is an equilibrium (a crowd that all guess the same number all win)".into(),
+            Equilibrium::Stable { at, .. } if r == one => format!(
+                "{}: with ratio 1 the target is the mean {} {}, so best responses {} by {} a round until guesses, clamped to [0, 100], stop at {}",
+                short(at),
+                if c.num > 0 { "plus" } else { "minus" },
+                short(c.value().abs()),
+                if c.num > 0 { "climb" } else { "fall" },
+                short(c.value().abs()),
+                short(at),
+            ),
+            Equilibrium::Stable { at, unstable: None } if r.value() < 1.0 => {
+                let x = c.value() / (1.0 - r.value());
+                if (0.0..=100.0).contains(&x) {
+                    format!("{}: x = {line} there, and with ratio {r} below 1 best responses close in on it from any start", short(at))
+                } else {
+                    format!("{}: {}, outside [0, 100], so best responses stop at the bound {}", short(at), crossing(), short(at))
+                }
+            }
+            Equilibrium::Stable { at, unstable } => {
+                let direction = if at > 0.0 { "above" } else { "below" };
+                let moves = if at > 0.0 { "climb" } else { "fall" };
+                let except = unstable.map_or(String::new(), |u| format!(" but {}", short(u)));
+                let mut text = format!(
+                    "{}: with ratio {r} above 1, {}, so the target lies {direction} the mean for every mean in [0, 100]{except} and best responses {moves} until guesses, clamped to [0, 100], stop at {}",
+                    short(at),
+                    crossing(),
+                    short(at),
+                );
+                if let Some(u) = unstable {
+                    text.push_str(&format!(
+                        "; {} is an equilibrium too, but an unstable one: play that starts anywhere else {moves}s to {}",
+                        short(u),
+                        short(at)
+                    ));
+                }
+                text
+            }
+            Equilibrium::Split { threshold } => format!(
+                "0 or 100: with ratio {r} above 1, x = {line} at x = {}, which repels: play whose mean starts below it falls to 0, above it climbs to 100 (guesses are clamped to [0, 100]), and both bounds are equilibria",
+                short(threshold)
+            ),
+        }
     }
 
     /// The exact target for guesses summing to `sum` hundredths over `n` agents, as
@@ -194,11 +372,14 @@ impl TargetRule {
         // |g - tn/td| * td, compared as integers.
         let distance = |g: i128| (g * td - tn).abs();
         let best = values().map(|(v, _)| distance(v)).min().expect("non-empty");
-        let (winning, winners) = values()
-            .filter(|&(v, _)| distance(v) == best)
-            .fold((None, 0), |(first, total), (v, c)| {
-                (first.or(Some(v)), total + c)
-            });
+        // At most two numbers are equally close to the target: one on each side of it.
+        let (winning, winners) = values().filter(|&(v, _)| distance(v) == best).fold(
+            (Vec::with_capacity(2), 0),
+            |(mut numbers, total), (v, c)| {
+                numbers.push(v);
+                (numbers, total + c)
+            },
+        );
         // The k-th smallest guess (0-based), walking the counts.
         let nth = |k: u64| {
             let mut seen = 0;
@@ -233,7 +414,8 @@ impl TargetRule {
             min: values().next().expect("non-empty").0 as f64 / s,
             max: values().next_back().expect("non-empty").0 as f64 / s,
             target: tn as f64 / td as f64 / s,
-            winning_number: winning.expect("a winner exists") as f64 / s,
+            winning_number: winning[0] as f64 / s,
+            tied_winning_number: winning.get(1).map(|&v| v as f64 / s),
             winners,
         })
     }
@@ -308,8 +490,8 @@ mod tests {
             assert!((r.target - target).abs() < 1e-9, "{ratio} {offset}: {r:?}");
         }
         // 5 + mean/2 has its equilibrium at 10; 2/3 at 0.
-        assert_eq!(rule("1/2", "5").equilibrium(), Some(10.0));
-        assert_eq!(rule("2/3", "0").equilibrium(), Some(0.0));
+        assert_eq!(rule("1/2", "5").equilibrium().stable(), Some(10.0));
+        assert_eq!(rule("2/3", "0").equilibrium().stable(), Some(0.0));
     }
 
     #[test]
@@ -317,16 +499,119 @@ mod tests {
         // Mean 45, target 2/3 * 45 = 30: two agents at 30 tie exactly.
         let r = rule("2/3", "0").score(&h(&[30.0, 30.0, 75.0])).unwrap();
         assert_eq!((r.winning_number, r.winners), (30.0, 2));
+        assert_eq!(r.tied_winning_number, None);
         // Mean 30.5 over (29.5, 31.5): target 1 * mean = 30.5 is 1 from both; in floats
         // 30.5 - 29.5 and 31.5 - 30.5 are equal too, but 2/3-style targets are not, so the
         // rule compares exact rationals. 1/3 * (10 + 20.01)/2 = 5.00166..: 5 wins alone.
         let r = rule("1", "0").score(&h(&[29.5, 31.5])).unwrap();
         assert_eq!((r.winning_number, r.winners), (29.5, 2));
+        assert_eq!(r.tied_winning_number, Some(31.5));
         let r = rule("1/3", "0")
             .score(&h(&[10.0, 20.01, 5.0, 5.0]))
             .unwrap();
         // mean (10 + 20.01 + 5 + 5)/4 = 10.0025, target 3.334166..: the two 5s win.
         assert_eq!((r.winning_number, r.winners), (5.0, 2));
+    }
+
+    // Guards against issue 17, item 5: with guesses on both sides of the target equally
+    // close, `winners` counted all of them but only the lower number was a winner for the
+    // state's `won` and the prompts' "(you won)".
+    #[test]
+    fn guesses_on_both_sides_of_the_target_all_win() {
+        // Mean 33.75, target 22.5: 22 and 23 are both 0.5 away (the issue's round).
+        let r = rule("2/3", "0")
+            .score(&h(&[22.0, 23.0, 22.0, 23.0, 45.0, 45.0, 45.0, 45.0]))
+            .unwrap();
+        assert_eq!(r.target, 22.5);
+        assert_eq!(
+            (r.winning_number, r.tied_winning_number, r.winners),
+            (22.0, Some(23.0), 4)
+        );
+        assert!(r.won(22.0) && r.won(23.0) && !r.won(45.0) && !r.won(22.5));
+        assert_eq!(r.winning_numbers().collect::<Vec<_>>(), vec![22.0, 23.0]);
+        // In hundredths: 5 + 1/2 x mean with guesses 10.00, 10.01 and 0.01 has mean 6.6733..
+        // and target 8.3366..: no tie; 10 and 10.02 around a target of exactly 10.01 tie.
+        let r = rule("1/2", "5").score(&h(&[10.0, 10.01, 0.01])).unwrap();
+        assert_eq!(r.tied_winning_number, None);
+        let r = rule("1", "0").score(&h(&[10.0, 10.02])).unwrap();
+        assert_eq!(
+            (r.winning_number, r.tied_winning_number),
+            (10.0, Some(10.02))
+        );
+        assert!(r.won(10.0) && r.won(10.02));
+        // Equally close on one side only is a single winning number, however many chose it.
+        let r = rule("2/3", "0").score(&h(&[20.0, 20.0, 50.0])).unwrap();
+        assert_eq!(
+            (r.winning_number, r.tied_winning_number, r.winners),
+            (20.0, None, 2)
+        );
+    }
+
+    // Guards against issue 17, item 6: `ratio = "3/2", offset = 5` reported an equilibrium of
+    // 0, although its targets climb to the bound 100.
+    #[test]
+    fn equilibria_of_the_clamped_rule_for_every_ratio() {
+        use Equilibrium::*;
+        let stable = |at: f64| Stable { at, unstable: None };
+        for (ratio, offset, expected) in [
+            // Below 1: the crossing x = c / (1 - r), clamped to [0, 100].
+            ("2/3", "0", stable(0.0)),
+            ("1/2", "5", stable(10.0)),
+            ("1/2", "-5", stable(0.0)),
+            ("1/2", "80", stable(100.0)),
+            ("0", "30", stable(30.0)),
+            // 1: the mean itself (every number), or climbing/falling by the offset.
+            ("1", "0", Every),
+            ("1", "5", stable(100.0)),
+            ("1", "-1/2", stable(0.0)),
+            // Above 1: the crossing repels.
+            ("3/2", "5", stable(100.0)),
+            (
+                "3/2",
+                "0",
+                Stable {
+                    at: 100.0,
+                    unstable: Some(0.0),
+                },
+            ),
+            ("2", "-50", Split { threshold: 50.0 }),
+            (
+                "2",
+                "-100",
+                Stable {
+                    at: 0.0,
+                    unstable: Some(100.0),
+                },
+            ),
+            ("3", "-250", stable(0.0)),
+        ] {
+            let r = rule(ratio, offset);
+            assert_eq!(r.equilibrium(), expected, "{ratio} x mean + {offset}");
+            assert!(!r.explain_equilibrium().is_empty());
+        }
+        assert_eq!(rule("3/2", "5").equilibrium().stable(), Some(100.0));
+        assert_eq!(rule("1", "0").equilibrium().stable(), None);
+        assert_eq!(rule("2", "-50").equilibrium().stable(), None);
+        let text = rule("3/2", "5").explain_equilibrium();
+        assert!(
+            text.starts_with("100: ") && text.contains("x = -10") && text.contains("climb"),
+            "{text}"
+        );
+        assert!(rule("1", "0").explain_equilibrium().starts_with("none: "));
+        let split = rule("2", "-50").explain_equilibrium();
+        assert!(
+            split.starts_with("0 or 100: ") && split.contains("x = 50"),
+            "{split}"
+        );
+        // A scripted crowd under 3/2 + 5 does climb to 100 and stay there.
+        let mut mean = 50.0;
+        for _ in 0..20 {
+            mean = rule("3/2", "5")
+                .score(&h(&[(1.5 * mean + 5.0f64).clamp(0.0, 100.0); 3]))
+                .unwrap()
+                .mean;
+        }
+        assert_eq!(mean, 100.0);
     }
 
     #[test]

@@ -57,6 +57,21 @@ pub enum RunError {
     Rank { rank: usize, message: String },
 }
 
+impl RunError {
+    /// The prompt template the run stopped at (a variable it is not given, a filter that
+    /// fails), if that is why it stopped: resuming would render the same template again, so
+    /// the fix is in the template, not in `--resume`.
+    pub fn template(&self) -> Option<&Path> {
+        match self {
+            RunError::Policy(PolicyError::Prompt(crate::sim::prompt::PromptError::Template {
+                path,
+                ..
+            })) => Some(path),
+            _ => None,
+        }
+    }
+}
+
 /// What the runner reports as it goes.
 #[derive(Debug, Clone, Copy)]
 pub enum Progress {
@@ -145,7 +160,12 @@ pub fn run<S: Scenario>(
     }
     // Rank 0 alone writes the run folder.
     let mut recorder = match root {
-        true => Some(Recorder::open(dir, state_csv, start.as_ref())?),
+        true => Some(Recorder::open(
+            dir,
+            state_csv,
+            S::aggregates_schema().as_deref(),
+            start.as_ref(),
+        )?),
         false => None,
     };
     if let (Some(cp), Some(llm)) = (&start, policies.llm.as_deref_mut()) {

@@ -61,9 +61,11 @@ impl Recorder {
     /// Opens `dir` for a run from `from`, cutting the records back to the checkpoint's
     /// lengths, or from nothing, emptying them (a resumed run killed in its first step, or a
     /// new run's empty folder).
+    /// `aggregates`: the columns of the scenario's `aggregates.csv`, if it keeps one.
     pub fn open<W>(
         dir: &Path,
         state_csv: bool,
+        aggregates: Option<&arrow_schema::Schema>,
         from: Option<&Checkpoint<W>>,
     ) -> Result<Self, RunError> {
         let (parts, counters) = match from {
@@ -78,7 +80,7 @@ impl Recorder {
         };
         Ok(Self {
             dir: dir.to_path_buf(),
-            writer: StepWriter::open(dir, state_csv)?,
+            writer: StepWriter::open(dir, state_csv, aggregates)?,
             parts,
             counters,
         })

@@ -19,6 +19,7 @@ pub use data::{Cell, CellSettings, Run};
 
 use super::Row;
 use super::config::Role;
+use crate::analysis::caveats;
 use crate::analysis::stats::{Method, Nested, Summary, Welch, holm, replicate_means, welch};
 use crate::record::{Manifest, StepRecord};
 use dynamics::Dynamics;
@@ -441,87 +442,51 @@ fn timings(steps: &[StepRecord]) -> Vec<PopulationTiming> {
         .collect()
 }
 
-/// Parameters in billions, read from a model's name (`smollm2-135m-instruct`,
-/// `llama-3.2-3b-instruct`, `SmolLM2-135M-Instruct.Q4_1.gguf`), when it says.
-pub fn parameters_in_name(name: &str) -> Option<f64> {
-    let base = name
-        .rsplit(['/', '\\'])
-        .next()
-        .unwrap_or(name)
-        .to_lowercase();
-    base.split(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
-        .filter_map(|token| {
-            let (number, unit) = token.split_at(token.len().checked_sub(1)?);
-            let scale = match unit {
-                "m" => 1e-3,
-                "b" => 1.0,
-                _ => return None,
-            };
-            number.parse::<f64>().ok().map(|n| n * scale)
-        })
-        .next_back()
-}
-
-/// The study ran Llama 3.2 3B and found models under 1B parameters unable to keep focus.
-const STUDY_PARAMETERS: f64 = 3.0;
+/// The study: Llama 3.2 3B, which found models under 1B parameters unable to keep focus.
+const STUDY: caveats::Study = caveats::Study {
+    model: "Llama 3.2 3B",
+    parameters: 3.0,
+    on_smaller_models: "the study reports that models under 1B parameters could not keep focus or format their answers",
+    behaviour: "the market behaviour the study describes",
+    reproduce_with: "the model it used",
+    preset: "llama-3.2-3b-instruct",
+    config: "experiments/exp1-unregulated.toml",
+};
 
 /// What a reader must know before trusting the numbers, after whether the run is finished:
 /// a model below the study's (with what the run still shows, and how to reproduce the
-/// study), or the scripted policy.
+/// study), or scripted companies (see [`caveats::notes`]).
 fn notes(run: &Run, groups: &[GroupStats]) -> Vec<String> {
-    let m = &run.manifest;
-    let mut out = Vec::new();
-    let reproduce = format!(
-        "To reproduce the study, run it on a GPU with the model it used: `cargo run --release --features cuda -- run {} --model llama-3.2-3b-instruct --device cuda:0`.",
-        if m.config_file.is_empty() {
-            "experiments/exp1-unregulated.toml"
-        } else {
-            &m.config_file
-        }
-    );
-    if m.policy == "scripted" {
-        out.push(format!(
-            "Scripted policy: companies follow fixed rules of thumb, not a language model. These numbers test the market's rules, the records and the report, not the study's claims about LLM agents. {reproduce}"
-        ));
-    } else if let Some(model) = m.model.as_deref() {
-        let size = parameters_in_name(model);
-        if size.is_none_or(|b| b < STUDY_PARAMETERS) {
-            let companies: usize = groups.iter().map(|g| g.companies).sum();
-            let bankrupt: usize = groups.iter().map(|g| g.bankrupt_companies).sum();
-            let (mut charged, mut paid) = (Vec::new(), Vec::new());
-            for c in &run.cells {
-                for s in c.market_steps() {
-                    for r in c.present_rows(s, Role::Utility) {
-                        charged.push(r.cost_to_consumer);
-                        if r.bought > 0.0 {
-                            paid.push(r.costs / r.bought);
-                        }
+    let scripted = caveats::ScriptedRules {
+        agents: "companies follow fixed rules of thumb",
+        tests: "the market's rules, the records and the report",
+        built_in: "",
+    };
+    caveats::notes(&run.manifest, &STUDY, &scripted, || {
+        let companies: usize = groups.iter().map(|g| g.companies).sum();
+        let bankrupt: usize = groups.iter().map(|g| g.bankrupt_companies).sum();
+        let (mut charged, mut paid) = (Vec::new(), Vec::new());
+        for c in &run.cells {
+            for s in c.market_steps() {
+                for r in c.present_rows(s, Role::Utility) {
+                    charged.push(r.cost_to_consumer);
+                    if r.bought > 0.0 {
+                        paid.push(r.costs / r.bought);
                     }
                 }
             }
-            let median = |v: &mut Vec<f64>| {
-                v.sort_by(f64::total_cmp);
-                (!v.is_empty()).then(|| crate::analysis::stats::quantile(v, 0.5))
-            };
-            let size = match size {
-                Some(b) if b < 1.0 => format!("about {:.0}M parameters", b * 1000.0),
-                Some(b) => format!("about {b}B parameters"),
-                None => "a size throng cannot read from its name".into(),
-            };
-            let seen = match (median(&mut charged), median(&mut paid)) {
-                (Some(c), Some(p)) => format!(
-                    " In this run utilities charged consumers a median {c:.2} per unit against a median purchase price of {p:.2}, and {bankrupt} of {companies} companies were bankrupt by the last step."
-                ),
-                _ => {
-                    format!(" {bankrupt} of {companies} companies were bankrupt by the last step.")
-                }
-            };
-            out.push(format!(
-                "Small model: this run used {model} ({size}), below the Llama 3.2 3B the study used; the study reports that models under 1B parameters could not keep focus or format their answers.{seen} What this run demonstrates is the engine, the records and the report pipeline, not the market behaviour the study describes. {reproduce}"
-            ));
         }
-    }
-    out
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            (!v.is_empty()).then(|| crate::analysis::stats::quantile(v, 0.5))
+        };
+        match (median(&mut charged), median(&mut paid)) {
+            (Some(c), Some(p)) => format!(
+                " In this run utilities charged consumers a median {c:.2} per unit against a median purchase price of {p:.2}, and {bankrupt} of {companies} companies were bankrupt by the last step."
+            ),
+            _ => format!(" {bankrupt} of {companies} companies were bankrupt by the last step."),
+        }
+    })
 }
 
 /// Writes the figures, `summary.json` and `report.html` into `dir` and returns the numbers.
@@ -559,24 +524,4 @@ pub fn text(report: &Report) -> String {
 /// registry's entry).
 pub fn write(dir: &Path) -> Result<String, String> {
     report(dir).map(|r| text(&r))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn model_sizes_are_read_from_names() {
-        assert_eq!(parameters_in_name("smollm2-135m-instruct"), Some(0.135));
-        assert_eq!(parameters_in_name("llama-3.2-3b-instruct"), Some(3.0));
-        assert_eq!(
-            parameters_in_name("/cache/SmolLM2-135M-Instruct.Q4_1.gguf"),
-            Some(0.135)
-        );
-        assert_eq!(
-            parameters_in_name("meta-llama/Llama-3.1-8B-Instruct"),
-            Some(8.0)
-        );
-        assert_eq!(parameters_in_name("my-model"), None);
-    }
 }

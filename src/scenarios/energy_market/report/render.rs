@@ -2,8 +2,8 @@
 
 use super::{GroupStats, Report, TestRow};
 use crate::analysis::html::{
-    esc, figures, fmt, fmt_nested, fmt_p, fmt_seconds, headline, page, table, unfinished,
-    unfinished_note,
+    esc, figures, fmt, fmt_nested, fmt_p, fmt_seconds, headline, notes_html, page, table,
+    unfinished, unfinished_note,
 };
 use crate::scenarios::energy_market::config::Role;
 use std::fmt::Write as _;
@@ -94,9 +94,7 @@ fn share_text(k: usize, n: usize) -> String {
 pub fn html(report: &Report) -> String {
     let m = &report.manifest;
     let mut body = unfinished_note(m);
-    for note in &report.notes {
-        let _ = write!(body, "<p class=\"note\">{}</p>", esc(note));
-    }
+    body.push_str(&notes_html(&report.notes));
     let _ = write!(
         body,
         "<h1>{}</h1><p>Scenario <b>{}</b>, policy <b>{}</b>, model <b>{}</b>, seed {}, {} replicates, {} steps; \
