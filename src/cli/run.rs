@@ -353,7 +353,12 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
                      fix {} where it is (the run reads its templates from there) and start a new run: \
                      throng run {}; {}",
                     template.display(),
+                    // A template of the run folder's own copies is read through its config.
                     match manifest.config_file.as_str() {
+                        _ if template.starts_with(&dir) => format!(
+                            "{} --out NEW_FOLDER",
+                            dir.join(record::CONFIG).display()
+                        ),
                         "" => dir.join(record::CONFIG).display().to_string(),
                         file => file.to_string(),
                     },
@@ -366,8 +371,15 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
                         ),
                     }
                 ),
+                None if manifest.steps_done == 0 => format!(
+                    "the run stopped before it finished a step; once the cause is fixed, throng run \
+                     --resume {} starts it from the beginning",
+                    dir.display()
+                ),
                 None => format!(
-                    "the run stopped; its finished steps are kept: throng run --resume {}",
+                    "the run stopped; its {} finished step{} kept: throng run --resume {}",
+                    manifest.steps_done,
+                    if manifest.steps_done == 1 { " is" } else { "s are" },
                     dir.display()
                 ),
             };

@@ -112,8 +112,14 @@ pub fn full_disk_at(point: &str, path: &Path) -> Result<(), RecordError> {
 pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), RecordError> {
     let tmp = path.with_extension("json.tmp");
     let text = serde_json::to_string_pretty(value).map_err(|e| RecordError::format(path, e))?;
-    std::fs::write(&tmp, text).map_err(|e| RecordError::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| RecordError::io(path, e))
+    let written = std::fs::write(&tmp, text)
+        .map_err(|e| RecordError::io(&tmp, e))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| RecordError::io(path, e)));
+    if written.is_err() {
+        // A full disk leaves a cut-short copy: remove it, the old file is still whole.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, RecordError> {
