@@ -16,11 +16,13 @@ use serde_json::{Value, json};
 /// Most reply tokens per decision: room for the schema's fields and a few sentences of reason.
 pub const MAX_TOKENS: usize = 96;
 
-/// Longest free text of a decision, as the guessing game's chain-of-thought default: more
-/// than [`MAX_TOKENS`] can hold, so that a reply that loops inside it is cut off (and counts
-/// as invalid) rather than stopped by the schema. Numbers carry a `multipleOf`, as throng's
-/// own schemas do, so that endless decimals are not what ends a reply.
-const REASON_CHARS: usize = 400;
+/// Longest free text of a decision: a few sentences of prose (some 55 tokens, which leaves the
+/// other fields room within [`MAX_TOKENS`]), while a reply that loops on digits and dots
+/// (`"1.1.1.1...`, about two characters a token) runs out of tokens before it reaches the
+/// limit and is cut off, as the replies of issue 17's workload were. Numbers carry a
+/// `multipleOf`, as throng's own schemas do, so that endless decimals are not what ends a
+/// reply.
+const REASON_CHARS: usize = 240;
 
 /// The kinds of agent in the workload, in the order requests cycle through them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
