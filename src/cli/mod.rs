@@ -17,7 +17,10 @@ pub mod plan;
 pub mod run;
 
 use anyhow::{Context, Result, bail};
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use throng::engine::{Engine, EngineConfig};
 use throng::model::{LoadOptions, WeightFormat, loader};
 
@@ -48,6 +51,84 @@ pub struct ModelArgs {
     /// Turn off prefix caching (for comparisons).
     #[arg(long)]
     pub no_prefix_cache: bool,
+}
+
+/// The arguments given on the command line (not defaulted), by clap id (`model`, `device`).
+static GIVEN: OnceLock<BTreeSet<String>> = OnceLock::new();
+
+/// Remembers which arguments of the command line `matches` (and its subcommand) were given.
+pub fn remember_given(matches: &clap::ArgMatches) {
+    let mut given = BTreeSet::new();
+    let mut level = Some(matches);
+    while let Some(m) = level {
+        for id in m.ids() {
+            if m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine) {
+                given.insert(id.as_str().to_string());
+            }
+        }
+        level = m.subcommand().map(|(_, sub)| sub);
+    }
+    let _ = GIVEN.set(given);
+}
+
+/// Whether argument `id` (`model` for `--model`) was given on the command line, rather than
+/// left at its default.
+pub fn given(id: &str) -> bool {
+    GIVEN.get().is_some_and(|g| g.contains(id))
+}
+
+/// Which argument of `args` (the process's, program name first) clap refused as invalid
+/// UTF-8, and why it must be text: the first value that is not UTF-8 and belongs to an
+/// option that does not take a path (paths may be any bytes). `None` if none is found.
+pub fn invalid_utf8(root: &clap::Command, args: impl Iterator<Item = OsString>) -> Option<String> {
+    let args: Vec<OsString> = args.collect();
+    let takes_path = |arg: &clap::Arg| {
+        let id = arg.get_value_parser().type_id();
+        id == clap::builder::ValueParser::path_buf().type_id()
+            || id == clap::builder::ValueParser::os_string().type_id()
+    };
+    let mut command = root;
+    for (i, arg) in args.iter().enumerate().skip(1) {
+        if let Some(text) = arg.to_str() {
+            if let Some(sub) = command.find_subcommand(text) {
+                command = sub;
+            }
+            continue;
+        }
+        let bytes = arg.as_encoded_bytes();
+        let (long, value) = match bytes.iter().position(|&b| b == b'=') {
+            Some(eq) if bytes.starts_with(b"--") => {
+                let Ok(long) = std::str::from_utf8(&bytes[2..eq]) else {
+                    continue;
+                };
+                (long.to_string(), &bytes[eq + 1..])
+            }
+            _ => match i.checked_sub(1).and_then(|p| args[p].to_str()) {
+                Some(flag) if flag.starts_with("--") && !flag.contains('=') => {
+                    (flag[2..].to_string(), bytes)
+                }
+                // A positional argument: throng's are all paths.
+                _ => continue,
+            },
+        };
+        let Some(option) = command
+            .get_arguments()
+            .chain(root.get_arguments())
+            .find(|a| a.get_long() == Some(long.as_str()))
+        else {
+            continue;
+        };
+        if takes_path(option) {
+            continue;
+        }
+        return Some(format!(
+            "the value of --{long} (`{}`) is not valid UTF-8: --{long} takes text; give it in \
+             UTF-8 (only paths, such as a config, a run folder, --out or --resume, may hold \
+             other bytes)",
+            value.escape_ascii()
+        ));
+    }
+    None
 }
 
 /// Whether `e` comes from writing to a pipe whose reader has gone (`| head`).

@@ -72,7 +72,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             "with --sample 0 nothing measures the speed: give --sample N or --device-profile NAME"
         );
     }
-    let model_given = std::env::args().any(|a| a == "--model" || a.starts_with("--model="));
+    let model_given = super::given("model");
     let overrides = Overrides {
         agents: args.agents.clone(),
         replicates: args.replicates,

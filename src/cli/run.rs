@@ -65,7 +65,7 @@ fn device_for(args: &RunArgs, ranks: &Ranks) -> String {
     if let Some(devices) = args.devices.as_ref().filter(|d| !d.is_empty()) {
         return devices[local % devices.len()].clone();
     }
-    let explicit = std::env::args().any(|a| a == "--device" || a.starts_with("--device="));
+    let explicit = super::given("device");
     if !explicit && candle_core::utils::cuda_is_available() {
         return format!("cuda:{local}");
     }
@@ -118,7 +118,7 @@ pub fn run(args: RunArgs, threads: Option<usize>) -> Result<()> {
 
 fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
     let root = ranks.is_root();
-    let model_given = std::env::args().any(|a| a == "--model" || a.starts_with("--model="));
+    let model_given = super::given("model");
     let overrides = Overrides {
         policy: args.policy,
         replicates: args.replicates,
@@ -138,8 +138,11 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
         .as_ref()
         .map_or_else(PathBuf::new, |(_, folder, _)| folder.dir().to_path_buf());
     let dir = if ranks.size() > 1 {
-        let bytes = ranks.broadcast(dir.to_string_lossy().as_bytes().to_vec())?;
-        PathBuf::from(String::from_utf8(bytes).context("the run folder's name from rank 0")?)
+        // As bytes, not text: the folder's name need not be UTF-8.
+        let bytes = ranks.broadcast(dir.as_os_str().as_encoded_bytes().to_vec())?;
+        // SAFETY: the bytes are rank 0's `as_encoded_bytes`, and every rank is the same
+        // throng on the same platform (the ranks check that they agree on their messages).
+        PathBuf::from(unsafe { std::ffi::OsString::from_encoded_bytes_unchecked(bytes) })
     } else {
         dir
     };
@@ -360,6 +363,16 @@ fn open_new(
 ) -> Result<(Box<dyn scenarios::Loaded>, RunFolder, Manifest)> {
     let loaded = scenarios::load(config, overrides)?;
     let exp = loaded.experiment();
+    let templates = std::path::absolute(scenarios::templates_dir(exp))?;
+    if templates.to_str().is_none() {
+        bail!(
+            "the templates folder {} has a path that is not valid UTF-8, which the run's \
+             config.toml cannot record for --resume: move the templates (or the config) to a \
+             folder whose path is text, or point `templates` in {} at one",
+            templates.display(),
+            config.display()
+        );
+    }
     let dir = out.unwrap_or_else(|| throng::sim::runner::default_run_dir(&exp.config.name));
     let manifest = Manifest {
         name: exp.config.name.clone(),
