@@ -53,6 +53,10 @@ pub struct RunArgs {
     /// Seconds a rank waits for another at the end of a step before stopping the whole job.
     #[arg(long, default_value_t = throng::cluster::DEFAULT_TIMEOUT.as_secs())]
     pub rank_timeout: u64,
+    /// Seconds a first Ctrl-C or SIGTERM waits for the current step to finish; a step still
+    /// running then (or a second signal) stops the run at once, paused at its last checkpoint.
+    #[arg(long, default_value_t = 300)]
+    pub stop_timeout: u64,
     /// Where and how to load the model (for the `llm` policy); --model overrides the config's.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -73,23 +77,64 @@ fn device_for(args: &RunArgs, ranks: &Ranks) -> String {
 }
 
 /// Ctrl-C, and the SIGTERM a batch system sends before a job's time limit: finish the step,
-/// checkpoint, exit 0. A second one ends the process at once.
-fn stop_on_signal(rank: usize) -> Arc<AtomicBool> {
+/// checkpoint, exit 0. A second signal, or a step still running `timeout` after the first
+/// (a step that cannot finish), stops the run at once: the run in `dir` is marked paused,
+/// its records end at the last checkpoint, and the process exits 130. Ranks other than 0
+/// wait a little longer, so that rank 0 stops (and marks the folder) first.
+fn stop_on_signal(rank: usize, dir: &Path, timeout: Duration) -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
+    let dir = dir.to_path_buf();
     let installed = ctrlc::set_handler(move || {
         if flag.swap(true, Ordering::SeqCst) {
-            eprintln!("\nthrong: rank {rank}: stopped at once; resume from the last checkpoint");
-            std::process::exit(130);
+            stop_at_once(rank, &dir, "a second signal");
         }
         eprintln!(
-            "\nthrong: rank {rank}: stopping after the current step (signal again to stop at once)"
+            "\nthrong: rank {rank}: stopping after the current step; send the signal again, or \
+             wait {} s, to stop at once",
+            timeout.as_secs()
         );
+        let dir = dir.clone();
+        let wait = match rank {
+            0 => timeout,
+            _ => timeout.saturating_add(Duration::from_secs(10)),
+        };
+        std::thread::spawn(move || {
+            std::thread::sleep(wait);
+            let why = format!(
+                "the step did not finish within {} s of the signal",
+                timeout.as_secs()
+            );
+            stop_at_once(rank, &dir, &why);
+        });
     });
     if let Err(e) = installed {
         eprintln!("throng: warning: cannot catch Ctrl-C/SIGTERM ({e}); a signal will kill the run");
     }
     stop
+}
+
+/// Ends the process in the middle of a step, leaving the run in `dir` paused (see
+/// [`stop_on_signal`]).
+fn stop_at_once(rank: usize, dir: &Path, why: &str) -> ! {
+    let resume = format!("throng run --resume {}", dir.display());
+    match record::pause_at_once(dir) {
+        Ok(m) if m.status == Status::Finished => eprintln!(
+            "\nthrong: rank {rank}: stopped at once ({why}); the run had finished, but its report \
+             was not written: throng report {}",
+            dir.display()
+        ),
+        Ok(_) => eprintln!(
+            "\nthrong: rank {rank}: stopped at once ({why}); the step in progress is lost, the \
+             steps before it are kept (the run is paused at its last checkpoint); resume with: \
+             {resume}"
+        ),
+        Err(e) => eprintln!(
+            "\nthrong: rank {rank}: stopped at once ({why}); the run could not be marked paused \
+             ({e}), but its records end at the last checkpoint; resume with: {resume}"
+        ),
+    }
+    std::process::exit(130);
 }
 
 /// `threads`: the global --threads, if given.
@@ -213,7 +258,7 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
             }
         );
     }
-    let stop = stop_on_signal(ranks.rank());
+    let stop = stop_on_signal(ranks.rank(), &dir, Duration::from_secs(args.stop_timeout));
     let options = RunOptions {
         resume,
         stop_after: args.stop_after,

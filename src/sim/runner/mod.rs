@@ -210,6 +210,7 @@ pub fn run<S: Scenario>(
                 return Ok(Ended::Paused);
             }
             budget -= 1;
+            fault::point(group * cfg.steps.0 + step + 1, fault::HANG);
             let started = Instant::now();
             let mut decided = |n| progress(Progress::Decided(n));
             let (decisions, resolve_time, exchange) = if ranks.size() == 1 {
