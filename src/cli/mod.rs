@@ -131,6 +131,41 @@ pub fn invalid_utf8(root: &clap::Command, args: impl Iterator<Item = OsString>) 
     None
 }
 
+/// Refuses a run that cannot fit in this machine's memory, before anything is written (a
+/// failed allocation aborts the process, leaving a folder that says `running`): the
+/// simulation's footprint once per rank of the job on this machine, each with its KV cache
+/// when the model runs on the CPU. Where the kernel does not say how much memory there is
+/// (not Linux), only sizes that overflow are refused.
+pub struct MemoryCheck {
+    pub processes: usize,
+    pub model_on_cpu: bool,
+    pub kv_memory: Option<u64>,
+}
+
+impl MemoryCheck {
+    pub fn check(
+        &self,
+        loaded: &dyn throng::scenarios::Loaded,
+    ) -> Result<(), throng::sim::plan::SizeError> {
+        let mut footprint = loaded.footprint()?;
+        let Some(host) = throng::sim::plan::HostMemory::here() else {
+            return Ok(());
+        };
+        if self.model_on_cpu && throng::scenarios::needs_model(loaded.experiment()) {
+            let kv = self.kv_memory.map_or_else(
+                || throng::engine::default_kv_memory(&candle_core::Device::Cpu) as f64,
+                |b| b as f64,
+            );
+            footprint.add(throng::sim::plan::MemoryPart::new(
+                "the model's KV cache",
+                "--kv-memory",
+                kv,
+            ));
+        }
+        footprint.check(&host, self.processes)
+    }
+}
+
 /// Whether `e` comes from writing to a pipe whose reader has gone (`| head`).
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
@@ -189,6 +224,25 @@ impl ModelArgs {
             weights: self.weights,
             tokenizer: self.tokenizer.clone(),
         };
+        // The cache is allocated at once, and on the CPU a failed allocation aborts.
+        if let (true, Some(kv), Some(host)) = (
+            opts.device.is_cpu(),
+            self.kv_memory,
+            throng::sim::plan::HostMemory::here(),
+        ) && kv.as_u64() as f64 > host.usable()
+        {
+            bail!(
+                "--kv-memory {kv} is more than the {} this machine has available{}: give less, \
+                 or leave it out (on the CPU the default is a quarter of the available memory, \
+                 at most 16 GiB)",
+                throng::sim::plan::human_bytes(host.usable()),
+                match &host.limit {
+                    Some((limit, source)) if *limit < host.available =>
+                        format!(" to it ({source})"),
+                    _ => String::new(),
+                }
+            );
+        }
         let started = std::time::Instant::now();
         let mut loaded = loader::load(&self.model, &opts)
             .with_context(|| format!("loading model `{}`", self.model))?;

@@ -87,6 +87,18 @@ pub fn run(args: PlanArgs) -> Result<()> {
             args.config.display()
         );
     }
+    // The plan builds every cell's first step here, as the run would.
+    let memory = super::MemoryCheck {
+        processes: 1,
+        model_on_cpu: false,
+        kv_memory: None,
+    };
+    memory.check(loaded.as_ref()).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: the plan builds the first step here, as the run would, and {e}",
+            args.config.display()
+        )
+    })?;
     let model = ModelArgs {
         model: exp.config.llm.model.clone(),
         ..args.model.clone()
@@ -142,6 +154,20 @@ pub fn run(args: PlanArgs) -> Result<()> {
         },
         bytes(kv_token.value),
         tag(kv_token),
+    );
+    let footprint = loaded.footprint()?;
+    println!(
+        "simulation {} at its largest population ({} agents in each of {} cells), the model aside [computed: {}]",
+        plan::human_bytes(footprint.bytes()),
+        footprint.population,
+        footprint.cells,
+        footprint
+            .parts
+            .iter()
+            .take(2)
+            .map(|p| format!("{} {}", p.what, plan::human_bytes(p.bytes)))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     if exp.config.history > 0 {
         println!(

@@ -173,10 +173,17 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
     };
     // Rank 0 alone takes (and locks) the run folder and writes it; the other ranks follow
     // the folder it names (a default one is named by rank 0's clock).
+    let memory = super::MemoryCheck {
+        processes: ranks.topology().local_size,
+        model_on_cpu: device_for(&args, ranks) == "cpu",
+        kv_memory: args.model.kv_memory.map(|b| b.as_u64()),
+    };
     let opened = match (root, &args.config, &args.resume) {
         (false, ..) => None,
-        (true, _, Some(dir)) => Some(open_resumed(dir, &overrides)?),
-        (true, Some(config), None) => Some(open_new(config, args.out.clone(), &overrides)?),
+        (true, _, Some(dir)) => Some(open_resumed(dir, &overrides, &memory)?),
+        (true, Some(config), None) => {
+            Some(open_new(config, args.out.clone(), &overrides, &memory)?)
+        }
         (true, None, None) => bail!("give an experiment config, or --resume RUN_DIR"),
     };
     let dir = opened
@@ -227,14 +234,15 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
     } else {
         None
     };
-    let cells = exp.arms.len() * exp.config.replicates.0;
+    // Sizes that overflow were refused by the footprint's check; saturating all the same.
+    let cells = exp.arms.len().saturating_mul(exp.config.replicates.0);
     let planned: u64 = exp
         .config
         .agents
         .0
         .iter()
-        .map(|&n| (n * cells * exp.config.steps.0) as u64)
-        .sum();
+        .map(|&n| n.saturating_mul(cells).saturating_mul(exp.config.steps.0) as u64)
+        .fold(0, u64::saturating_add);
     let name = exp.config.name.clone();
     let bar = match root {
         true => ProgressBar::new(planned),
@@ -359,6 +367,7 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
 fn open_resumed(
     dir: &Path,
     overrides: &Overrides,
+    memory: &super::MemoryCheck,
 ) -> Result<(Box<dyn scenarios::Loaded>, RunFolder, Manifest)> {
     if !overrides.is_empty() {
         bail!(
@@ -383,6 +392,9 @@ fn open_resumed(
         );
     }
     let mut loaded = scenarios::load(&config, overrides)?;
+    memory
+        .check(loaded.as_ref())
+        .map_err(|e| anyhow::anyhow!("cannot resume {}: {e}", dir.display()))?;
     let point = loaded.resume_from(dir)?;
     if let Some(warning) = &point.warning {
         eprintln!("throng: warning: {warning}");
@@ -405,6 +417,7 @@ fn open_new(
     config: &Path,
     out: Option<PathBuf>,
     overrides: &Overrides,
+    memory: &super::MemoryCheck,
 ) -> Result<(Box<dyn scenarios::Loaded>, RunFolder, Manifest)> {
     let loaded = scenarios::load(config, overrides)?;
     let exp = loaded.experiment();
@@ -418,6 +431,9 @@ fn open_new(
             config.display()
         );
     }
+    memory
+        .check(loaded.as_ref())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
     let dir = out.unwrap_or_else(|| throng::sim::runner::default_run_dir(&exp.config.name));
     let manifest = Manifest {
         name: exp.config.name.clone(),

@@ -214,7 +214,7 @@ pub fn run<S: Scenario>(
             let started = Instant::now();
             let mut decided = |n| progress(Progress::Decided(n));
             let (decisions, resolve_time, exchange) = if ranks.size() == 1 {
-                let turns = step::turns(exp, arms, &cells, step);
+                let turns = step::turns(exp, arms, &cells, step)?;
                 let decisions =
                     step::decide(exp, arms, &cells, step, turns, policies, &mut decided)?;
                 let resolve = step::resolve(exp, arms, &mut cells, step, &decisions, |_| true);
