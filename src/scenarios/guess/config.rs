@@ -15,6 +15,11 @@ pub enum PromptStyle {
     Cot,
 }
 
+/// The most characters of reasoning a config may ask for: far more than any model's reply
+/// holds (a million characters are some 250,000 tokens), and within what the decoder's
+/// schema can bound (above 2^32 it cannot, and every decision would fall back).
+pub const MAX_REASONING_CHARS: usize = 1_000_000;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GuessConfig {
@@ -65,6 +70,16 @@ impl GuessConfig {
                 format!(
                     "{} is negative: the target is ratio x mean + offset with ratio >= 0",
                     cfg.ratio
+                ),
+            ));
+        }
+        if cfg.reasoning_chars > MAX_REASONING_CHARS {
+            return Err(ScenarioProblem::new(
+                "reasoning_chars",
+                format!(
+                    "{} characters is more than a reply can hold (the schema's bound would refuse \
+                     every decision): give at most {MAX_REASONING_CHARS}",
+                    cfg.reasoning_chars
                 ),
             ));
         }
