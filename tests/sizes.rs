@@ -55,8 +55,9 @@ const GUESS: &str = "guess";
 const ENERGY: &str = "energy_market";
 
 /// A refused run: its scenario, top-level keys, the scenario's keys and later sections, extra
-/// arguments, what the refusal says, and the bytes it needs at least (0 for a size too large
-/// to count), to skip it on a machine that has them.
+/// arguments, what the refusal says, and the bytes it needs at least (0 for a size refused
+/// whatever the machine: too large to count, or beyond a knob's bound), to skip it on a
+/// machine that has them.
 struct Case(
     &'static str,
     &'static str,
@@ -218,6 +219,23 @@ fn absurd_sizes_of_every_knob_are_refused_before_the_folder_is_written() {
             &["--kv-memory", "1000000TiB"],
             "lower --kv-memory",
             1e18,
+        ),
+        // A bound on text the model writes that the decoder's schema could not hold.
+        Case(
+            GUESS,
+            "steps = 2\npolicy = \"scripted\"\nagents = 20",
+            "prompt = \"cot\"\nreasoning_chars = 1000000000000",
+            &[],
+            "field `reasoning_chars`: 1000000000000 characters is more than a reply can hold",
+            0.0,
+        ),
+        Case(
+            GUESS,
+            "steps = 2\npolicy = \"scripted\"\nagents = 20",
+            "reasoning_chars = 1000001",
+            &[],
+            "give at most 1000000",
+            0.0,
         ),
     ];
     for Case(scenario, top, tail, extra, says, needs) in cases {
@@ -396,6 +414,40 @@ fn a_resume_that_cannot_fit_is_refused_and_the_run_stays_paused() {
     assert_eq!(std::fs::read(out.join("manifest.json")).unwrap(), before);
     let (code, text) = output(throng().args(["run", "--no-report", "--resume"]).arg(&out));
     assert_eq!(code, Some(0), "{text}");
+}
+
+#[test]
+// Guards against a size that wrapped: a request's `max_tokens` as large as a usize holds cut
+// the reply at `prompt + max_tokens`, which overflowed to less than the prompt. It now runs to
+// the end of the model's context, and the reply is what was generated.
+fn a_max_tokens_as_large_as_a_usize_runs_to_the_end_of_the_context() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_model(&TinyLlama {
+        max_position_embeddings: 64,
+        ..TinyLlama::default()
+    });
+    let requests = tmp.path().join("requests.jsonl");
+    std::fs::write(
+        &requests,
+        format!("{{\"prompt\": \"abcd\", \"max_tokens\": {}}}\n", u64::MAX),
+    )
+    .unwrap();
+    let (code, text) = output(
+        throng()
+            .args(["generate", "--model"])
+            .arg(model.path())
+            .arg("--requests")
+            .arg(&requests),
+    );
+    assert_eq!(code, Some(0), "{text}");
+    let line = text.lines().find(|l| l.starts_with('{')).unwrap();
+    let response: serde_json::Value = serde_json::from_str(line).unwrap();
+    let (prompt, generated) = (
+        response["prompt_tokens"].as_u64().unwrap(),
+        response["generated_tokens"].as_u64().unwrap(),
+    );
+    assert_eq!(response["finish_reason"], "length", "{line}");
+    assert_eq!(prompt + generated, 64, "{line}");
 }
 
 /// Runs `config` with `args` into a fresh folder; returns its peak memory, from the manifest.
