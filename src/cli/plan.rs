@@ -157,10 +157,11 @@ pub fn run(args: PlanArgs) -> Result<()> {
     );
     let footprint = loaded.footprint()?;
     println!(
-        "simulation {} at its largest population ({} agents in each of {} cells), the model aside [computed: {}]",
+        "simulation {} at its largest population ({} agents in each of {} cell{}), the model aside [computed: {}]",
         plan::human_bytes(footprint.bytes()),
         footprint.population,
         footprint.cells,
+        if footprint.cells == 1 { "" } else { "s" },
         footprint
             .parts
             .iter()

@@ -171,13 +171,13 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
         agents: args.agents.clone(),
         model: model_given.then(|| args.model.model.clone()),
     };
-    // Rank 0 alone takes (and locks) the run folder and writes it; the other ranks follow
-    // the folder it names (a default one is named by rank 0's clock).
     let memory = super::MemoryCheck {
         processes: ranks.topology().local_size,
         model_on_cpu: device_for(&args, ranks) == "cpu",
         kv_memory: args.model.kv_memory.map(|b| b.as_u64()),
     };
+    // Rank 0 alone takes (and locks) the run folder and writes it; the other ranks follow
+    // the folder it names (a default one is named by rank 0's clock).
     let opened = match (root, &args.config, &args.resume) {
         (false, ..) => None,
         (true, _, Some(dir)) => Some(open_resumed(dir, &overrides, &memory)?),
@@ -192,8 +192,8 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
     let dir = if ranks.size() > 1 {
         // As bytes, not text: the folder's name need not be UTF-8.
         let bytes = ranks.broadcast(dir.as_os_str().as_encoded_bytes().to_vec())?;
-        // SAFETY: the bytes are rank 0's `as_encoded_bytes`, and every rank is the same
-        // throng on the same platform (the ranks check that they agree on their messages).
+        // SAFETY: the bytes are rank 0's `as_encoded_bytes`, and every rank of a job runs the
+        // same throng build on the same platform.
         PathBuf::from(unsafe { std::ffi::OsString::from_encoded_bytes_unchecked(bytes) })
     } else {
         dir
