@@ -20,9 +20,28 @@ fn throng() -> Command {
     cmd
 }
 
-/// Exit code and stdout + stderr; a panic or an abort fails the test whatever the code.
+/// Exit code and stdout + stderr; a panic or an abort fails the test whatever the code, and
+/// so does a command still running after two minutes (it is killed: a run that was not
+/// refused and is growing).
 fn output(cmd: &mut Command) -> (Option<i32>, String) {
-    let out = cmd.output().unwrap();
+    let started = std::time::Instant::now();
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "still running after two minutes:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -22,10 +22,27 @@ fn throng(cache: &Path) -> Command {
     cmd
 }
 
-/// Exit code, stdout + stderr, and how long it took; a panic fails the test.
+/// Exit code, stdout + stderr, and how long it took; a panic fails the test, and so does a
+/// command still running after a minute (it is killed).
 fn output(cmd: &mut Command) -> (Option<i32>, String, Duration) {
     let started = Instant::now();
-    let out = cmd.output().unwrap();
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "still rendering after a minute:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
