@@ -2,8 +2,8 @@
 
 mod cli;
 
-use anyhow::Result;
-use clap::{Parser, Subcommand};
+use anyhow::{Context, Result};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -67,14 +67,42 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The command line, parsed as `Cli::parse` would, but a value that must be text and is not
+/// valid UTF-8 is named (clap says only "invalid UTF-8 was detected in one or more
+/// arguments"), and which arguments were given is remembered (`cli::given`).
+fn parse() -> Cli {
+    let matches = Cli::command()
+        .try_get_matches()
+        .unwrap_or_else(|e| match e.kind() {
+            clap::error::ErrorKind::InvalidUtf8 => {
+                match cli::invalid_utf8(&Cli::command(), std::env::args_os()) {
+                    Some(message) => {
+                        eprintln!("error: {message}");
+                        std::process::exit(2)
+                    }
+                    None => e.exit(),
+                }
+            }
+            _ => e.exit(),
+        });
+    cli::remember_given(&matches);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn run() -> Result<()> {
-    let cli = Cli::parse();
+    let cli = parse();
     if let Some(threads) = cli.threads {
         // SAFETY: set before any thread exists; candle and gemm read it when they start.
         unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };
         rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
-            .build_global()?;
+            .build_global()
+            .with_context(|| {
+                format!(
+                    "--threads {threads}: cannot start that many threads; this machine has {} cores",
+                    std::thread::available_parallelism().map_or(1, |n| n.get())
+                )
+            })?;
     }
     match cli.command {
         Command::Generate(args) => cli::generate::run(*args),

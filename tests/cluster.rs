@@ -395,6 +395,52 @@ fn sigterm_to_one_rank_pauses_the_job_resumably() {
     );
 }
 
+#[cfg(feature = "mpi")]
+#[test]
+// Guards against issue 17, item 10, under MPI: when the step in progress cannot finish on any
+// rank, SIGTERM still ends the job at the stated deadline, whichever ranks it reaches (all of
+// them, as SLURM sends it, or one), with the folder paused at its last checkpoint and
+// resumable.
+fn a_step_that_cannot_finish_on_any_rank_is_stopped_at_the_deadline() {
+    let Some(mpirun) = mpirun() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = whole(tmp.path());
+    for signalled in [vec![0, 1], vec![1]] {
+        let dir = tmp.path().join(format!("stuck-{signalled:?}"));
+        let mut args = vec!["run"];
+        args.extend(LONG);
+        args.push(dir.to_str().unwrap());
+        args.extend(["--stop-timeout", "2"]);
+        let mut child = mpi(&mpirun, 2, &args)
+            .env("THRONG_CRASH_AT", "3:hang")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_steps(&dir, 2, &mut child);
+        for &rank in &signalled {
+            signal(rank_pid(child.id(), rank), "TERM");
+        }
+        let (out, took) = wait_at_most(child, Duration::from_secs(90));
+        let shown = format!(
+            "signalled ranks {signalled:?}, ended after {took:?}:\n{}",
+            text(&out)
+        );
+        assert!(!out.status.success(), "{shown}");
+        assert!(
+            text(&out).contains("stopped at once (the step did not finish within 2 s"),
+            "{shown}"
+        );
+        let manifest: throng::record::Manifest =
+            throng::record::read_json(&dir.join("manifest.json")).unwrap();
+        assert_eq!(manifest.status, throng::record::Status::Paused, "{shown}");
+        let mut cmd = throng();
+        cmd.args(["run", "--resume", dir.to_str().unwrap(), "--no-report"]);
+        ok(cmd);
+        same_records(&whole, &dir, &shown);
+    }
+}
+
 /// `decisions.jsonl` without what measures the process rather than the run (latency, and
 /// prompt tokens found in this process's prefix cache).
 fn decisions_without_timings(dir: &Path) -> Vec<serde_json::Value> {

@@ -91,6 +91,20 @@ impl BenchSpec {
                 self.shape.name()
             ));
         }
+        // Every agent's context stays in memory as token ids between steps, beside the
+        // prompts built from it.
+        let contexts = self.agents as f64 * longest as f64 * 8.0;
+        if let Some(host) = crate::sim::plan::HostMemory::here()
+            && contexts > host.usable()
+        {
+            return bad(format!(
+                "{} agents with contexts of up to {longest} tokens need about {}, more than the \
+                 {} this process may use; lower --agents",
+                self.agents,
+                crate::sim::plan::human_bytes(contexts),
+                crate::sim::plan::human_bytes(host.usable())
+            ));
+        }
         Ok(())
     }
 
@@ -191,8 +205,13 @@ impl Bench {
             .block_size
             .unwrap_or(if device.is_cpu() { 16 } else { 32 });
         let tokens = Workload::max_context(spec.shared, spec.own, spec.reply, spec.steps) + block;
-        let blocks = spec.agents * tokens.div_ceil(block) * 11 / 10 + 1;
-        let wanted = blocks * KvCache::bytes_per_block(&cfg, block, dtype);
+        let blocks = spec
+            .agents
+            .saturating_mul(tokens.div_ceil(block))
+            .saturating_mul(11)
+            / 10
+            + 1;
+        let wanted = blocks.saturating_mul(KvCache::bytes_per_block(&cfg, block, dtype));
         wanted.min(crate::engine::default_kv_memory(device))
     }
 

@@ -73,7 +73,11 @@ impl Workload {
 
     /// Longest context any agent reaches in `steps` steps with replies of at most `reply`.
     pub fn max_context(shared: usize, own: usize, reply: usize, steps: usize) -> usize {
-        shared + steps * own + (steps.saturating_sub(1)) * reply + reply
+        // Saturating: absurd settings give a context too long for any model, never a wrap.
+        shared
+            .saturating_add(steps.saturating_mul(own))
+            .saturating_add(steps.saturating_sub(1).saturating_mul(reply))
+            .saturating_add(reply)
     }
 }
 

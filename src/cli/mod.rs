@@ -18,7 +18,10 @@ pub mod plan;
 pub mod run;
 
 use anyhow::{Context, Result, bail};
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use throng::engine::{Engine, EngineConfig};
 use throng::model::{LoadOptions, WeightFormat, loader};
 
@@ -49,6 +52,119 @@ pub struct ModelArgs {
     /// Turn off prefix caching (for comparisons).
     #[arg(long)]
     pub no_prefix_cache: bool,
+}
+
+/// The arguments given on the command line (not defaulted), by clap id (`model`, `device`).
+static GIVEN: OnceLock<BTreeSet<String>> = OnceLock::new();
+
+/// Remembers which arguments of the command line `matches` (and its subcommand) were given.
+pub fn remember_given(matches: &clap::ArgMatches) {
+    let mut given = BTreeSet::new();
+    let mut level = Some(matches);
+    while let Some(m) = level {
+        for id in m.ids() {
+            if m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine) {
+                given.insert(id.as_str().to_string());
+            }
+        }
+        level = m.subcommand().map(|(_, sub)| sub);
+    }
+    let _ = GIVEN.set(given);
+}
+
+/// Whether argument `id` (`model` for `--model`) was given on the command line, rather than
+/// left at its default.
+pub fn given(id: &str) -> bool {
+    GIVEN.get().is_some_and(|g| g.contains(id))
+}
+
+/// Which argument of `args` (the process's, program name first) clap refused as invalid
+/// UTF-8, and why it must be text: the first value that is not UTF-8 and belongs to an
+/// option that does not take a path (paths may be any bytes). `None` if none is found.
+pub fn invalid_utf8(root: &clap::Command, args: impl Iterator<Item = OsString>) -> Option<String> {
+    let args: Vec<OsString> = args.collect();
+    let takes_path = |arg: &clap::Arg| {
+        let id = arg.get_value_parser().type_id();
+        id == clap::builder::ValueParser::path_buf().type_id()
+            || id == clap::builder::ValueParser::os_string().type_id()
+    };
+    let mut command = root;
+    for (i, arg) in args.iter().enumerate().skip(1) {
+        if let Some(text) = arg.to_str() {
+            if let Some(sub) = command.find_subcommand(text) {
+                command = sub;
+            }
+            continue;
+        }
+        let bytes = arg.as_encoded_bytes();
+        let (long, value) = match bytes.iter().position(|&b| b == b'=') {
+            Some(eq) if bytes.starts_with(b"--") => {
+                let Ok(long) = std::str::from_utf8(&bytes[2..eq]) else {
+                    continue;
+                };
+                (long.to_string(), &bytes[eq + 1..])
+            }
+            _ => match i.checked_sub(1).and_then(|p| args[p].to_str()) {
+                Some(flag) if flag.starts_with("--") && !flag.contains('=') => {
+                    (flag[2..].to_string(), bytes)
+                }
+                // A positional argument: throng's are all paths.
+                _ => continue,
+            },
+        };
+        let Some(option) = command
+            .get_arguments()
+            .chain(root.get_arguments())
+            .find(|a| a.get_long() == Some(long.as_str()))
+        else {
+            continue;
+        };
+        if takes_path(option) {
+            continue;
+        }
+        return Some(format!(
+            "the value of --{long} (`{}`) is not valid UTF-8: --{long} takes text; give it in \
+             UTF-8 (only paths, such as a config, a run folder, --out or --resume, may hold \
+             other bytes)",
+            value.escape_ascii()
+        ));
+    }
+    None
+}
+
+/// Refuses a run that cannot fit in this machine's memory, before anything is written (a
+/// failed allocation aborts the process, leaving a folder that says `running`): the
+/// simulation's footprint once per rank of the job on this machine, each with its KV cache
+/// when the model runs on the CPU. Where the kernel does not say how much memory there is
+/// (not Linux), only sizes that overflow are refused.
+pub struct MemoryCheck {
+    pub processes: usize,
+    pub model_on_cpu: bool,
+    pub kv_memory: Option<u64>,
+}
+
+impl MemoryCheck {
+    pub fn check(
+        &self,
+        loaded: &dyn throng::scenarios::Loaded,
+    ) -> Result<(), throng::sim::plan::SizeError> {
+        let mut footprint = loaded.footprint()?;
+        let Some(host) = throng::sim::plan::HostMemory::here() else {
+            return Ok(());
+        };
+        if self.model_on_cpu && throng::scenarios::needs_model(loaded.experiment()) {
+            let kv = self.kv_memory.map_or_else(
+                || throng::engine::default_kv_memory(&candle_core::Device::Cpu) as f64,
+                |b| b as f64,
+            );
+            footprint.add(throng::sim::plan::MemoryPart::new(
+                "the model's KV cache",
+                "--kv-memory",
+                kv,
+            ));
+        }
+        footprint.check(&host, self.processes)
+    }
 }
 
 /// Whether `e` comes from writing to a pipe whose reader has gone (`| head`).
@@ -109,6 +225,25 @@ impl ModelArgs {
             weights: self.weights,
             tokenizer: self.tokenizer.clone(),
         };
+        // The cache is allocated at once, and on the CPU a failed allocation aborts.
+        if let (true, Some(kv), Some(host)) = (
+            opts.device.is_cpu(),
+            self.kv_memory,
+            throng::sim::plan::HostMemory::here(),
+        ) && kv.as_u64() as f64 > host.usable()
+        {
+            bail!(
+                "--kv-memory {kv} is more than the {} this machine has available{}: give less, \
+                 or leave it out (on the CPU the default is a quarter of the available memory, \
+                 at most 16 GiB)",
+                throng::sim::plan::human_bytes(host.usable()),
+                match &host.limit {
+                    Some((limit, source)) if *limit < host.available =>
+                        format!(" to it ({source})"),
+                    _ => String::new(),
+                }
+            );
+        }
         let started = std::time::Instant::now();
         let mut loaded = loader::load(&self.model, &opts)
             .with_context(|| format!("loading model `{}`", self.model))?;

@@ -102,7 +102,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             "with --sample 0 nothing measures the speed: give --sample N or --device-profile NAME"
         );
     }
-    let model_given = std::env::args().any(|a| a == "--model" || a.starts_with("--model="));
+    let model_given = super::given("model");
     let overrides = Overrides {
         agents: args.agents.clone(),
         replicates: args.replicates,
@@ -132,6 +132,18 @@ pub fn run(args: PlanArgs) -> Result<()> {
     {
         check_devices(args.devices, size, agents)?;
     }
+    // The plan builds every cell's first step here, as the run would.
+    let memory = super::MemoryCheck {
+        processes: 1,
+        model_on_cpu: false,
+        kv_memory: None,
+    };
+    memory.check(loaded.as_ref()).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: the plan builds the first step here, as the run would, and {e}",
+            args.config.display()
+        )
+    })?;
     let model = ModelArgs {
         model: exp.config.llm.model.clone(),
         ..args.model.clone()
@@ -187,6 +199,21 @@ pub fn run(args: PlanArgs) -> Result<()> {
         },
         bytes(kv_token.value),
         tag(kv_token),
+    );
+    let footprint = loaded.footprint()?;
+    println!(
+        "simulation {} at its largest population ({} agents in each of {} cell{}), the model aside [computed: {}]",
+        plan::human_bytes(footprint.bytes()),
+        footprint.population,
+        footprint.cells,
+        if footprint.cells == 1 { "" } else { "s" },
+        footprint
+            .parts
+            .iter()
+            .take(2)
+            .map(|p| format!("{} {}", p.what, plan::human_bytes(p.bytes)))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     if exp.config.history > 0 {
         println!(

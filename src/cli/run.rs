@@ -56,17 +56,13 @@ pub struct RunArgs {
     /// Seconds a rank waits for another at the end of a step before stopping the whole job.
     #[arg(long, default_value_t = throng::cluster::DEFAULT_TIMEOUT.as_secs())]
     pub rank_timeout: u64,
+    /// Seconds a first Ctrl-C or SIGTERM waits for the current step to finish; a step still
+    /// running then (or a second signal) stops the run at once, paused at its last checkpoint.
+    #[arg(long, default_value_t = 300)]
+    pub stop_timeout: u64,
     /// Where and how to load the model (for the `llm` policy); --model overrides the config's.
     #[command(flatten)]
     pub model: ModelArgs,
-}
-
-/// Whether the command line gave `--flag` (as `--flag VALUE` or `--flag=VALUE`).
-fn flag_given(flag: &str) -> bool {
-    std::env::args_os().any(|a| {
-        let a = a.to_string_lossy();
-        a == flag || a.starts_with(&format!("{flag}="))
-    })
 }
 
 /// The kind of a device spec: `cpu` or `cuda`. Devices of one kind compute the same bits
@@ -83,7 +79,7 @@ fn device_for(args: &RunArgs, ranks: &Ranks, started_on: Option<&str>) -> String
     if let Some(devices) = args.devices.as_ref().filter(|d| !d.is_empty()) {
         return devices[local % devices.len()].clone();
     }
-    let explicit = flag_given("--device");
+    let explicit = super::given("device");
     let gpu = match started_on {
         Some(device) => device_kind(device) == "cuda",
         None => candle_core::utils::cuda_is_available(),
@@ -130,23 +126,64 @@ impl StartedWith {
 }
 
 /// Ctrl-C, and the SIGTERM a batch system sends before a job's time limit: finish the step,
-/// checkpoint, exit 0. A second one ends the process at once.
-fn stop_on_signal(rank: usize) -> Arc<AtomicBool> {
+/// checkpoint, exit 0. A second signal, or a step still running `timeout` after the first
+/// (a step that cannot finish), stops the run at once: the run in `dir` is marked paused,
+/// its records end at the last checkpoint, and the process exits 130. Ranks other than 0
+/// wait a little longer, so that rank 0 stops (and marks the folder) first.
+fn stop_on_signal(rank: usize, dir: &Path, timeout: Duration) -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
+    let dir = dir.to_path_buf();
     let installed = ctrlc::set_handler(move || {
         if flag.swap(true, Ordering::SeqCst) {
-            eprintln!("\nthrong: rank {rank}: stopped at once; resume from the last checkpoint");
-            std::process::exit(130);
+            stop_at_once(rank, &dir, "a second signal");
         }
         eprintln!(
-            "\nthrong: rank {rank}: stopping after the current step (signal again to stop at once)"
+            "\nthrong: rank {rank}: stopping after the current step; send the signal again, or \
+             wait {} s, to stop at once",
+            timeout.as_secs()
         );
+        let dir = dir.clone();
+        let wait = match rank {
+            0 => timeout,
+            _ => timeout.saturating_add(Duration::from_secs(10)),
+        };
+        std::thread::spawn(move || {
+            std::thread::sleep(wait);
+            let why = format!(
+                "the step did not finish within {} s of the signal",
+                timeout.as_secs()
+            );
+            stop_at_once(rank, &dir, &why);
+        });
     });
     if let Err(e) = installed {
         eprintln!("throng: warning: cannot catch Ctrl-C/SIGTERM ({e}); a signal will kill the run");
     }
     stop
+}
+
+/// Ends the process in the middle of a step, leaving the run in `dir` paused (see
+/// [`stop_on_signal`]).
+fn stop_at_once(rank: usize, dir: &Path, why: &str) -> ! {
+    let resume = format!("throng run --resume {}", dir.display());
+    match record::pause_at_once(dir) {
+        Ok(m) if m.status == Status::Finished => eprintln!(
+            "\nthrong: rank {rank}: stopped at once ({why}); the run had finished, but its report \
+             was not written: throng report {}",
+            dir.display()
+        ),
+        Ok(_) => eprintln!(
+            "\nthrong: rank {rank}: stopped at once ({why}); the step in progress is lost, the \
+             steps before it are kept (the run is paused at its last checkpoint); resume with: \
+             {resume}"
+        ),
+        Err(e) => eprintln!(
+            "\nthrong: rank {rank}: stopped at once ({why}); the run could not be marked paused \
+             ({e}), but its records end at the last checkpoint; resume with: {resume}"
+        ),
+    }
+    std::process::exit(130);
 }
 
 /// `threads`: the global --threads, if given.
@@ -175,7 +212,7 @@ pub fn run(args: RunArgs, threads: Option<usize>) -> Result<()> {
 
 fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
     let root = ranks.is_root();
-    let model_given = std::env::args().any(|a| a == "--model" || a.starts_with("--model="));
+    let model_given = super::given("model");
     let overrides = Overrides {
         policy: args.policy,
         replicates: args.replicates,
@@ -194,20 +231,35 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
     if args.resume.is_some() {
         refuse_resume_flags()?;
     }
+    // A resumed run stays on the kind of device it started on (see `StartedWith`).
+    let started_on = match &args.resume {
+        Some(dir) => StartedWith::read(dir).ok().and_then(|s| s.device),
+        None => None,
+    };
+    let memory = super::MemoryCheck {
+        processes: ranks.topology().local_size,
+        model_on_cpu: device_kind(&device_for(&args, ranks, started_on.as_deref())) == "cpu",
+        kv_memory: args.model.kv_memory.map(|b| b.as_u64()),
+    };
     // Rank 0 alone takes (and locks) the run folder and writes it; the other ranks follow
     // the folder it names (a default one is named by rank 0's clock).
     let opened = match (root, &args.config, &args.resume) {
         (false, ..) => None,
-        (true, _, Some(dir)) => Some(open_resumed(dir, &overrides)?),
-        (true, Some(config), None) => Some(open_new(config, args.out.clone(), &overrides)?),
+        (true, _, Some(dir)) => Some(open_resumed(dir, &overrides, &memory)?),
+        (true, Some(config), None) => {
+            Some(open_new(config, args.out.clone(), &overrides, &memory)?)
+        }
         (true, None, None) => bail!("give an experiment config, or --resume RUN_DIR"),
     };
     let dir = opened
         .as_ref()
         .map_or_else(PathBuf::new, |(_, folder, _)| folder.dir().to_path_buf());
     let dir = if ranks.size() > 1 {
-        let bytes = ranks.broadcast(dir.to_string_lossy().as_bytes().to_vec())?;
-        PathBuf::from(String::from_utf8(bytes).context("the run folder's name from rank 0")?)
+        // As bytes, not text: the folder's name need not be UTF-8.
+        let bytes = ranks.broadcast(dir.as_os_str().as_encoded_bytes().to_vec())?;
+        // SAFETY: the bytes are rank 0's `as_encoded_bytes`, and every rank of a job runs the
+        // same throng build on the same platform.
+        PathBuf::from(unsafe { std::ffi::OsString::from_encoded_bytes_unchecked(bytes) })
     } else {
         dir
     };
@@ -278,14 +330,15 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
     } else {
         None
     };
-    let cells = exp.arms.len() * exp.config.replicates.0;
+    // Sizes that overflow were refused by the footprint's check; saturating all the same.
+    let cells = exp.arms.len().saturating_mul(exp.config.replicates.0);
     let planned: u64 = exp
         .config
         .agents
         .0
         .iter()
-        .map(|&n| (n * cells * exp.config.steps.0) as u64)
-        .sum();
+        .map(|&n| n.saturating_mul(cells).saturating_mul(exp.config.steps.0) as u64)
+        .fold(0, u64::saturating_add);
     let name = exp.config.name.clone();
     let bar = match root {
         true => ProgressBar::new(planned),
@@ -309,7 +362,7 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
             }
         );
     }
-    let stop = stop_on_signal(ranks.rank());
+    let stop = stop_on_signal(ranks.rank(), &dir, Duration::from_secs(args.stop_timeout));
     let options = RunOptions {
         resume,
         stop_after: args.stop_after,
@@ -442,7 +495,7 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
 /// manifest is read (a device of the same kind computes the same bits); `--threads` changes
 /// no bits (see the README, "Seeds") and is allowed.
 fn refuse_resume_flags() -> Result<()> {
-    if flag_given("--weights") {
+    if super::given("weights") {
         bail!(
             "--resume continues a run with the weight format it started with (its manifest's \
              `weight_format`): drop --weights; another format computes other bits, so the \
@@ -457,6 +510,7 @@ fn refuse_resume_flags() -> Result<()> {
 fn open_resumed(
     dir: &Path,
     overrides: &Overrides,
+    memory: &super::MemoryCheck,
 ) -> Result<(Box<dyn scenarios::Loaded>, RunFolder, Manifest)> {
     if !overrides.is_empty() {
         bail!(
@@ -479,6 +533,9 @@ fn open_resumed(
     }
     check_inputs(dir, &manifest)?;
     let mut loaded = scenarios::load(&config, overrides)?;
+    memory
+        .check(loaded.as_ref())
+        .map_err(|e| anyhow::anyhow!("cannot resume {}: {e}", dir.display()))?;
     let point = loaded.resume_from(dir)?;
     if let Some(warning) = &point.warning {
         eprintln!("throng: warning: {warning}");
@@ -529,9 +586,23 @@ fn open_new(
     config: &Path,
     out: Option<PathBuf>,
     overrides: &Overrides,
+    memory: &super::MemoryCheck,
 ) -> Result<(Box<dyn scenarios::Loaded>, RunFolder, Manifest)> {
     let loaded = scenarios::load(config, overrides)?;
     let exp = loaded.experiment();
+    let templates = std::path::absolute(scenarios::templates_dir(exp))?;
+    if templates.to_str().is_none() {
+        bail!(
+            "the templates folder {} has a path that is not valid UTF-8, which the run's \
+             config.toml cannot record for --resume: move the templates (or the config) to a \
+             folder whose path is text, or point `templates` in {} at one",
+            templates.display(),
+            config.display()
+        );
+    }
+    memory
+        .check(loaded.as_ref())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
     let dir = out.unwrap_or_else(|| throng::sim::runner::default_run_dir(&exp.config.name));
     let manifest = Manifest {
         name: exp.config.name.clone(),

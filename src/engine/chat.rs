@@ -36,10 +36,18 @@ impl Message {
     }
 }
 
+/// The work one render of a template may do, in minijinja's fuel (about one instruction, or
+/// 64 bytes of data, each): a hundred times what the largest prompts throng renders take, so
+/// that only a runaway template (a loop of `range(99999)` inside another) reaches it, and
+/// fails in well under a second instead of running for hours.
+pub const TEMPLATE_FUEL: u64 = 10_000_000;
+
 /// A minijinja environment that treats whitespace as Hugging Face's templates expect
-/// (transformers' `_compile_jinja_template`: `trim_blocks`, `lstrip_blocks`).
+/// (transformers' `_compile_jinja_template`: `trim_blocks`, `lstrip_blocks`), and stops a
+/// render that does more than [`TEMPLATE_FUEL`] of work.
 pub fn jinja_environment() -> Environment<'static> {
     let mut env = Environment::new();
+    env.set_fuel(Some(TEMPLATE_FUEL));
     env.set_syntax(
         minijinja::syntax::SyntaxConfig::builder()
             .trim_blocks(true)
@@ -52,6 +60,9 @@ pub fn jinja_environment() -> Environment<'static> {
 
 /// A template error with its causes, on one line.
 pub fn describe(e: &minijinja::Error) -> String {
+    if e.kind() == ErrorKind::OutOfFuel {
+        return too_much_work(e);
+    }
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
@@ -59,6 +70,20 @@ pub fn describe(e: &minijinja::Error) -> String {
         source = s.source();
     }
     text
+}
+
+/// A render stopped by [`TEMPLATE_FUEL`], with where it stopped.
+fn too_much_work(e: &minijinja::Error) -> String {
+    let at = match (e.name(), e.line()) {
+        (Some(name), Some(line)) => format!("{name}, line {line}: "),
+        (None, Some(line)) => format!("line {line}: "),
+        _ => String::new(),
+    };
+    format!(
+        "{at}the template did too much work: rendering stopped after {TEMPLATE_FUEL} steps (a \
+         loop that runs too long, such as one `range(99999)` inside another?); a prompt needs \
+         far fewer, so shorten the loop"
+    )
 }
 
 #[derive(Debug, thiserror::Error)]

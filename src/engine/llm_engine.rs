@@ -785,7 +785,11 @@ impl Postprocess<'_> {
         }
         if seq.num_generated() >= seq.max_tokens || seq.tokens.len() >= self.max_context {
             // Forced tokens may overshoot the limit; the reply is cut at it.
-            let keep = (seq.prompt_len + seq.max_tokens).min(self.max_context);
+            // Saturating: `--max-tokens` may be as large as a usize holds.
+            let keep = seq
+                .prompt_len
+                .saturating_add(seq.max_tokens)
+                .min(self.max_context);
             seq.tokens.truncate(keep);
             return Some(Ending::Finished(FinishReason::Length));
         }

@@ -8,6 +8,7 @@ pub mod guess;
 use crate::record::{self, Manifest};
 use crate::sim::config::{ConfigError, PolicyKind};
 use crate::sim::experiment::{Experiment, Overrides};
+use crate::sim::plan::{Footprint, SizeError};
 use crate::sim::policy::{Llm, template_name};
 use crate::sim::prompt::PromptBook;
 use crate::sim::runner::{
@@ -80,6 +81,9 @@ pub trait Loaded {
         options: &RunOptions,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Ended, RunError>;
+    /// What the run holds in memory at its largest population size, the model aside; an
+    /// error when its sizes overflow what throng counts in.
+    fn footprint(&self) -> Result<Footprint, SizeError>;
     /// The first step of population size `population` as the model sees it, with `sample`
     /// of its agents decided on this device (`throng plan`).
     fn first_step(
@@ -178,6 +182,10 @@ impl<S: Scenario> Loaded for Typed<S> {
             options,
             progress,
         )
+    }
+
+    fn footprint(&self) -> Result<Footprint, SizeError> {
+        crate::sim::plan::footprint(&self.exp, &self.arms)
     }
 
     fn first_step(

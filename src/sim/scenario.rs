@@ -132,4 +132,10 @@ pub trait Scenario: Sized + Send + Sync {
     }
     /// What does not change during a run (e.g. the network), written once per cell.
     fn describe(&self, world: &Self::World) -> serde_json::Value;
+    /// What one cell of `agents` agents holds in memory at most over `steps` steps, beyond
+    /// what the runner holds for every agent (its turn, decision and attributes): its world,
+    /// and the rows one step's records build for it, by part. An estimate (see
+    /// [`crate::sim::plan::Footprint`]), which `throng run` checks against the machine's
+    /// memory before it writes anything.
+    fn memory(&self, agents: f64, steps: f64) -> Vec<crate::sim::plan::MemoryPart>;
 }

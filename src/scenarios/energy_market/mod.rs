@@ -9,6 +9,7 @@ pub mod scripted;
 pub mod world;
 
 use crate::sim::config::ScenarioProblem;
+use crate::sim::plan::MemoryPart;
 use crate::sim::population::{Column, Population, PopulationSpec};
 use crate::sim::scenario::{CellInfo, Parsed, Scenario, Turn};
 use arrow_array::RecordBatch;
@@ -547,4 +548,35 @@ impl Scenario for EnergyMarket {
             })).collect::<Vec<_>>()
         })
     }
+
+    fn memory(&self, agents: f64, _steps: f64) -> Vec<MemoryPart> {
+        let draws = self.cfg.max_connections as f64;
+        // A company's links are distinct others; it draws up to max_connections of them.
+        let links = draws.min((agents - 1.0).max(0.0));
+        vec![
+            MemoryPart::new(
+                "the companies, and a step's state and trade rows",
+                "agents or replicates",
+                agents * COMPANY_BYTES,
+            ),
+            MemoryPart::new(
+                "the companies' links, and the trades along them",
+                "max_connections, agents or replicates",
+                agents * links * LINK_BYTES,
+            ),
+            // The draws of one company before duplicates go (a vector grown by doubling).
+            MemoryPart::once(
+                "drawing a company's links",
+                "max_connections",
+                draws * 2.0 * std::mem::size_of::<u32>() as f64,
+            ),
+        ]
+    }
 }
+
+/// A company of a cell: itself, the share of the network (`cells.jsonl`), and its rows in a
+/// step's state and checkpoint as they are built (measured at about 2.2 kB beside its links).
+const COMPANY_BYTES: f64 = 2304.0;
+/// A link of a company: itself, its utility's purchases and its producer's sales along it,
+/// their trade rows and its place in `cells.jsonl` (measured at about 150 bytes).
+const LINK_BYTES: f64 = 160.0;

@@ -120,6 +120,8 @@ impl Market {
                 .collect();
             links.sort_unstable();
             links.dedup();
+            // The draws may have been many more than the distinct links they left.
+            links.shrink_to_fit();
             company.links = links;
         }
         Self {

@@ -22,6 +22,11 @@ pub const MAX_RATIO: i64 = 10;
 pub const MAX_OFFSET: i64 = 100;
 pub const MAX_DENOMINATOR: i64 = 1_000_000;
 
+/// The most characters of reasoning a config may ask for: far more than any model's reply
+/// holds (a million characters are some 250,000 tokens), and within what the decoder's
+/// schema can bound (above 2^32 it cannot, and every decision would fall back).
+pub const MAX_REASONING_CHARS: usize = 1_000_000;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GuessConfig {
@@ -95,6 +100,16 @@ impl GuessConfig {
                     ),
                 ));
             }
+        }
+        if cfg.reasoning_chars > MAX_REASONING_CHARS {
+            return Err(ScenarioProblem::new(
+                "reasoning_chars",
+                format!(
+                    "{} characters is more than a reply can hold (the schema's bound would refuse \
+                     every decision): give at most {MAX_REASONING_CHARS}",
+                    cfg.reasoning_chars
+                ),
+            ));
         }
         if cfg.prompt == PromptStyle::Cot && cfg.reasoning_chars < 20 {
             return Err(ScenarioProblem::new(

@@ -11,6 +11,7 @@ mod scripted;
 pub mod world;
 
 use crate::sim::config::ScenarioProblem;
+use crate::sim::plan::MemoryPart;
 use crate::sim::population::{Population, PopulationSpec};
 use crate::sim::scenario::{CellInfo, Parsed, Scenario, Turn};
 use arrow_array::{
@@ -401,4 +402,25 @@ impl Scenario for GuessGame {
             "hint": self.cfg.hint,
         })
     }
+
+    fn memory(&self, agents: f64, steps: f64) -> Vec<MemoryPart> {
+        vec![
+            // A guess per agent and round, kept for the prompts' memory, and its copy in the
+            // checkpoint as it is written.
+            MemoryPart::new(
+                "every round's guesses",
+                "steps, agents or replicates",
+                agents * steps * (std::mem::size_of::<Guess>() as f64 + 4.0),
+            ),
+            MemoryPart::new(
+                "a step's state rows",
+                "agents or replicates",
+                agents * STATE_ROW_BYTES,
+            ),
+        ]
+    }
 }
+
+/// A step's state row of one agent, as built and as the Parquet writer buffers it (measured
+/// at about 100 bytes on a million agents).
+const STATE_ROW_BYTES: f64 = 128.0;

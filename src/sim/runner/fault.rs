@@ -2,7 +2,9 @@
 //! `THRONG_CRASH_AT=STEP:POINT` the process aborts (as a `kill -9` would stop it, without
 //! unwinding or flushing) when it reaches `POINT` of step `STEP` (1-based, counted over every
 //! population size). The points lie between the writes of a step, where a crash is hardest
-//! to recover from; [`POINTS`] names them in order.
+//! to recover from; [`POINTS`] names them in order. `THRONG_CRASH_AT=STEP:hang` instead makes
+//! step `STEP` never finish (before anything of it is written), as a runaway template or a
+//! stuck device would, for testing how a run that cannot finish its step is stopped.
 
 use std::sync::OnceLock;
 
@@ -18,6 +20,10 @@ pub const POINTS: &[&str] = &[
     "checkpoint",
 ];
 
+/// The point at which a step hangs instead of crashing: not in [`POINTS`], since a run that
+/// reaches it never ends by itself.
+pub const HANG: &str = "hang";
+
 fn target() -> Option<&'static (usize, String)> {
     static TARGET: OnceLock<Option<(usize, String)>> = OnceLock::new();
     TARGET
@@ -29,12 +35,19 @@ fn target() -> Option<&'static (usize, String)> {
         .as_ref()
 }
 
-/// Aborts the process if the run was asked to crash at `point` of `step`.
+/// Aborts the process if the run was asked to crash at `point` of `step`; never returns if it
+/// was asked to hang there ([`HANG`]).
 pub fn point(step: usize, point: &str) {
     if let Some((s, p)) = target()
         && *s == step
         && p == point
     {
+        if point == HANG {
+            eprintln!("throng: THRONG_CRASH_AT={s}:{p}: this step never finishes");
+            loop {
+                std::thread::park();
+            }
+        }
         eprintln!("throng: THRONG_CRASH_AT={s}:{p}: aborting here, as a kill would");
         std::process::abort();
     }

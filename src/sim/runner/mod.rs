@@ -236,10 +236,11 @@ pub fn run<S: Scenario>(
                 return Ok(Ended::Paused);
             }
             budget -= 1;
+            fault::point(group * cfg.steps.0 + step + 1, fault::HANG);
             let started = Instant::now();
             let mut decided = |n| progress(Progress::Decided(n));
             let (decisions, resolve_time, exchange) = if ranks.size() == 1 {
-                let turns = step::turns(exp, arms, &cells, step);
+                let turns = step::turns(exp, arms, &cells, step)?;
                 let decisions =
                     step::decide(exp, arms, &cells, step, turns, policies, &mut decided)?;
                 let resolve = step::resolve(exp, arms, &mut cells, step, &decisions, |_| true);

@@ -143,7 +143,7 @@ pub fn step<S: Scenario>(
     stop: bool,
     done: &mut dyn FnMut(usize),
 ) -> Result<Stepped<S::Decision>, RunError> {
-    let all = step::turns(exp, arms, cells, step);
+    let all = step::turns(exp, arms, cells, step)?;
     let local = step::decide(exp, arms, cells, step, share.mine(&all), policies, done);
     let mut resolve = Duration::ZERO;
     if let (Ok(local), Split::Cells) = (&local, share.split) {

@@ -53,7 +53,7 @@ pub fn first_step<S: Scenario>(
 ) -> Result<FirstStep, RunError> {
     // Personas written by the model are left out: the plan does not write them.
     let cells = Cells::setup(exp, arms, size, Cells::<S>::draw_agents(exp, size));
-    let turns = step::turns(exp, arms, &cells, 0);
+    let turns = step::turns(exp, arms, &cells, 0)?;
     let views = cells.views(exp, arms, 0);
     let spaced = |n: usize| -> Vec<_> {
         let n = n.min(turns.len());

@@ -42,15 +42,31 @@ pub struct Decisions<D> {
 }
 
 /// The agents of every cell that take a turn at `step`, cell by cell, in agent order: the
-/// order decisions are recorded in, whoever decides them.
+/// order decisions are recorded in, whoever decides them. The step's largest allocation, so
+/// it is made fallibly: a machine that cannot hold it fails the run with an error (the
+/// folder then says `failed`, and `--resume` continues it) instead of aborting.
 pub fn turns<S: Scenario>(
     exp: &Experiment,
     arms: &[S],
     cells: &Cells<S>,
     step: usize,
-) -> Vec<AgentTurn> {
+) -> Result<Vec<AgentTurn>, RunError> {
     let seed = exp.config.seed;
+    let agents = cells
+        .worlds
+        .iter()
+        .enumerate()
+        .map(|(c, world)| arms[cells.arm_of[c]].num_agents(world))
+        .fold(0usize, usize::saturating_add);
     let mut turns = Vec::new();
+    turns.try_reserve_exact(agents).map_err(|_| {
+        RunError::Setup(format!(
+            "out of memory: step {} cannot hold the turns of its {agents} agents ({}); run \
+             fewer agents, replicates or arms",
+            step + 1,
+            crate::sim::plan::human_bytes(agents as f64 * std::mem::size_of::<AgentTurn>() as f64)
+        ))
+    })?;
     for (c, (info, world)) in cells.infos.iter().zip(&cells.worlds).enumerate() {
         let scenario = &arms[cells.arm_of[c]];
         for agent in 0..scenario.num_agents(world) {
@@ -73,7 +89,7 @@ pub fn turns<S: Scenario>(
             }
         }
     }
-    turns
+    Ok(turns)
 }
 
 /// The policy of each of `turns` (an index into the plan's kinds), when the run mixes them.
