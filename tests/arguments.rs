@@ -5,21 +5,11 @@
 
 mod common;
 
+use common::cli::{Ran, output, repo, throng};
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use throng::testing::TinyLlama;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn throng() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
-    cmd.current_dir(repo()).env_remove("THRONG_CRASH_AT");
-    cmd
-}
 
 /// `text` with a byte that is never valid UTF-8 in the middle of it.
 fn not_utf8(text: &str) -> OsString {
@@ -31,21 +21,6 @@ fn not_utf8(text: &str) -> OsString {
 /// How an error shows the value `not_utf8(text)`.
 fn shown(text: &str) -> String {
     format!("(`{}`)", not_utf8(text).as_bytes().escape_ascii())
-}
-
-/// Exit code and stdout + stderr; a panic fails the test whatever the exit code.
-fn output(cmd: &mut Command) -> (Option<i32>, String) {
-    let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        !text.contains("panicked"),
-        "throng panicked instead of reporting an error:\n{text}"
-    );
-    (out.status.code(), text)
 }
 
 /// A scripted guessing game whose templates are the repository's (an absolute path, so that
@@ -131,7 +106,7 @@ fn a_value_that_must_be_text_is_refused_by_name_in_every_subcommand() {
     for (args, flag) in cases {
         let mut cmd = throng();
         cmd.args(&args).arg(not_utf8("cuda:0"));
-        let (code, text) = output(&mut cmd);
+        let Ran { code, text, .. } = output(&mut cmd);
         let context = format!("{args:?}: {text}");
         assert_eq!(code, Some(2), "{context}");
         assert!(
@@ -163,7 +138,7 @@ fn a_value_that_must_be_text_is_refused_by_name_in_every_subcommand() {
             not_utf8("cpu"),
         ],
     ] {
-        let (code, text) = output(throng().args(&args));
+        let Ran { code, text, .. } = output(throng().args(&args));
         assert_eq!(code, Some(2), "{args:?}: {text}");
         assert!(
             text.contains(&format!("--model {}", shown("smollm")))
@@ -185,7 +160,7 @@ fn paths_that_are_not_utf8_work_in_every_subcommand() {
     let config = tmp.path().join(not_utf8("guess.toml"));
     guess_config(&config, "scripted");
     let out = tmp.path().join(not_utf8("run folder"));
-    let (code, text) = output(
+    let Ran { code, text, .. } = output(
         throng()
             .arg("run")
             .arg(&config)
@@ -194,13 +169,14 @@ fn paths_that_are_not_utf8_work_in_every_subcommand() {
     );
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("resume with"), "{text}");
-    let (code, text) = output(throng().args(["run", "--no-report", "--resume"]).arg(&out));
+    let Ran { code, text, .. } =
+        output(throng().args(["run", "--no-report", "--resume"]).arg(&out));
     assert_eq!(code, Some(0), "{text}");
     let manifest: throng::record::Manifest =
         throng::record::read_json(&out.join("manifest.json")).unwrap();
     assert_eq!(manifest.status, throng::record::Status::Finished);
     assert_eq!(manifest.steps_done, 3);
-    let (code, text) = output(throng().arg("report").arg(&out));
+    let Ran { code, text, .. } = output(throng().arg("report").arg(&out));
     assert_eq!(code, Some(0), "{text}");
     assert!(out.join("report.html").is_file(), "{text}");
 
@@ -208,7 +184,7 @@ fn paths_that_are_not_utf8_work_in_every_subcommand() {
     let model = common::tiny_model(&TinyLlama::default());
     let llm_config = tmp.path().join(not_utf8("llm.toml"));
     guess_config(&llm_config, "llm");
-    let (code, text) = output(
+    let Ran { code, text, .. } = output(
         throng()
             .arg("plan")
             .arg(&llm_config)
@@ -227,7 +203,7 @@ fn paths_that_are_not_utf8_work_in_every_subcommand() {
     .unwrap();
     let tokenizer = tmp.path().join(not_utf8("tokenizer.json"));
     std::fs::copy(model.path().join("tokenizer.json"), &tokenizer).unwrap();
-    let (code, text) = output(
+    let Ran { code, text, .. } = output(
         throng()
             .args(["generate", "--model"])
             .arg(model.path())
@@ -244,7 +220,7 @@ fn paths_that_are_not_utf8_work_in_every_subcommand() {
         r#"{"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}"#,
     )
     .unwrap();
-    let (code, text) = output(
+    let Ran { code, text, .. } = output(
         throng()
             .args([
                 "generate",
@@ -261,7 +237,7 @@ fn paths_that_are_not_utf8_work_in_every_subcommand() {
     assert_eq!(code, Some(0), "{text}");
     // A missing file with such a name is named, as any missing file.
     let missing = tmp.path().join(not_utf8("missing.jsonl"));
-    let (code, text) = output(
+    let Ran { code, text, .. } = output(
         throng()
             .args(["generate", "--model"])
             .arg(model.path())
@@ -276,7 +252,7 @@ fn paths_that_are_not_utf8_work_in_every_subcommand() {
 
     // bench: its JSON written to such a path.
     let json = tmp.path().join(not_utf8("bench.json"));
-    let (code, text) = output(
+    let Ran { code, text, .. } = output(
         throng()
             .args([
                 "bench", "--agents", "4", "--steps", "1", "--reply", "2", "--json",
@@ -311,7 +287,7 @@ fn a_templates_folder_whose_path_is_not_utf8_is_refused_before_the_folder_is_wri
     )
     .unwrap();
     let out = tmp.path().join("out");
-    let (code, text) = output(throng().arg("run").arg(&config).arg("--out").arg(&out));
+    let Ran { code, text, .. } = output(throng().arg("run").arg(&config).arg("--out").arg(&out));
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("templates folder") && text.contains("not valid UTF-8"),
@@ -346,7 +322,7 @@ fn an_explicit_model_is_still_told_from_the_default() {
         if let Some(model) = model {
             cmd.arg("--model").arg(model);
         }
-        let (code, text) = output(&mut cmd);
+        let Ran { code, text, .. } = output(&mut cmd);
         assert_eq!(code, Some(0), "{text}");
         let used = model.unwrap_or(own.path());
         let resolved = std::fs::read_to_string(out.join("config.toml")).unwrap();

@@ -1,16 +1,13 @@
 //! `throng generate` as a batch tool, and the command line's manners with pipes and full
 //! disks, through the built binary on a tiny random model.
 
+mod common;
+
+use common::cli::throng;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use throng::testing::TinyLlama;
-
-fn throng() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
-    cmd
-}
 
 fn tiny() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

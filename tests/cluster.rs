@@ -10,19 +10,12 @@
 
 mod common;
 
+use common::cli::{
+    Ran, SCRIPTED_RECORDS, Watched, assert_same_records, decisions_without_timings, repo, throng,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn throng() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
-    cmd.current_dir(repo());
-    cmd
-}
 
 /// `mpirun`, or `None` (after a loud skip message) where Open MPI is not installed.
 fn mpirun() -> Option<PathBuf> {
@@ -81,30 +74,6 @@ fn ok(mut cmd: Command) -> Output {
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     out
-}
-
-/// Files whose bytes must not depend on how many processes ran the run.
-const RECORDS: [&str; 5] = [
-    "state.csv",
-    "state.parquet",
-    "decisions.jsonl",
-    "cells.jsonl",
-    "aggregates.csv",
-];
-
-fn same_records(a: &Path, b: &Path, what: &str) {
-    for name in RECORDS {
-        let (x, y) = (std::fs::read(a.join(name)), std::fs::read(b.join(name)));
-        match (x, y) {
-            (Ok(x), Ok(y)) => assert!(x == y, "{name} differs: {what}"),
-            (Err(_), Err(_)) => {}
-            (x, y) => panic!(
-                "{name}: present in one run only ({what}): {} {}",
-                x.is_ok(),
-                y.is_ok()
-            ),
-        }
-    }
 }
 
 /// Small scripted runs of the shipped configs: the energy market (3 cells) and the guessing
@@ -191,9 +160,10 @@ fn scripted_records_are_identical_under_one_two_and_three_ranks() {
             let mut all = base.clone();
             all.extend(["--split", split, "--out", dir.to_str().unwrap()]);
             let out = ok(mpi(&mpirun, n, &all));
-            same_records(
+            assert_same_records(
                 &alone,
                 &dir,
+                &SCRIPTED_RECORDS,
                 &format!("{config} on {n} ranks split by {split}"),
             );
             let steps = throng::record::read_steps(&dir).unwrap();
@@ -320,7 +290,12 @@ fn a_killed_rank_stops_the_job_by_name_and_it_resumes_on_other_ranks() {
         3,
         &["run", "--resume", dir.to_str().unwrap(), "--no-report"],
     ));
-    same_records(&whole, &dir, "killed on 2 ranks, resumed on 3");
+    assert_same_records(
+        &whole,
+        &dir,
+        &SCRIPTED_RECORDS,
+        "killed on 2 ranks, resumed on 3",
+    );
 }
 
 #[cfg(feature = "mpi")]
@@ -388,9 +363,10 @@ fn sigterm_to_one_rank_pauses_the_job_resumably() {
     let mut cmd = throng();
     cmd.args(["run", "--resume", dir.to_str().unwrap(), "--no-report"]);
     ok(cmd);
-    same_records(
+    assert_same_records(
         &whole,
         &dir,
+        &SCRIPTED_RECORDS,
         "stopped on 2 ranks by SIGTERM, resumed by one process",
     );
 }
@@ -411,24 +387,23 @@ fn a_step_that_cannot_finish_on_any_rank_is_stopped_at_the_deadline() {
         args.extend(LONG);
         args.push(dir.to_str().unwrap());
         args.extend(["--stop-timeout", "2"]);
-        let mut child = mpi(&mpirun, 2, &args)
-            .env("THRONG_CRASH_AT", "3:hang")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for_steps(&dir, 2, &mut child);
+        // Every rank says when it reaches the hang (two steps in steps.csv are not enough: a
+        // signal that lands before step 3 begins pauses the run the ordinary way).
+        let mut stuck = Watched::spawn(mpi(&mpirun, 2, &args).env("THRONG_CRASH_AT", "3:hang"));
+        stuck.wait_for("this step never finishes", 2, Duration::from_secs(120));
         for &rank in &signalled {
-            signal(rank_pid(child.id(), rank), "TERM");
+            signal(rank_pid(stuck.child.id(), rank), "TERM");
         }
-        let (out, took) = wait_at_most(child, Duration::from_secs(90));
-        let shown = format!(
-            "signalled ranks {signalled:?}, ended after {took:?}:\n{}",
-            text(&out)
-        );
-        assert!(!out.status.success(), "{shown}");
+        let Ran {
+            ok: succeeded,
+            text,
+            took,
+            ..
+        } = stuck.wait_at_most(Duration::from_secs(90));
+        let shown = format!("signalled ranks {signalled:?}, ended after {took:?}:\n{text}");
+        assert!(!succeeded, "{shown}");
         assert!(
-            text(&out).contains("stopped at once (the step did not finish within 2 s"),
+            text.contains("stopped at once (the step did not finish within 2 s"),
             "{shown}"
         );
         let manifest: throng::record::Manifest =
@@ -437,24 +412,8 @@ fn a_step_that_cannot_finish_on_any_rank_is_stopped_at_the_deadline() {
         let mut cmd = throng();
         cmd.args(["run", "--resume", dir.to_str().unwrap(), "--no-report"]);
         ok(cmd);
-        same_records(&whole, &dir, &shown);
+        assert_same_records(&whole, &dir, &SCRIPTED_RECORDS, &shown);
     }
-}
-
-/// `decisions.jsonl` without what measures the process rather than the run (latency, and
-/// prompt tokens found in this process's prefix cache).
-fn decisions_without_timings(dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join("decisions.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            let o = v.as_object_mut().unwrap();
-            o.remove("latency_ms");
-            o.remove("cached_tokens");
-            v
-        })
-        .collect()
 }
 
 #[cfg(feature = "mpi")]

@@ -2,17 +2,17 @@
 //! leaves a resumable folder and exits 0, and a damaged newest checkpoint makes `--resume`
 //! fall back to the previous one with a warning. Ranks' faults are in `cluster.rs`.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::cli::{self, Ran, Watched};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
+/// `cli::throng()` with `args`.
 fn throng(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
-    cmd.current_dir(repo()).args(args);
+    let mut cmd = cli::throng();
+    cmd.args(args);
     cmd
 }
 
@@ -113,58 +113,39 @@ fn sigterm_leaves_a_resumable_folder_and_exits_0() {
     same_records(&whole, &stopped);
 }
 
+/// The message a run prints when it reaches `THRONG_CRASH_AT=STEP:hang`.
+const HUNG: &str = "this step never finishes";
+
 /// Starts the LONG run into `dir` with step 3 never finishing, and waits until it is stuck
-/// there: 2 steps recorded.
-fn start_stuck(dir: &Path, extra: &[&str]) -> std::process::Child {
+/// there: it says so when it reaches the hang, after step 2's records and checkpoint. (Two
+/// steps in steps.csv are not enough: a signal that lands before step 3 begins pauses the
+/// run the ordinary way.)
+fn start_stuck(dir: &Path, extra: &[&str]) -> Watched {
     let mut args = vec!["run"];
     args.extend(LONG);
-    let mut child = throng(&args)
-        .arg(dir)
-        .args(extra)
-        .env("THRONG_CRASH_AT", "3:hang")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while steps_done(dir) < 2 {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "it ended before 2 steps"
-        );
-        assert!(Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
+    let mut stuck = Watched::spawn(
+        throng(&args)
+            .arg(dir)
+            .args(extra)
+            .env("THRONG_CRASH_AT", "3:hang"),
+    );
+    stuck.wait_for(HUNG, 1, Duration::from_secs(120));
+    assert_eq!(steps_done(dir), 2, "{}", stuck.printed());
+    stuck
 }
 
-fn sigterm(child: &std::process::Child) {
+fn sigterm(stuck: &Watched) {
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &stuck.child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
 }
 
-/// Waits for `child` for at most `limit`; kills it and fails if it is still running then.
-fn wait_at_most(mut child: std::process::Child, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!("still running after {limit:?}:\n{}", text(&out));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
-}
-
 /// A run stopped at once: exit 130, the folder paused at its last checkpoint, and `--resume`
 /// finishes it with the records of an uninterrupted run.
-fn assert_stopped_at_once_and_resumable(out: &Output, stopped: &Path, why: &str) {
-    let shown = text(out);
-    assert_eq!(out.status.code(), Some(130), "{shown}");
+fn assert_stopped_at_once_and_resumable(code: Option<i32>, shown: &str, stopped: &Path, why: &str) {
+    assert_eq!(code, Some(130), "{shown}");
     assert!(
         shown.contains(&format!("stopped at once ({why})"))
             && shown.contains("resume with: throng run --resume"),
@@ -200,22 +181,23 @@ fn assert_stopped_at_once_and_resumable(out: &Output, stopped: &Path, why: &str)
 fn a_step_that_cannot_finish_is_stopped_at_the_stated_deadline() {
     let tmp = tempfile::tempdir().unwrap();
     let stopped = tmp.path().join("stopped");
-    let child = start_stuck(&stopped, &["--stop-timeout", "2"]);
+    let stuck = start_stuck(&stopped, &["--stop-timeout", "2"]);
     let signalled = Instant::now();
-    sigterm(&child);
-    let out = wait_at_most(child, Duration::from_secs(60));
+    sigterm(&stuck);
+    let Ran {
+        code, text: shown, ..
+    } = stuck.wait_at_most(Duration::from_secs(60));
     assert!(
         signalled.elapsed() >= Duration::from_secs(2),
-        "it stopped before its deadline:\n{}",
-        text(&out)
+        "it stopped before its deadline:\n{shown}"
     );
     assert!(
-        text(&out).contains("send the signal again, or wait 2 s, to stop at once"),
-        "{}",
-        text(&out)
+        shown.contains("send the signal again, or wait 2 s, to stop at once"),
+        "{shown}"
     );
     assert_stopped_at_once_and_resumable(
-        &out,
+        code,
+        &shown,
         &stopped,
         "the step did not finish within 2 s of the signal",
     );
@@ -228,15 +210,16 @@ fn a_step_that_cannot_finish_is_stopped_at_the_stated_deadline() {
 fn a_second_signal_stops_a_step_that_cannot_finish_at_once() {
     let tmp = tempfile::tempdir().unwrap();
     let stopped = tmp.path().join("stopped");
-    let child = start_stuck(&stopped, &[]);
-    sigterm(&child);
+    let stuck = start_stuck(&stopped, &[]);
+    sigterm(&stuck);
     std::thread::sleep(Duration::from_millis(500));
-    sigterm(&child);
-    let out = wait_at_most(child, Duration::from_secs(30));
+    sigterm(&stuck);
+    let Ran {
+        code, text: shown, ..
+    } = stuck.wait_at_most(Duration::from_secs(30));
     assert!(
-        text(&out).contains("send the signal again, or wait 300 s, to stop at once"),
-        "{}",
-        text(&out)
+        shown.contains("send the signal again, or wait 300 s, to stop at once"),
+        "{shown}"
     );
-    assert_stopped_at_once_and_resumable(&out, &stopped, "a second signal");
+    assert_stopped_at_once_and_resumable(code, &shown, &stopped, "a second signal");
 }

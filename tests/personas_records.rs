@@ -6,28 +6,9 @@
 
 mod common;
 
+use common::cli::{self, DECISIONS, Ran, output, repo, throng_with_cache};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use throng::testing::TinyLlama;
-
-fn throng(cache: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("THRONG_CACHE", cache)
-        .env_remove("THRONG_CRASH_AT");
-    cmd
-}
-
-fn output(cmd: &mut Command) -> (bool, String) {
-    let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!text.contains("panicked"), "throng panicked:\n{text}");
-    (out.status.success(), text)
-}
 
 struct Fixture {
     tmp: tempfile::TempDir,
@@ -43,7 +24,7 @@ fn fixture() -> Fixture {
         ..TinyLlama::default()
     });
     let tmp = tempfile::tempdir().unwrap();
-    let templates = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("templates/guess");
+    let templates = repo().join("templates/guess");
     let config = tmp.path().join("exp.toml");
     std::fs::write(
         &config,
@@ -76,8 +57,8 @@ max_tokens = 10
 }
 
 impl Fixture {
-    fn run(&self, cache: &Path, out: &Path, crash: Option<&str>) -> (bool, String) {
-        let mut cmd = throng(cache);
+    fn run(&self, cache: &Path, out: &Path, crash: Option<&str>) -> Ran {
+        let mut cmd = throng_with_cache(cache);
         cmd.arg("run")
             .arg(&self.config)
             .args(["--no-report", "--model"])
@@ -90,9 +71,9 @@ impl Fixture {
         output(&mut cmd)
     }
 
-    fn resume(&self, cache: &Path, out: &Path, crash: Option<&str>) -> (bool, String) {
+    fn resume(&self, cache: &Path, out: &Path, crash: Option<&str>) -> Ran {
         // The model is the run's own (its config.toml names it).
-        let mut cmd = throng(cache);
+        let mut cmd = throng_with_cache(cache);
         cmd.args(["run", "--no-report", "--resume"]).arg(out);
         if let Some(at) = crash {
             cmd.env("THRONG_CRASH_AT", at);
@@ -151,37 +132,16 @@ const RECORDS: &[&str] = &[
     "cells.jsonl",
 ];
 
-fn decisions_without_timings(dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join("decisions.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            let o = v.as_object_mut().unwrap();
-            o.remove("latency_ms");
-            o.remove("cached_tokens");
-            v
-        })
-        .collect()
-}
-
+/// `cli::assert_same_records` over `RECORDS`, which the uninterrupted run `whole` must have
+/// written, each of them and `decisions.jsonl`.
 fn assert_same_records(whole: &Path, other: &Path, what: &str) {
-    for name in RECORDS {
-        let (a, b) = (whole.join(name), other.join(name));
+    for name in RECORDS.iter().chain([&DECISIONS]) {
         assert!(
-            a.is_file(),
+            whole.join(name).is_file(),
             "{what}: {name} missing from the uninterrupted run"
         );
-        assert!(
-            std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(),
-            "{what}: {name} differs from the uninterrupted run's"
-        );
     }
-    assert_eq!(
-        decisions_without_timings(whole),
-        decisions_without_timings(other),
-        "{what}: decisions.jsonl differs"
-    );
+    cli::assert_same_records(whole, other, RECORDS, what);
 }
 
 // Guards against issue 17, item 21: LLM-written personas existed only in
@@ -191,7 +151,7 @@ fn every_agents_persona_is_in_the_run_folder_and_survives_kills_and_resumes() {
     let f = fixture();
     let cache = f.tmp.path().join("cache-whole");
     let whole = f.tmp.path().join("whole");
-    let (ok, text) = f.run(&cache, &whole, None);
+    let Ran { ok, text, .. } = f.run(&cache, &whole, None);
     assert!(ok, "{text}");
     assert!(
         !whole.join("personas.parts").exists(),
@@ -230,17 +190,17 @@ fn every_agents_persona_is_in_the_run_folder_and_survives_kills_and_resumes() {
     // cache of its own, so that the personas are asked of the model again: the same bytes.
     let cache = f.tmp.path().join("cache-pieces");
     let pieces = f.tmp.path().join("pieces");
-    let (ok, text) = f.run(&cache, &pieces, Some("1:decided"));
+    let Ran { ok, text, .. } = f.run(&cache, &pieces, Some("1:decided"));
     assert!(!ok && text.contains("aborting here"), "{text}");
     std::fs::remove_dir_all(&cache).unwrap();
-    let (ok, text) = f.resume(&cache, &pieces, Some("3:state"));
+    let Ran { ok, text, .. } = f.resume(&cache, &pieces, Some("3:state"));
     assert!(!ok && text.contains("aborting here"), "{text}");
     assert!(
         pieces.join("personas.parts/g001-s000000.parquet").is_file(),
         "the second population's personas were written when it started"
     );
     std::fs::remove_dir_all(&cache).unwrap();
-    let (ok, text) = f.resume(&cache, &pieces, None);
+    let Ran { ok, text, .. } = f.resume(&cache, &pieces, None);
     assert!(ok, "{text}");
     assert_same_records(&whole, &pieces, "killed twice and resumed");
 }
@@ -260,12 +220,12 @@ fn personas_on_two_ranks_equal_one_process() {
     };
     let f = fixture();
     let whole = f.tmp.path().join("whole");
-    let (ok, text) = f.run(&f.tmp.path().join("cache-whole"), &whole, None);
+    let Ran { ok, text, .. } = f.run(&f.tmp.path().join("cache-whole"), &whole, None);
     assert!(ok, "{text}");
     for split in ["cells", "agents"] {
         let ranked = f.tmp.path().join(format!("ranked-{split}"));
-        let mut cmd = Command::new(&mpirun);
-        cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        let mut cmd = std::process::Command::new(&mpirun);
+        cmd.current_dir(repo())
             .args(["-np", "2", "--oversubscribe", "--bind-to", "none"])
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -280,7 +240,7 @@ fn personas_on_two_ranks_equal_one_process() {
             .arg(f.model.path())
             .arg("--out")
             .arg(&ranked);
-        let (ok, text) = output(&mut cmd);
+        let Ran { ok, text, .. } = output(&mut cmd);
         assert!(ok, "{split}: {text}");
         assert_same_records(&whole, &ranked, &format!("two ranks, split {split}"));
     }

@@ -2,40 +2,19 @@
 //! wrote them (every file it reads is checked against the checksums the manifest keeps), and
 //! a folder a run is still writing (no report is written into it).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod common;
+
+use common::cli::{Ran, output, throng};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn throng() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
-    cmd.current_dir(repo()).env_remove("THRONG_CRASH_AT");
-    cmd
-}
-
-fn output(cmd: &mut Command) -> (bool, String) {
-    let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        !text.contains("panicked"),
-        "throng panicked instead of reporting an error:\n{text}"
-    );
-    (out.status.success(), text)
-}
 
 /// Two population sizes of two replicates, 3 steps each; scripted.
 const ENERGY: &str = "tests/fixtures/energy-resume.toml";
 const GUESS: &str = "tests/fixtures/guess-resume.toml";
 
 fn run(config: &str, out: &Path, extra: &[&str]) {
-    let (ok, text) = output(
+    let Ran { ok, text, .. } = output(
         throng()
             .args(["run", config, "--no-report", "--out"])
             .arg(out)
@@ -44,7 +23,7 @@ fn run(config: &str, out: &Path, extra: &[&str]) {
     assert!(ok, "{text}");
 }
 
-fn report(dir: &Path) -> (bool, String) {
+fn report(dir: &Path) -> Ran {
     output(throng().arg("report").arg(dir))
 }
 
@@ -79,7 +58,7 @@ fn assert_refused(whole: &Path, scratch: &Path, name: &str, how: &str, damage: i
     }
     copy_dir(whole, scratch);
     damage(&scratch.join(name));
-    let (ok, text) = report(scratch);
+    let Ran { ok, text, .. } = report(scratch);
     let what = format!("{name} {how}");
     assert!(!ok, "{what}: the report read a damaged file:\n{text}");
     assert!(text.contains(name), "{what}: the file is named: {text}");
@@ -138,7 +117,7 @@ fn the_report_refuses_every_record_file_it_reads_once_damaged_anywhere() {
             });
         }
         // The undamaged run reports.
-        let (ok, text) = report(&whole);
+        let Ran { ok, text, .. } = report(&whole);
         assert!(ok, "{config}: {text}");
     }
 }
@@ -151,7 +130,7 @@ fn assert_missing(whole: &Path, scratch: &Path, name: &str) {
     }
     copy_dir(whole, scratch);
     std::fs::remove_file(scratch.join(name)).unwrap();
-    let (ok, text) = report(scratch);
+    let Ran { ok, text, .. } = report(scratch);
     assert!(
         !ok,
         "{name} deleted: the report went on without it:\n{text}"
@@ -208,13 +187,13 @@ fn a_paused_runs_parts_are_checked_and_a_resumed_run_reports() {
             flip(p, len / 2)
         });
     }
-    let (ok, text) = output(
+    let Ran { ok, text, .. } = output(
         throng()
             .args(["run", "--no-report", "--resume"])
             .arg(&paused),
     );
     assert!(ok, "{text}");
-    let (ok, text) = report(&paused);
+    let Ran { ok, text, .. } = report(&paused);
     assert!(ok, "{text}");
     assert!(!text.contains("unfinished"), "{text}");
 }
@@ -249,7 +228,7 @@ fn the_report_of_a_run_still_writing_its_folder_is_refused_and_written_by_the_ru
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     unsafe { libc::kill(pid, libc::SIGCONT) };
-    let (ok, text) = refused;
+    let Ran { ok, text, .. } = refused;
     assert!(!ok, "{text}");
     assert!(
         text.contains(&format!("throng (pid {pid}) is still writing")),
@@ -273,6 +252,6 @@ fn the_report_of_a_run_still_writing_its_folder_is_refused_and_written_by_the_ru
         "the run's own report is whole"
     );
     // Once the run has let go of the folder, a report is written as always.
-    let (ok, text) = report(&out);
+    let Ran { ok, text, .. } = report(&out);
     assert!(ok, "{text}");
 }

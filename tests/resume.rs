@@ -5,84 +5,14 @@
 
 mod common;
 
+use common::cli::{RECORDS, Ran, assert_same_records, output, repo, throng};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use throng::testing::TinyLlama;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn throng() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
-    cmd.current_dir(repo()).env_remove("THRONG_CRASH_AT");
-    cmd
-}
-
-fn output(cmd: &mut Command) -> (bool, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&stdout),
-        String::from_utf8_lossy(&stderr)
-    );
-    assert!(!text.contains("panicked"), "throng panicked:\n{text}");
-    (status.success(), text)
-}
 
 /// The guessing game, scripted, three rounds.
 const GUESS: &str = "tests/fixtures/guess-resume.toml";
 
-/// The records a researcher publishes from.
-const RECORDS: &[&str] = &[
-    "state.parquet",
-    "state.csv",
-    "decisions.jsonl",
-    "aggregates.csv",
-    "cells.jsonl",
-];
-
-/// `decisions.jsonl` without what a decision's bits do not determine: its latency, and how
-/// much of its prompt the prefix cache held (a resumed process starts with a cold cache).
-fn decisions(dir: &Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(dir.join("decisions.jsonl")).unwrap();
-    text.lines()
-        .map(|line| {
-            let mut r: serde_json::Value = serde_json::from_str(line).unwrap();
-            let r_obj = r.as_object_mut().unwrap();
-            r_obj.remove("latency_ms");
-            r_obj.remove("cached_tokens");
-            r
-        })
-        .collect()
-}
-
-fn assert_same_records(whole: &Path, pieces: &Path, what: &str) {
-    for name in RECORDS {
-        let (a, b) = (whole.join(name), pieces.join(name));
-        assert_eq!(a.exists(), b.exists(), "{what}: {name}");
-        if !a.exists() {
-            continue;
-        }
-        if *name == "decisions.jsonl" {
-            assert!(
-                decisions(whole) == decisions(pieces),
-                "{what}: the decisions differ from the uninterrupted run's"
-            );
-        } else {
-            assert!(
-                std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(),
-                "{what}: {name} differs from the uninterrupted run's"
-            );
-        }
-    }
-}
-
-fn run(config: &Path, out: &Path, extra: &[&str]) -> (bool, String) {
+fn run(config: &Path, out: &Path, extra: &[&str]) -> Ran {
     output(
         throng()
             .args(["run", "--no-report"])
@@ -93,7 +23,7 @@ fn run(config: &Path, out: &Path, extra: &[&str]) -> (bool, String) {
     )
 }
 
-fn resume(out: &Path, extra: &[&str]) -> (bool, String) {
+fn resume(out: &Path, extra: &[&str]) -> Ran {
     output(
         throng()
             .args(["run", "--no-report", "--resume"])
@@ -123,10 +53,10 @@ fn edit(path: &Path, from: &str, to: &str) {
 fn an_edited_config_is_refused_naming_every_change_until_it_is_undone() {
     let tmp = tempfile::tempdir().unwrap();
     let whole = tmp.path().join("whole");
-    let (ok, text) = run(&repo().join(GUESS), &whole, &[]);
+    let Ran { ok, text, .. } = run(&repo().join(GUESS), &whole, &[]);
     assert!(ok, "{text}");
     let out = tmp.path().join("run");
-    let (ok, text) = run(&repo().join(GUESS), &out, &["--stop-after", "2"]);
+    let Ran { ok, text, .. } = run(&repo().join(GUESS), &out, &["--stop-after", "2"]);
     assert!(ok, "{text}");
     let config = out.join("config.toml");
     let before = std::fs::read(&config).unwrap();
@@ -138,7 +68,7 @@ fn an_edited_config_is_refused_naming_every_change_until_it_is_undone() {
         "name = \"guess\"\nratio = \"2/3\"\noffset = 1",
     );
     let paused = manifest(&out);
-    let (ok, text) = resume(&out, &[]);
+    let Ran { ok, text, .. } = resume(&out, &[]);
     assert!(!ok, "the edited config was resumed:\n{text}");
     for change in [
         "`seed` was 9, now 10",
@@ -165,9 +95,9 @@ fn an_edited_config_is_refused_naming_every_change_until_it_is_undone() {
     // paused.
     std::fs::copy(out.join("inputs/config.toml"), &config).unwrap();
     assert_eq!(std::fs::read(&config).unwrap(), before);
-    let (ok, text) = resume(&out, &[]);
+    let Ran { ok, text, .. } = resume(&out, &[]);
     assert!(ok, "{text}");
-    assert_same_records(&whole, &out, "resumed after the edit was undone");
+    assert_same_records(&whole, &out, &RECORDS, "resumed after the edit was undone");
 }
 
 // Guards against issue 17, item 1: a prompt template changed while a run was paused was
@@ -196,10 +126,10 @@ fn templates_are_the_run_folders_copies_and_an_edited_copy_is_refused() {
     )
     .unwrap();
     let whole = tmp.path().join("whole");
-    let (ok, text) = run(&config, &whole, &[]);
+    let Ran { ok, text, .. } = run(&config, &whole, &[]);
     assert!(ok, "{text}");
     let out = tmp.path().join("run");
-    let (ok, text) = run(&config, &out, &["--stop-after", "1"]);
+    let Ran { ok, text, .. } = run(&config, &out, &["--stop-after", "1"]);
     assert!(ok, "{text}");
     for name in ["system.jinja", "player.jinja"] {
         assert_eq!(
@@ -210,29 +140,29 @@ fn templates_are_the_run_folders_copies_and_an_edited_copy_is_refused() {
     }
     // The original changes: the paused run does not see it.
     std::fs::write(templates.join("player.jinja"), "{{ undefined_thing }}").unwrap();
-    let (ok, text) = resume(&out, &["--stop-after", "1"]);
+    let Ran { ok, text, .. } = resume(&out, &["--stop-after", "1"]);
     assert!(ok, "the original template reached the paused run:\n{text}");
     // The run's own copy changes: refused, naming it.
     let copy = out.join("inputs/templates/system.jinja");
     let kept = std::fs::read(&copy).unwrap();
     std::fs::write(&copy, [&kept[..], b"\nOne more rule."].concat()).unwrap();
-    let (ok, text) = resume(&out, &[]);
+    let Ran { ok, text, .. } = resume(&out, &[]);
     assert!(!ok, "{text}");
     assert!(
         text.contains("inputs/templates/system.jinja was edited"),
         "{text}"
     );
     std::fs::remove_file(&copy).unwrap();
-    let (ok, text) = resume(&out, &[]);
+    let Ran { ok, text, .. } = resume(&out, &[]);
     assert!(!ok, "{text}");
     assert!(
         text.contains("inputs/templates/system.jinja is missing"),
         "{text}"
     );
     std::fs::write(&copy, kept).unwrap();
-    let (ok, text) = resume(&out, &[]);
+    let Ran { ok, text, .. } = resume(&out, &[]);
     assert!(ok, "{text}");
-    assert_same_records(&whole, &out, "resumed from the kept templates");
+    assert_same_records(&whole, &out, &RECORDS, "resumed from the kept templates");
 }
 
 /// A config for the LLM policy on the tiny random model: every decision samples, so a
@@ -287,10 +217,11 @@ fn a_resume_keeps_the_weight_format_and_device_kind_it_started_with() {
         let args = llm_args(model.path(), &["--weights", weights]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let whole = tmp.path().join(format!("whole-{weights}"));
-        let (ok, text) = run(&config, &whole, &args);
+        let Ran { ok, text, .. } = run(&config, &whole, &args);
         assert!(ok, "{text}");
         let out = tmp.path().join(format!("run-{weights}"));
-        let (ok, text) = run(&config, &out, &[&args[..], &["--stop-after", "1"]].concat());
+        let Ran { ok, text, .. } =
+            run(&config, &out, &[&args[..], &["--stop-after", "1"]].concat());
         assert!(ok, "{text}");
         assert_eq!(manifest(&out)["weight_format"], weights);
         let other = if weights == "f32" { "int8" } else { "f32" };
@@ -300,16 +231,16 @@ fn a_resume_keeps_the_weight_format_and_device_kind_it_started_with() {
             &["--device", "cuda:0"],
             &["--out", "elsewhere"],
         ] {
-            let (ok, text) = resume(&out, refused);
+            let Ran { ok, text, .. } = resume(&out, refused);
             assert!(!ok, "{refused:?} was accepted:\n{text}");
             assert!(text.contains("--resume"), "{refused:?}: {text}");
         }
         assert_eq!(manifest(&out)["weight_format"], weights, "left as it was");
         // Without --weights, the resume loads the format the run started with, not `auto`.
-        let (ok, text) = resume(&out, &[]);
+        let Ran { ok, text, .. } = resume(&out, &[]);
         assert!(ok, "{text}");
         assert_eq!(manifest(&out)["weight_format"], weights);
-        assert_same_records(&whole, &out, &format!("{weights}, resumed"));
+        assert_same_records(&whole, &out, &RECORDS, &format!("{weights}, resumed"));
     }
 }
 
@@ -324,7 +255,7 @@ fn a_resume_on_another_number_of_threads_gives_the_same_records() {
         let args = llm_args(model.path(), &["--weights", weights]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let whole = tmp.path().join(format!("whole-{weights}"));
-        let (ok, text) = output(
+        let Ran { ok, text, .. } = output(
             throng()
                 .args(["--threads", "2", "run", "--no-report"])
                 .arg(&config)
@@ -334,7 +265,7 @@ fn a_resume_on_another_number_of_threads_gives_the_same_records() {
         );
         assert!(ok, "{text}");
         let out = tmp.path().join(format!("run-{weights}"));
-        let (ok, text) = output(
+        let Ran { ok, text, .. } = output(
             throng()
                 .args(["--threads", "1", "run", "--no-report"])
                 .arg(&config)
@@ -344,12 +275,17 @@ fn a_resume_on_another_number_of_threads_gives_the_same_records() {
                 .args(["--stop-after", "1"]),
         );
         assert!(ok, "{text}");
-        let (ok, text) = output(
+        let Ran { ok, text, .. } = output(
             throng()
                 .args(["--threads", "2", "run", "--no-report", "--resume"])
                 .arg(&out),
         );
         assert!(ok, "{text}");
-        assert_same_records(&whole, &out, &format!("{weights}, 1 thread then 2"));
+        assert_same_records(
+            &whole,
+            &out,
+            &RECORDS,
+            &format!("{weights}, 1 thread then 2"),
+        );
     }
 }

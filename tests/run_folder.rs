@@ -3,38 +3,13 @@
 //! time; a run killed anywhere resumes to exactly the records of a run never interrupted;
 //! and the report reads what the README says it reads.
 
+mod common;
+
+use common::cli::{self, Ran, SCRIPTED_RECORDS, output, throng};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn throng() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
-    cmd.current_dir(repo()).env_remove("THRONG_CRASH_AT");
-    cmd
-}
-
-fn output(cmd: &mut Command) -> (bool, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&stdout),
-        String::from_utf8_lossy(&stderr)
-    );
-    assert!(
-        !text.contains("panicked"),
-        "throng panicked instead of reporting an error:\n{text}"
-    );
-    (status.success(), text)
-}
 
 /// Two population sizes of two replicates, 3 steps each: 6 steps, with a new population
 /// starting at step 4.
@@ -43,7 +18,7 @@ const ENERGY: &str = "tests/fixtures/energy-resume.toml";
 const GUESS: &str = "tests/fixtures/guess-resume.toml";
 const STEPS: usize = 6;
 
-fn run(config: &str, out: &Path, extra: &[&str]) -> (bool, String) {
+fn run(config: &str, out: &Path, extra: &[&str]) -> Ran {
     output(
         throng()
             .args(["run", config, "--no-report", "--out"])
@@ -52,33 +27,15 @@ fn run(config: &str, out: &Path, extra: &[&str]) -> (bool, String) {
     )
 }
 
-fn resume(out: &Path) -> (bool, String) {
+fn resume(out: &Path) -> Ran {
     output(throng().args(["run", "--no-report", "--resume"]).arg(out))
 }
 
-/// The records a researcher publishes from; `steps.csv` holds timings, so only its length
-/// and step columns are compared.
-const RECORDS: &[&str] = &[
-    "state.parquet",
-    "state.csv",
-    "decisions.jsonl",
-    "aggregates.csv",
-    "cells.jsonl",
-];
-
+/// The records a researcher publishes from are the uninterrupted run's, byte for byte (the runs
+/// are scripted); `steps.csv` holds timings, so only its length and step columns are compared;
+/// and the run `pieces` finished.
 fn assert_same_records(whole: &Path, pieces: &Path, what: &str) {
-    for name in RECORDS {
-        let (a, b) = (whole.join(name), pieces.join(name));
-        if !a.exists() {
-            assert!(!b.exists(), "{what}: {name} appeared");
-            continue;
-        }
-        let (a, b) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
-        assert!(
-            a == b,
-            "{what}: {name} differs from the uninterrupted run's"
-        );
-    }
+    cli::assert_same_records(whole, pieces, &SCRIPTED_RECORDS, what);
     let steps = |dir: &Path| -> Vec<String> {
         std::fs::read_to_string(dir.join("steps.csv"))
             .unwrap()
@@ -97,7 +54,7 @@ fn assert_same_records(whole: &Path, pieces: &Path, what: &str) {
 fn uninterrupted(config: &str) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let whole = tmp.path().join("whole");
-    let (ok, text) = run(config, &whole, &[]);
+    let Ran { ok, text, .. } = run(config, &whole, &[]);
     assert!(ok, "{text}");
     (tmp, whole)
 }
@@ -110,7 +67,7 @@ fn a_folder_that_is_not_a_new_or_empty_one_is_refused_and_left_untouched() {
     let mine = tmp.path().join("mine");
     std::fs::create_dir(&mine).unwrap();
     std::fs::write(mine.join("state.csv"), "my own data\n").unwrap();
-    let (ok, text) = run(ENERGY, &mine, &[]);
+    let Ran { ok, text, .. } = run(ENERGY, &mine, &[]);
     assert!(!ok, "{text}");
     assert!(text.contains("not a throng run"), "{text}");
     assert!(text.contains("new or empty folder"), "{text}");
@@ -124,17 +81,17 @@ fn a_folder_that_is_not_a_new_or_empty_one_is_refused_and_left_untouched() {
         "my own data\n"
     );
     // Resuming it is refused too: it is not a run.
-    let (ok, text) = resume(&mine);
+    let Ran { ok, text, .. } = resume(&mine);
     assert!(!ok && text.contains("not a throng run folder"), "{text}");
 
     // An empty folder is fine; a finished run is not a place for a new one.
     let empty = tmp.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    let (ok, text) = run(ENERGY, &empty, &[]);
+    let Ran { ok, text, .. } = run(ENERGY, &empty, &[]);
     assert!(ok, "{text}");
-    let (ok, text) = run(ENERGY, &empty, &[]);
+    let Ran { ok, text, .. } = run(ENERGY, &empty, &[]);
     assert!(!ok && text.contains("--resume"), "{text}");
-    let (ok, text) = resume(&empty);
+    let Ran { ok, text, .. } = resume(&empty);
     assert!(!ok && text.contains("has finished"), "{text}");
 }
 
@@ -142,7 +99,7 @@ fn a_folder_that_is_not_a_new_or_empty_one_is_refused_and_left_untouched() {
 #[test]
 fn resuming_a_missing_folder_says_so() {
     let tmp = tempfile::tempdir().unwrap();
-    let (ok, text) = resume(&tmp.path().join("nowhere"));
+    let Ran { ok, text, .. } = resume(&tmp.path().join("nowhere"));
     assert!(!ok, "{text}");
     assert!(text.contains("no such folder"), "{text}");
     assert!(!text.contains("config.toml"), "{text}");
@@ -173,7 +130,7 @@ fn a_second_run_into_a_folder_being_written_is_refused_at_once() {
     let third = resume(&out);
     unsafe { libc::kill(pid, libc::SIGCONT) };
     assert!(first.wait().unwrap().success());
-    for (ok, text) in [second, third] {
+    for Ran { ok, text, .. } in [second, third] {
         assert!(!ok, "{text}");
         assert!(
             text.contains(&format!("another throng (pid {pid}) is writing")),
@@ -201,7 +158,7 @@ fn crash_and_resume(config: &str, kills: &[(usize, &str)], whole: &Path) {
             c.args(["run", "--no-report", "--resume"]).arg(&pieces);
             c
         };
-        let (ok, text) = output(cmd.env("THRONG_CRASH_AT", &spec));
+        let Ran { ok, text, .. } = output(cmd.env("THRONG_CRASH_AT", &spec));
         // A crash point at a step already done before this try is never reached: the try
         // finishes the run, and there is nothing left to kill.
         if ok {
@@ -210,7 +167,7 @@ fn crash_and_resume(config: &str, kills: &[(usize, &str)], whole: &Path) {
         }
         assert!(text.contains("aborting here"), "{spec}: {text}");
     }
-    let (ok, text) = resume(&pieces);
+    let Ran { ok, text, .. } = resume(&pieces);
     assert!(
         ok || text.contains("has finished"),
         "resuming after {kills:?}: {text}"
@@ -258,7 +215,7 @@ fn a_real_sigkill_at_random_moments_resumes_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let whole = tmp.path().join("whole");
     let started = Instant::now();
-    let (ok, text) = run(KILLED, &whole, &[]);
+    let Ran { ok, text, .. } = run(KILLED, &whole, &[]);
     assert!(ok, "{text}");
     let window = started.elapsed().as_micros() as u64;
     let pieces = tmp.path().join("pieces");
@@ -298,7 +255,7 @@ fn a_real_sigkill_at_random_moments_resumes_exactly() {
         !kills.is_empty(),
         "no run was killed: the window is too short"
     );
-    let (ok, text) = match never_ran(&pieces) {
+    let Ran { ok, text, .. } = match never_ran(&pieces) {
         true => run(KILLED, &pieces, &[]),
         false => resume(&pieces),
     };
@@ -321,7 +278,7 @@ fn the_report_refuses_a_corrupt_parquet_table() {
     let middle = bytes.len() / 2;
     bytes.truncate(middle);
     std::fs::write(&path, &bytes).unwrap();
-    let (ok, text) = output(throng().arg("report").arg(&whole));
+    let Ran { ok, text, .. } = output(throng().arg("report").arg(&whole));
     assert!(!ok, "{text}");
     assert!(text.contains("state.parquet"), "{text}");
     assert!(text.contains("truncated or corrupt"), "{text}");
@@ -333,10 +290,10 @@ fn the_report_of_an_unfinished_run_says_how_far_it_got() {
     for config in [ENERGY, GUESS] {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("run");
-        let (ok, text) = run(config, &out, &["--stop-after", "2"]);
+        let Ran { ok, text, .. } = run(config, &out, &["--stop-after", "2"]);
         assert!(ok, "{text}");
         assert!(text.contains("throng run --resume"), "{text}");
-        let (ok, text) = output(throng().arg("report").arg(&out));
+        let Ran { ok, text, .. } = output(throng().arg("report").arg(&out));
         assert!(ok, "{text}");
         assert!(text.contains("2 of 6 steps"), "{config}: {text}");
         let html = std::fs::read_to_string(out.join("report.html")).unwrap();
@@ -355,14 +312,14 @@ fn a_run_killed_before_its_first_checkpoint_resumes_from_the_start() {
     let (_keep, whole) = uninterrupted(ENERGY);
     let tmp = tempfile::tempdir().unwrap();
     let pieces = tmp.path().join("pieces");
-    let (ok, text) = output(
+    let Ran { ok, text, .. } = output(
         throng()
             .args(["run", ENERGY, "--no-report", "--out"])
             .arg(&pieces)
             .env("THRONG_CRASH_AT", "1:records"),
     );
     assert!(!ok, "{text}");
-    let (ok, text) = resume(&pieces);
+    let Ran { ok, text, .. } = resume(&pieces);
     assert!(ok, "{text}");
     assert!(text.contains("starts again from step 0"), "{text}");
     assert_same_records(&whole, &pieces, "killed in step 1");
@@ -373,14 +330,14 @@ fn a_run_killed_before_its_first_checkpoint_resumes_from_the_start() {
 fn resume_refuses_settings_it_would_ignore() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    let (ok, text) = run(ENERGY, &out, &["--stop-after", "1"]);
+    let Ran { ok, text, .. } = run(ENERGY, &out, &["--stop-after", "1"]);
     assert!(ok, "{text}");
     for flag in [
         &["--steps", "9"][..],
         &["--replicates", "3"],
         &["--policy", "scripted"],
     ] {
-        let (ok, text) = output(
+        let Ran { ok, text, .. } = output(
             throng()
                 .args(["run", "--no-report", "--resume"])
                 .arg(&out)
@@ -389,7 +346,7 @@ fn resume_refuses_settings_it_would_ignore() {
         assert!(!ok, "{flag:?}: {text}");
         assert!(text.contains("as it was configured"), "{flag:?}: {text}");
     }
-    let (ok, text) = resume(&out);
+    let Ran { ok, text, .. } = resume(&out);
     assert!(ok, "{text}");
     assert!(text.contains("at step 1 of 6"), "{text}");
 }
@@ -407,7 +364,7 @@ fn command_line_overrides_are_checked_like_the_config() {
         ("--steps", "-3", "steps"),
     ] {
         let out = tmp.path().join(format!("run{flag}{value}"));
-        let (ok, text) = run(ENERGY, &out, &[flag, value]);
+        let Ran { ok, text, .. } = run(ENERGY, &out, &[flag, value]);
         assert!(!ok, "{flag} {value}: {text}");
         assert!(text.contains(says), "{flag} {value}: {text}");
         assert!(!out.join("manifest.json").exists(), "{flag} {value}");
@@ -421,7 +378,7 @@ fn a_damaged_checkpoint_falls_back_to_the_previous_one_with_a_warning() {
     let (_keep, whole) = uninterrupted(ENERGY);
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    let (ok, text) = run(ENERGY, &out, &["--stop-after", "3"]);
+    let Ran { ok, text, .. } = run(ENERGY, &out, &["--stop-after", "3"]);
     assert!(ok, "{text}");
     let cp = out.join("checkpoint.bin");
     let len = std::fs::metadata(&cp).unwrap().len();
@@ -431,7 +388,7 @@ fn a_damaged_checkpoint_falls_back_to_the_previous_one_with_a_warning() {
         .unwrap()
         .set_len(len / 2)
         .unwrap();
-    let (ok, text) = resume(&out);
+    let Ran { ok, text, .. } = resume(&out);
     assert!(ok, "{text}");
     assert!(text.contains("warning"), "{text}");
     assert!(text.contains("truncated"), "{text}");

@@ -5,39 +5,14 @@
 
 mod common;
 
+use common::cli::{Ran, output, repo, throng};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn throng() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
-    cmd.current_dir(repo())
-        .env_remove("THRONG_CRASH_AT")
-        .env_remove("THRONG_FULL_DISK_AT");
-    cmd
-}
-
-fn output(cmd: &mut Command) -> (bool, String) {
-    let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        !text.contains("panicked"),
-        "throng panicked instead of reporting an error:\n{text}"
-    );
-    (out.status.success(), text)
-}
 
 /// The guessing game, scripted: 6 steps over two population sizes, in well under a second.
 const GUESS: &str = "tests/fixtures/guess-resume.toml";
 
-fn run(out: &Path, extra: &[&str]) -> (bool, String) {
+fn run(out: &Path, extra: &[&str]) -> Ran {
     output(
         throng()
             .args(["run", GUESS, "--no-report", "--out"])
@@ -46,7 +21,7 @@ fn run(out: &Path, extra: &[&str]) -> (bool, String) {
     )
 }
 
-fn resume(out: &Path) -> (bool, String) {
+fn resume(out: &Path) -> Ran {
     output(throng().args(["run", "--no-report", "--resume"]).arg(out))
 }
 
@@ -113,7 +88,8 @@ fn a_name_that_is_not_one_folder_name_is_refused_at_validation() {
     ] {
         let config = config_named(tmp.path(), name);
         for command in ["run", "plan"] {
-            let (ok, text) = output(throng().current_dir(&work).arg(command).arg(&config));
+            let Ran { ok, text, .. } =
+                output(throng().current_dir(&work).arg(command).arg(&config));
             assert!(!ok, "{command} name = {name}: accepted:\n{text}");
             assert!(
                 text.contains("exp.toml:2:") && text.contains("field `name`"),
@@ -133,7 +109,7 @@ fn a_name_that_is_not_one_folder_name_is_refused_at_validation() {
     // Names that are one folder name run, into `runs/<name>-<time>`.
     for name in ["exp1-unregulated", "a.b", "résumé 2", "..x"] {
         let config = config_named(tmp.path(), &format!("{name:?}"));
-        let (ok, text) = output(
+        let Ran { ok, text, .. } = output(
             throng()
                 .current_dir(&work)
                 .arg("run")
@@ -165,7 +141,7 @@ fn a_full_disk_at_the_first_writes_leaves_the_folder_as_it_was() {
             if existed {
                 std::fs::create_dir(&out).unwrap();
             }
-            let (ok, text) = output(run_cmd(&out).env("THRONG_FULL_DISK_AT", point));
+            let Ran { ok, text, .. } = output(run_cmd(&out).env("THRONG_FULL_DISK_AT", point));
             assert!(!ok, "{point}: {text}");
             assert!(
                 text.contains(&format!("cannot start the run in {}", out.display()))
@@ -183,13 +159,13 @@ fn a_full_disk_at_the_first_writes_leaves_the_folder_as_it_was() {
                 false => assert!(!out.exists(), "{point}: the folder it made is gone"),
             }
             // Nothing to resume, said plainly; the same --out works once there is room.
-            let (ok, text) = resume(&out);
+            let Ran { ok, text, .. } = resume(&out);
             assert!(!ok, "{text}");
             assert!(
                 text.contains("no such folder") || text.contains("not a throng run folder"),
                 "{point}: {text}"
             );
-            let (ok, text) = output(&mut run_cmd(&out));
+            let Ran { ok, text, .. } = output(&mut run_cmd(&out));
             assert!(ok, "{point}: the same --out again: {text}");
         }
     }
@@ -284,7 +260,7 @@ fn run_cmd(out: &Path) -> Command {
 fn leftovers_of_a_start_that_never_ran_are_taken_as_empty_and_not_resumed() {
     let tmp = tempfile::tempdir().unwrap();
     let finished = tmp.path().join("finished");
-    let (ok, text) = output(&mut run_cmd(&finished));
+    let Ran { ok, text, .. } = output(&mut run_cmd(&finished));
     assert!(ok, "{text}");
     let mut fresh = manifest(&finished);
     fresh["status"] = "running".into();
@@ -316,7 +292,7 @@ fn leftovers_of_a_start_that_never_ran_are_taken_as_empty_and_not_resumed() {
         for (name, text) in files {
             std::fs::write(out.join(name), text).unwrap();
         }
-        let (ok, text) = resume(&out);
+        let Ran { ok, text, .. } = resume(&out);
         assert!(!ok, "{what}: {text}");
         assert!(
             text.contains("never ran")
@@ -324,7 +300,7 @@ fn leftovers_of_a_start_that_never_ran_are_taken_as_empty_and_not_resumed() {
             "{what}: {text}"
         );
         assert!(!text.contains("delete"), "{what}: {text}");
-        let (ok, text) = output(&mut run_cmd(&out));
+        let Ran { ok, text, .. } = output(&mut run_cmd(&out));
         assert!(ok, "{what}: the folder is taken as empty: {text}");
         assert_eq!(manifest(&out)["status"], "finished", "{what}");
         assert!(!out.join("manifest.json.tmp").exists(), "{what}");
@@ -334,7 +310,7 @@ fn leftovers_of_a_start_that_never_ran_are_taken_as_empty_and_not_resumed() {
     std::fs::create_dir(&out).unwrap();
     std::fs::write(out.join("manifest.json.tmp"), "").unwrap();
     std::fs::write(out.join("notes.txt"), "mine").unwrap();
-    let (ok, text) = output(&mut run_cmd(&out));
+    let Ran { ok, text, .. } = output(&mut run_cmd(&out));
     assert!(!ok && text.contains("not a throng run"), "{text}");
     assert_eq!(tree(&out), ["manifest.json.tmp", "notes.txt"]);
 }
@@ -345,16 +321,16 @@ fn leftovers_of_a_start_that_never_ran_are_taken_as_empty_and_not_resumed() {
 fn a_paused_run_that_lost_its_config_keeps_its_steps_and_says_how_to_get_it_back() {
     let tmp = tempfile::tempdir().unwrap();
     let whole = tmp.path().join("whole");
-    let (ok, text) = output(&mut run_cmd(&whole));
+    let Ran { ok, text, .. } = output(&mut run_cmd(&whole));
     assert!(ok, "{text}");
     let out = tmp.path().join("paused");
-    let (ok, text) = run(&out, &["--stop-after", "3"]);
+    let Ran { ok, text, .. } = run(&out, &["--stop-after", "3"]);
     assert!(ok, "{text}");
     let config = out.join("config.toml");
     let kept = std::fs::read(&config).unwrap();
     std::fs::remove_file(&config).unwrap();
     let records = tree(&out);
-    let (ok, text) = resume(&out);
+    let Ran { ok, text, .. } = resume(&out);
     assert!(!ok, "{text}");
     for says in [
         "config.toml is missing",
@@ -372,7 +348,7 @@ fn a_paused_run_that_lost_its_config_keeps_its_steps_and_says_how_to_get_it_back
     // Without the copy as started, it names the config as written.
     let started = out.join("inputs/config.toml");
     std::fs::rename(&started, tmp.path().join("started")).unwrap();
-    let (ok, text) = resume(&out);
+    let Ran { ok, text, .. } = resume(&out);
     assert!(!ok, "{text}");
     assert!(
         text.contains("config.original.toml is the config as written"),
@@ -384,7 +360,7 @@ fn a_paused_run_that_lost_its_config_keeps_its_steps_and_says_how_to_get_it_back
         tmp.path().join("original"),
     )
     .unwrap();
-    let (ok, text) = resume(&out);
+    let Ran { ok, text, .. } = resume(&out);
     assert!(!ok, "{text}");
     assert!(
         text.contains(&format!("the run was started from {GUESS}")),
@@ -398,7 +374,7 @@ fn a_paused_run_that_lost_its_config_keeps_its_steps_and_says_how_to_get_it_back
     .unwrap();
     std::fs::rename(tmp.path().join("started"), &started).unwrap();
     std::fs::write(&config, kept).unwrap();
-    let (ok, text) = resume(&out);
+    let Ran { ok, text, .. } = resume(&out);
     assert!(ok, "{text}");
     for name in [
         "state.parquet",
@@ -419,12 +395,12 @@ fn a_paused_run_that_lost_its_config_keeps_its_steps_and_says_how_to_get_it_back
 fn resume_refuses_an_out_folder() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    let (ok, text) = run(&out, &["--stop-after", "1"]);
+    let Ran { ok, text, .. } = run(&out, &["--stop-after", "1"]);
     assert!(ok, "{text}");
     let before = std::fs::read(out.join("manifest.json")).unwrap();
     let elsewhere = tmp.path().join("elsewhere");
     for target in [&elsewhere, &out] {
-        let (ok, text) = output(
+        let Ran { ok, text, .. } = output(
             throng()
                 .args(["run", "--no-report", "--resume"])
                 .arg(&out)
@@ -448,7 +424,7 @@ fn resume_refuses_an_out_folder() {
 fn an_out_folder_inside_another_run_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let other = tmp.path().join("other");
-    let (ok, text) = run(&other, &["--stop-after", "2"]);
+    let Ran { ok, text, .. } = run(&other, &["--stop-after", "2"]);
     assert!(ok, "{text}");
     let before = tree(&other);
     let link = tmp.path().join("link");
@@ -461,7 +437,7 @@ fn an_out_folder_inside_another_run_is_refused() {
         link.join("sub"),
         tmp.path().join("elsewhere/../other/sub"),
     ] {
-        let (ok, text) = run(&out, &[]);
+        let Ran { ok, text, .. } = run(&out, &[]);
         assert!(!ok, "{}: {text}", out.display());
         assert!(
             text.contains(&format!("is inside the run folder {}", other.display()))
@@ -473,7 +449,7 @@ fn an_out_folder_inside_another_run_is_refused() {
     assert_eq!(tree(&other), before, "the run's folder is untouched");
     // Beside a run, or out of it through `..`, is fine.
     for out in [tmp.path().join("beside"), other.join("../out-again")] {
-        let (ok, text) = run(&out, &[]);
+        let Ran { ok, text, .. } = run(&out, &[]);
         assert!(ok, "{}: {text}", out.display());
     }
 }
@@ -515,7 +491,7 @@ fn an_out_that_cannot_be_a_folder_is_named_once() {
             format!("{} is a symbolic link to", dangling.display()),
         ),
     ] {
-        let (ok, text) = run(&out, &[]);
+        let Ran { ok, text, .. } = run(&out, &[]);
         assert!(!ok, "{}: {text}", out.display());
         assert!(text.contains(&says), "{}: {text}", out.display());
         assert!(text.contains("give --out a new or empty folder"), "{text}");

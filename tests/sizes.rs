@@ -5,54 +5,16 @@
 
 mod common;
 
+use common::cli::{Ran, output_within, repo, throng};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 use throng::sim::experiment::Overrides;
 use throng::testing::TinyLlama;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn throng() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
-    cmd.current_dir(repo()).env_remove("THRONG_CRASH_AT");
-    cmd
-}
-
-/// Exit code and stdout + stderr; a panic or an abort fails the test whatever the code, and
-/// so does a command still running after two minutes (it is killed: a run that was not
-/// refused and is growing).
-fn output(cmd: &mut Command) -> (Option<i32>, String) {
-    let started = std::time::Instant::now();
-    let mut child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > std::time::Duration::from_secs(120) {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "still running after two minutes:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        !text.contains("panicked") && !text.contains("memory allocation of"),
-        "throng crashed instead of reporting an error:\n{text}"
-    );
-    (out.status.code(), text)
-}
+/// How long a command may run: one still running after two minutes is a run that was not
+/// refused and is growing (it is killed, and the test fails).
+const LIMIT: Duration = Duration::from_secs(120);
 
 /// A config of `scenario` with `top` (top-level keys) and `tail` (sections after
 /// `[scenario]`, starting with its own keys).
@@ -269,13 +231,14 @@ fn absurd_sizes_of_every_knob_are_refused_before_the_folder_is_written() {
         let tmp = tempfile::tempdir().unwrap();
         let path = config(tmp.path(), scenario, top, tail);
         let out = tmp.path().join("out");
-        let (code, text) = output(
+        let Ran { code, text, .. } = output_within(
             throng()
                 .arg("run")
                 .arg(&path)
                 .args(["--no-report", "--out"])
                 .arg(&out)
                 .args(extra),
+            LIMIT,
         );
         let case = format!("{top} {tail} {extra:?}:\n{text}");
         assert_eq!(code, Some(1), "{case}");
@@ -318,7 +281,7 @@ fn a_memory_limit_on_the_process_is_the_limit_checked() {
     );
     let out = tmp.path().join("out");
     // About 5 GB, under a limit of 3 GB.
-    let (code, text) = output(
+    let Ran { code, text, .. } = output_within(
         Command::new("sh")
             .current_dir(repo())
             .args(["-c", "ulimit -v 3000000 && exec \"$0\" \"$@\""])
@@ -327,6 +290,7 @@ fn a_memory_limit_on_the_process_is_the_limit_checked() {
             .arg(&path)
             .args(["--no-report", "--out"])
             .arg(&out),
+        LIMIT,
     );
     assert_eq!(code, Some(1), "{text}");
     assert!(
@@ -353,23 +317,26 @@ fn plan_bench_and_generate_refuse_sizes_the_machine_cannot_hold() {
         "steps = 2\npolicy = \"llm\"\nagents = 1000000000000",
         "",
     );
-    let (code, text) = output(throng().arg("plan").arg(&path));
+    let Ran { code, text, .. } = output_within(throng().arg("plan").arg(&path), LIMIT);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("the plan builds the first step here") && text.contains("lower agents"),
         "{text}"
     );
-    let (code, text) = output(throng().args([
-        "bench",
-        "--agents",
-        "1000000000000",
-        "--json",
-        tmp.path().join("bench.json").to_str().unwrap(),
-    ]));
+    let Ran { code, text, .. } = output_within(
+        throng().args([
+            "bench",
+            "--agents",
+            "1000000000000",
+            "--json",
+            tmp.path().join("bench.json").to_str().unwrap(),
+        ]),
+        LIMIT,
+    );
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("lower --agents"), "{text}");
     let model = common::tiny_model(&TinyLlama::default());
-    let (code, text) = output(
+    let Ran { code, text, .. } = output_within(
         throng()
             .args([
                 "generate",
@@ -380,6 +347,7 @@ fn plan_bench_and_generate_refuse_sizes_the_machine_cannot_hold() {
                 "--model",
             ])
             .arg(model.path()),
+        LIMIT,
     );
     assert_eq!(code, Some(1), "{text}");
     assert!(
@@ -406,7 +374,7 @@ fn a_resume_that_cannot_fit_is_refused_and_the_run_stays_paused() {
         "",
     );
     let out = tmp.path().join("out");
-    let (code, text) = output(
+    let Ran { code, text, .. } = output_within(
         throng()
             .arg("run")
             .arg(&path)
@@ -414,10 +382,11 @@ fn a_resume_that_cannot_fit_is_refused_and_the_run_stays_paused() {
             .arg(model.path())
             .arg("--out")
             .arg(&out),
+        LIMIT,
     );
     assert_eq!(code, Some(0), "{text}");
     let before = std::fs::read(out.join("manifest.json")).unwrap();
-    let (code, text) = output(
+    let Ran { code, text, .. } = output_within(
         throng()
             .args([
                 "run",
@@ -427,6 +396,7 @@ fn a_resume_that_cannot_fit_is_refused_and_the_run_stays_paused() {
                 "--resume",
             ])
             .arg(&out),
+        LIMIT,
     );
     assert_eq!(code, Some(1), "{text}");
     assert!(
@@ -434,7 +404,10 @@ fn a_resume_that_cannot_fit_is_refused_and_the_run_stays_paused() {
         "{text}"
     );
     assert_eq!(std::fs::read(out.join("manifest.json")).unwrap(), before);
-    let (code, text) = output(throng().args(["run", "--no-report", "--resume"]).arg(&out));
+    let Ran { code, text, .. } = output_within(
+        throng().args(["run", "--no-report", "--resume"]).arg(&out),
+        LIMIT,
+    );
     assert_eq!(code, Some(0), "{text}");
 }
 
@@ -454,12 +427,13 @@ fn a_max_tokens_as_large_as_a_usize_runs_to_the_end_of_the_context() {
         format!("{{\"prompt\": \"abcd\", \"max_tokens\": {}}}\n", u64::MAX),
     )
     .unwrap();
-    let (code, text) = output(
+    let Ran { code, text, .. } = output_within(
         throng()
             .args(["generate", "--model"])
             .arg(model.path())
             .arg("--requests")
             .arg(&requests),
+        LIMIT,
     );
     assert_eq!(code, Some(0), "{text}");
     let line = text.lines().find(|l| l.starts_with('{')).unwrap();
@@ -476,13 +450,14 @@ fn a_max_tokens_as_large_as_a_usize_runs_to_the_end_of_the_context() {
 fn peak_of(config: &Path, args: &[&str]) -> f64 {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
-    let (code, text) = output(
+    let Ran { code, text, .. } = output_within(
         throng()
             .arg("run")
             .arg(config)
             .args(args)
             .args(["--no-report", "--out"])
             .arg(&out),
+        LIMIT,
     );
     assert_eq!(code, Some(0), "{text}");
     let manifest: throng::record::Manifest =

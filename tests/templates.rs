@@ -5,52 +5,14 @@
 
 mod common;
 
+use common::cli::{Ran, output_within, repo, throng_with_cache};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use throng::testing::TinyLlama;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn throng(cache: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
-    cmd.current_dir(repo())
-        .env_remove("THRONG_CRASH_AT")
-        .env("THRONG_CACHE", cache);
-    cmd
-}
-
-/// Exit code, stdout + stderr, and how long it took; a panic fails the test, and so does a
-/// command still running after a minute (it is killed).
-fn output(cmd: &mut Command) -> (Option<i32>, String, Duration) {
-    let started = Instant::now();
-    let mut child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "still rendering after a minute:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!text.contains("panicked"), "throng panicked:\n{text}");
-    (out.status.code(), text, started.elapsed())
-}
+/// How long a command may run: one still rendering after a minute is killed, and the test
+/// fails.
+const LIMIT: Duration = Duration::from_secs(60);
 
 /// The nested loops of the issue: ten billion iterations.
 const NESTED: &str =
@@ -104,8 +66,9 @@ fn a_prompt_template_that_does_too_much_work_fails_with_its_name_and_line() {
         ("persona.jinja", 3, NESTED, true),
         ("player.jinja", 9, "{{ 'x' * 10000000000 }}\n", false),
         (
+            // The line after the template's opening comment.
             "system.jinja",
-            5,
+            6,
             "{% set s = namespace(n=0) %}{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% set s.n = s.n + k %}{% endfor %}{% endfor %}{% endfor %}{{ s.n }}\n",
             false,
         ),
@@ -115,14 +78,17 @@ fn a_prompt_template_that_does_too_much_work_fails_with_its_name_and_line() {
         templates_with(&templates, name, line, extra);
         let config = config(tmp.path(), &templates, personas);
         let out = tmp.path().join("out");
-        let (code, text, took) = output(
-            throng(tmp.path())
+        let Ran {
+            code, text, took, ..
+        } = output_within(
+            throng_with_cache(tmp.path())
                 .arg("run")
                 .arg(&config)
                 .args(["--no-report", "--model"])
                 .arg(model.path())
                 .arg("--out")
                 .arg(&out),
+            LIMIT,
         );
         let case = format!("{name} line {line} `{}`: {text}", extra.trim());
         assert_eq!(code, Some(1), "{case}");
@@ -156,10 +122,13 @@ fn a_chat_template_that_does_too_much_work_fails_at_once() {
     .into();
     std::fs::write(&config, tokenizer_config.to_string()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let (code, text, took) = output(
-        throng(tmp.path())
+    let Ran {
+        code, text, took, ..
+    } = output_within(
+        throng_with_cache(tmp.path())
             .args(["generate", "--prompt", "hi", "--max-tokens", "4", "--model"])
             .arg(model.path()),
+        LIMIT,
     );
     assert_eq!(code, Some(1), "{text}");
     assert!(took < Duration::from_secs(60), "took {took:?}: {text}");

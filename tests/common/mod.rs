@@ -1,6 +1,8 @@
-//! Shared test fixtures: the downloaded real assets and tiny random models.
+//! Shared test fixtures: the downloaded real assets and tiny random models; `cli` runs the
+//! built binary.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod constrained;
 pub mod ragged;
 
