@@ -72,12 +72,14 @@ impl Bounds {
     /// What an 8-bit format must meet: no worse than llama.cpp's 6-bit `q6_K` measures on
     /// Llama 3 8B against f16 (perplexity +0.35%, mean KL 0.0055, top-1 agreement 96.0%;
     /// its `q8_0` measures +0.04%, 0.0014 and 97.7%), and no significant loss of valid
-    /// decisions (p < 0.05).
+    /// decisions (p < 0.01: the excess of the issue that made this gate, 7 of 64 lost and
+    /// none gained, has p = 0.008, while a format that is as good as f32 fails one run in a
+    /// hundred at most, on any machine whose rounding flips other replies).
     pub const EIGHT_BIT: Bounds = Bounds {
         max_perplexity_ratio: 1.0035,
         max_mean_kl: 0.0055,
         min_top1_agreement: 0.96,
-        min_decisions_p: 0.05,
+        min_decisions_p: 0.01,
     };
 }
 
@@ -637,12 +639,20 @@ mod tests {
     fn flips_both_ways_are_noise_and_a_one_sided_loss_is_not() {
         let reference = Decisions::default();
         let fine = divergence(24.6, 24.65, 0.002, 0.975);
-        // 4 lost and 3 gained: what any change of rounding does to a small model's replies.
-        assert!(failures(&report(fine, fine, 4, 3), &reference, &Bounds::EIGHT_BIT).is_empty());
-        // 5 lost and none gained: p = 1/32.
-        let found = failures(&report(fine, fine, 5, 0), &reference, &Bounds::EIGHT_BIT);
+        // What any change of rounding does to a small model's replies: flips both ways, and
+        // now and then a few more one way (20 lost and 13 gained has p = 0.15).
+        for (lost, gained) in [(4, 3), (20, 13), (5, 0)] {
+            let found = failures(
+                &report(fine, fine, lost, gained),
+                &reference,
+                &Bounds::EIGHT_BIT,
+            );
+            assert!(found.is_empty(), "{lost} / {gained}: {found:#?}");
+        }
+        // 7 lost and none gained: p = 1/128.
+        let found = failures(&report(fine, fine, 7, 0), &reference, &Bounds::EIGHT_BIT);
         assert_eq!(found.len(), 1, "{found:#?}");
-        assert!((p_at_least(5, 5) - 1.0 / 32.0).abs() < 1e-12);
+        assert!((p_at_least(7, 7) - 1.0 / 128.0).abs() < 1e-12);
         assert_eq!(p_at_least(0, 9), 1.0);
     }
 }
