@@ -7,11 +7,12 @@
 //!   file, one sequence, as the reference point measured in the same run.
 //!
 //! Weight formats are what the loader may convert the Q4_1 file to: `int8` (the CPU default
-//! where the CPU has a SIMD int8 kernel), `f32`, `q8_0`, and `native` (Q4_1 as stored, batch 1
-//! only: it is the slow path being avoided).
+//! where the CPU has AVX-512 VNNI), `f32` (the default elsewhere), `bf16` (the default for
+//! large models on CPUs without VNNI, and on CUDA), `q8_0`, and `native` (Q4_1 as stored,
+//! batch 1 only: it is the slow path being avoided).
 //! Run: `cargo bench --bench engine` (THRONG_BENCH_QUICK=1 for a short smoke run).
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::time::{Duration, Instant};
 use throng::model::{BatchInputs, CausalLm, KvCache, LoadOptions, SeqChunk, WeightFormat, loader};
@@ -49,7 +50,8 @@ fn bench_decode(c: &mut Criterion, weights: WeightFormat, name: &str, batches: &
     let mut group = c.benchmark_group(format!("decode/{name}"));
     for &batch in batches {
         let per_seq = MAX_CONTEXT.div_ceil(BLOCK);
-        let mut kv = KvCache::new(&cfg, batch * per_seq, BLOCK, DType::F32, &Device::Cpu).unwrap();
+        let mut kv =
+            KvCache::new(&cfg, batch * per_seq, BLOCK, model.dtype(), &Device::Cpu).unwrap();
         let seqs: Vec<(Vec<u32>, Vec<u32>)> = (0..batch)
             .map(|b| {
                 (
@@ -105,7 +107,7 @@ fn bench_prefill(c: &mut Criterion, weights: WeightFormat, name: &str) {
     let model = load(weights);
     let cfg = model.config().clone();
     let len = 256;
-    let mut kv = KvCache::new(&cfg, len / BLOCK, BLOCK, DType::F32, &Device::Cpu).unwrap();
+    let mut kv = KvCache::new(&cfg, len / BLOCK, BLOCK, model.dtype(), &Device::Cpu).unwrap();
     let tokens = prompt(len, 1);
     let blocks: Vec<u32> = (0..(len / BLOCK) as u32).collect();
     let mut group = c.benchmark_group("prefill");
@@ -182,9 +184,11 @@ fn engine(c: &mut Criterion) {
     bench_prefill(c, WeightFormat::Int8, "int8");
     bench_prefill(c, WeightFormat::F32, "f32");
     bench_prefill(c, WeightFormat::Q8_0, "q8_0");
+    bench_prefill(c, WeightFormat::Bf16, "bf16");
     bench_decode(c, WeightFormat::Int8, "int8", &[1, 8, 32, 64]);
     bench_decode(c, WeightFormat::F32, "f32", &[1, 8, 32, 64]);
     bench_decode(c, WeightFormat::Q8_0, "q8_0", &[1, 8, 32, 64]);
+    bench_decode(c, WeightFormat::Bf16, "bf16", &[1, 8, 32, 64]);
     bench_decode(c, WeightFormat::Native, "native_q4_1", &[1]);
 }
 

@@ -144,8 +144,14 @@ fn preemption_changes_nothing(weights: WeightFormat) {
     let engine = |dir: &std::path::Path, cfg| engine_with(dir, cfg, weights);
     let roomy = tokens(engine(dir.path(), EngineConfig::default()).generate(requests(16)));
     // Room for 12 blocks of 16 tokens: prompts take 7, so one or two sequences at a time.
-    let block_bytes =
-        2 * spec.num_layers * 16 * spec.num_kv_heads * (spec.hidden_size / spec.num_heads) * 4;
+    // The cache holds keys and values in the weights' float type: bf16 halves a block.
+    let element_bytes = if weights == WeightFormat::Bf16 { 2 } else { 4 };
+    let block_bytes = 2
+        * spec.num_layers
+        * 16
+        * spec.num_kv_heads
+        * (spec.hidden_size / spec.num_heads)
+        * element_bytes;
     let mut tight = engine(
         dir.path(),
         EngineConfig {

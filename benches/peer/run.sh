@@ -43,9 +43,17 @@ if [[ ! -x $SERVER ]]; then
     rm -rf "$WORK/src" && mkdir -p "$WORK/src"
     tar -xzf "$WORK"/sdist/llama_cpp_python-"$VERSION".tar.gz -C "$WORK/src"
     rm -rf "$WORK/llama.cpp" && mv "$WORK/src/llama_cpp_python-$VERSION/vendor/llama.cpp" "$WORK/llama.cpp"
+    # The instruction sets this CPU lists, named one by one rather than GGML_NATIVE: a native
+    # build also compiles ggml's AMX kernels where the CPU lists AMX, and a virtual machine
+    # that does not grant the tile state kills them with SIGILL at the first product.
+    ISA=()
+    for flag in avx2:AVX2 bmi2:BMI2 fma:FMA f16c:F16C avx512f:AVX512 avx512vbmi:AVX512_VBMI \
+        avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+        grep -qw "${flag%%:*}" /proc/cpuinfo && ISA+=("-DGGML_${flag##*:}=ON")
+    done
     cmake -S "$WORK/llama.cpp" -B "$WORK/llama.cpp/build" -DCMAKE_BUILD_TYPE=Release \
         -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=ON >"$WORK/cmake.log"
+        -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=OFF "${ISA[@]}" >"$WORK/cmake.log"
     cmake --build "$WORK/llama.cpp/build" --target llama-server llama-bench -j "$(nproc)" >"$WORK/build.log"
 fi
 

@@ -408,10 +408,8 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
                     template.display(),
                     // A template of the run folder's own copies is read through its config.
                     match manifest.config_file.as_str() {
-                        _ if template.starts_with(&dir) => format!(
-                            "{} --out NEW_FOLDER",
-                            dir.join(record::CONFIG).display()
-                        ),
+                        _ if template.starts_with(&dir) =>
+                            format!("{} --out NEW_FOLDER", dir.join(record::CONFIG).display()),
                         "" => dir.join(record::CONFIG).display().to_string(),
                         file => file.to_string(),
                     },
@@ -432,7 +430,11 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
                 None => format!(
                     "the run stopped; its {} finished step{} kept: throng run --resume {}",
                     manifest.steps_done,
-                    if manifest.steps_done == 1 { " is" } else { "s are" },
+                    if manifest.steps_done == 1 {
+                        " is"
+                    } else {
+                        "s are"
+                    },
                     dir.display()
                 ),
             };
