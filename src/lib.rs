@@ -7,6 +7,7 @@
 pub mod analysis;
 pub mod assets;
 pub mod bench;
+pub mod cli;
 pub mod cluster;
 pub mod engine;
 pub mod model;

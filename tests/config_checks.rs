@@ -29,7 +29,9 @@ fn write(dir: &Path, scenario: &str, body: &str) -> PathBuf {
 fn load(scenario: &str, body: &str) -> Result<(), ConfigError> {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), scenario, body);
-    throng::scenarios::load(&path, &Overrides::default()).map(|_| ())
+    throng::scenarios::Registry::builtin()
+        .load(&path, &Overrides::default())
+        .map(|_| ())
 }
 
 /// The 1-based line of `body` (after the 5 header lines) that contains `needle`.
@@ -201,7 +203,9 @@ fn sampling_temperatures_are_finite_and_bounded_at_their_line() {
             .unwrap()
             .replace("policy = \"scripted\"", "policy = \"llm\"");
         std::fs::write(&path, text).unwrap();
-        throng::scenarios::load(&path, &Overrides::default()).unwrap_err()
+        throng::scenarios::Registry::builtin()
+            .load(&path, &Overrides::default())
+            .unwrap_err()
     };
     assert!(
         err.to_string()
@@ -404,7 +408,9 @@ fn counts_have_documented_upper_bounds() {
             usize::from(line.starts_with("steps")),
         );
         std::fs::write(&path, &text).unwrap();
-        let err = throng::scenarios::load(&path, &Overrides::default()).unwrap_err();
+        let err = throng::scenarios::Registry::builtin()
+            .load(&path, &Overrides::default())
+            .unwrap_err();
         let expected = 1 + text.lines().position(|l| l.contains(needle)).unwrap();
         assert_eq!(err.line(), Some(expected), "{err}");
         assert!(err.to_string().contains(words), "{err}");
@@ -441,7 +447,8 @@ fn counts_have_documented_upper_bounds() {
             "--agents",
         ),
     ] {
-        let err = throng::scenarios::load(&path, &overrides)
+        let err = throng::scenarios::Registry::builtin()
+            .load(&path, &overrides)
             .unwrap_err()
             .to_string();
         assert!(err.starts_with(flag) && err.contains("more than"), "{err}");
@@ -450,7 +457,9 @@ fn counts_have_documented_upper_bounds() {
         steps: Some(100_000),
         ..Overrides::default()
     };
-    throng::scenarios::load(&path, &ok).unwrap();
+    throng::scenarios::Registry::builtin()
+        .load(&path, &ok)
+        .unwrap();
     // A sweep is counted before its arms are made: 10 x 10 x 11 x 10 = 11,000.
     let ten: Vec<String> = (0..10).map(|i| i.to_string()).collect();
     let body = format!(

@@ -37,7 +37,7 @@ fn world(scenario: &EnergyMarket, steps: usize) -> Market {
                     .then(|| scenario.scripted(&world, &population, a, &mut rng))
             })
             .collect();
-        scenario.resolve(&mut world, &decisions, &mut rng);
+        scenario.resolve(&mut world, &population, &decisions, &mut rng);
     }
     world
 }

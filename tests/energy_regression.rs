@@ -15,42 +15,17 @@
 //!   control utility follows the neutral rule (margin 15%, renewable preference 2). Only the
 //!   control arm's rows and decisions changed; the personas arm's are identical.
 
-use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn sha256(path: &Path) -> String {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Runs `config` (a file under tests/fixtures) with the built binary and hashes its records.
-fn hashes(config: &str) -> [(String, String); 3] {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("run");
-    let status = Command::new(env!("CARGO_BIN_EXE_throng"))
-        .current_dir(repo())
-        .args(["run", &format!("tests/fixtures/{config}"), "--out"])
-        .arg(&out)
-        .arg("--no-report")
-        .status()
-        .unwrap();
-    assert!(status.success(), "throng run {config} failed");
-    ["state.parquet", "state.csv", "decisions.jsonl"].map(|f| (f.to_string(), sha256(&out.join(f))))
-}
-
-fn check(config: &str, expected: [&str; 3]) {
-    let got = hashes(config);
-    for ((file, hash), want) in got.iter().zip(expected) {
-        assert_eq!(hash, want, "{config}: {file} changed");
-    }
+fn check(config: &str, [state, csv, decisions]: [&str; 3]) {
+    common::regression::check(
+        config,
+        &[
+            ("state.parquet", state),
+            ("state.csv", csv),
+            ("decisions.jsonl", decisions),
+        ],
+    );
 }
 
 #[test]

@@ -39,7 +39,9 @@ fn error_at(body: &str, needle: &str) -> (String, Option<usize>, usize) {
         .lines()
         .position(|l| l.contains(needle))
         .unwrap_or_else(|| panic!("{needle:?} not in {text}"));
-    let err = throng::scenarios::load(&path, &Overrides::default()).expect_err(body);
+    let err = throng::scenarios::Registry::builtin()
+        .load(&path, &Overrides::default())
+        .expect_err(body);
     (err.to_string(), err.line(), line)
 }
 
@@ -109,7 +111,9 @@ fn config_mistakes_are_reported_at_their_own_line() {
         dir.path(),
         &format!("{SCENARIO}\n[records]\ndecisions = {{ sample = 3 }}\n"),
     );
-    throng::scenarios::load(&path, &Overrides::default()).unwrap();
+    throng::scenarios::Registry::builtin()
+        .load(&path, &Overrides::default())
+        .unwrap();
 }
 
 // Guards against issue 17, item 18: shares written as fractions that sum to 0.9 were reported

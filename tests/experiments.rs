@@ -148,7 +148,7 @@ fn a_scripted_run_reports_figures_and_persona_tests() {
     let path = config(tmp.path(), SMALL);
     let out = tmp.path().join("run");
     run(&path, &out, RunOptions::default());
-    let text = scenarios::report(&out).unwrap();
+    let text = scenarios::Registry::builtin().report(&out).unwrap();
     assert!(text.contains("Welch t-test"), "{text}");
     for fig in [
         "fig2_network",
@@ -178,7 +178,7 @@ fn a_scripted_run_reports_figures_and_persona_tests() {
 fn load_err(body: &str) -> String {
     let tmp = tempfile::tempdir().unwrap();
     let path = config(tmp.path(), body);
-    match scenarios::load(&path, &Overrides::default()) {
+    match scenarios::Registry::builtin().load(&path, &Overrides::default()) {
         Ok(_) => panic!("config should be refused:\n{body}"),
         Err(e) => {
             let text = e.to_string();
@@ -235,7 +235,8 @@ fn bad_configs_name_file_line_and_field() {
         ),
     )
     .unwrap();
-    let err = scenarios::load(&path, &Overrides::default())
+    let err = scenarios::Registry::builtin()
+        .load(&path, &Overrides::default())
         .unwrap_err()
         .to_string();
     assert!(
@@ -273,7 +274,8 @@ fn a_population_sets_the_market_personas() {
 fn the_shipped_experiments_load() {
     for entry in std::fs::read_dir(repo().join("experiments")).unwrap() {
         let path = entry.unwrap().path();
-        let exp = scenarios::load(&path, &Overrides::default())
+        let exp = scenarios::Registry::builtin()
+            .load(&path, &Overrides::default())
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let scenario = &exp.experiment().scenario;
@@ -347,6 +349,6 @@ fn exp1_with_smollm2_decides_every_turn_within_its_schema() {
             r["text"].is_string() && r["prompt_hash"].is_string() && r["latency_ms"].is_number()
         );
     }
-    scenarios::report(&out).unwrap();
+    scenarios::Registry::builtin().report(&out).unwrap();
     assert!(out.join("report.html").exists() && out.join("fig3_consumer_price.png").exists());
 }

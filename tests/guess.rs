@@ -42,12 +42,14 @@ fn later_rounds_show_the_earlier_rounds() {
     // Round 1: 20, 40, 60 -> mean 40, target 26.67, winner 20.
     game.resolve(
         &mut world,
+        &population,
         &[decision(2000), decision(4000), decision(6000)],
         &mut rng,
     );
     // Round 2: 10, 20, 30 -> mean 20, target 13.33, winner 10.
     game.resolve(
         &mut world,
+        &population,
         &[decision(1000), decision(2000), decision(3000)],
         &mut rng,
     );

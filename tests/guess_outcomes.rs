@@ -10,7 +10,7 @@ use throng::scenarios::guess::report::RoundRow;
 use throng::scenarios::guess::{Decision, GuessGame, config::GuessConfig};
 use throng::sim::population::Population;
 use throng::sim::prompt::PromptBook;
-use throng::sim::scenario::{CellInfo, Scenario};
+use throng::sim::scenario::Scenario;
 use throng::testing::TinyLlama;
 
 fn repo() -> PathBuf {
@@ -206,7 +206,7 @@ fn tied_game() -> (GuessGame, Population, throng::scenarios::guess::world::Game)
         .iter()
         .map(|&g| Some(Decision(Some(g * 100))))
         .collect();
-    game.resolve(&mut world, &decisions, &mut rng);
+    game.resolve(&mut world, &population, &decisions, &mut rng);
     (game, population, world)
 }
 
@@ -232,15 +232,9 @@ fn both_winning_numbers_are_winners_in_prompts_and_state() {
         let winner = [0, 1, 4, 7].contains(&agent);
         assert_eq!(user.contains("(you won)"), winner, "agent {agent}:\n{user}");
     }
-    let cell = CellInfo {
-        arm: "base".into(),
-        population: 8,
-        replicate: 0,
-    };
-    let batch = game.state(&world, &population, &cell, 1);
-    let won = batch.column_by_name("won").unwrap();
-    let won = arrow_array::cast::AsArray::as_boolean(won.as_ref());
-    let winners: Vec<usize> = (0..8).filter(|&i| won.value(i)).collect();
+    let winners: Vec<usize> = (0..8)
+        .filter(|&i| game.row(&world, i, 1).unwrap().won == Some(true))
+        .collect();
     assert_eq!(winners, vec![0, 1, 4, 7]);
 }
 

@@ -508,7 +508,8 @@ fn the_estimate_holds_the_peak_memory_of_real_runs() {
             steps: Some(steps),
             ..Overrides::default()
         };
-        let estimate = throng::scenarios::load(config, &overrides)
+        let estimate = throng::scenarios::Registry::builtin()
+            .load(config, &overrides)
             .unwrap()
             .footprint()
             .unwrap()

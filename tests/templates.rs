@@ -61,14 +61,14 @@ fn config(dir: &Path, templates: &Path, personas: bool) -> PathBuf {
 fn a_prompt_template_that_does_too_much_work_fails_with_its_name_and_line() {
     let model = common::tiny_model(&TinyLlama::default());
     for (name, line, extra, personas) in [
-        ("player.jinja", 4, NESTED, false),
-        ("system.jinja", 7, NESTED, false),
+        ("player.jinja", 5, NESTED, false),
+        ("system.jinja", 9, NESTED, false),
         ("persona.jinja", 3, NESTED, true),
         ("player.jinja", 9, "{{ 'x' * 10000000000 }}\n", false),
         (
             // The line after the template's opening comment.
             "system.jinja",
-            6,
+            8,
             "{% set s = namespace(n=0) %}{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% set s.n = s.n + k %}{% endfor %}{% endfor %}{% endfor %}{{ s.n }}\n",
             false,
         ),

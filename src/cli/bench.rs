@@ -2,12 +2,12 @@
 //! simulation steps its agents; prints a table and writes the same as JSON.
 
 use super::parse_device;
+use crate::bench::{Bench, BenchSpec};
+use crate::engine::EngineConfig;
+use crate::model::synthetic::Shape;
+use crate::model::{AttentionBackend, WeightFormat};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
-use throng::bench::{Bench, BenchSpec};
-use throng::engine::EngineConfig;
-use throng::model::synthetic::Shape;
-use throng::model::{AttentionBackend, WeightFormat};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {

@@ -1,15 +1,15 @@
-//! `throng eval`: the quality gate of weight formats on a model (see `throng::quality`).
+//! `throng eval`: the quality gate of weight formats on a model (see `crate::quality`).
 
 use super::parse_device;
+use crate::model::WeightFormat;
+use crate::quality::{self, EvalSpec};
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
-use throng::model::WeightFormat;
-use throng::quality::{self, EvalSpec};
 
 #[derive(clap::Args, Debug)]
 pub struct EvalArgs {
     /// A preset (`throng models`), a model folder, a GGUF file or a Hugging Face repo id.
-    #[arg(long, default_value = throng::model::DEFAULT_MODEL)]
+    #[arg(long, default_value = crate::model::DEFAULT_MODEL)]
     pub model: String,
     /// `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]

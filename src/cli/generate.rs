@@ -2,13 +2,13 @@
 //! as an offline batch-inference tool.
 
 use super::ModelArgs;
+use crate::engine::{Engine, Message, Prompt, Request, Response, SamplingParams};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use throng::engine::{Engine, Message, Prompt, Request, Response, SamplingParams};
 
 #[derive(clap::Args, Debug)]
 pub struct GenerateArgs {
@@ -136,7 +136,7 @@ impl Source {
                 *next += 1;
                 let mut request = template.clone();
                 if *n > 1 {
-                    request.sampling.seed = throng::seed::derive(*seed, &[i as u64]);
+                    request.sampling.seed = crate::seed::derive(*seed, &[i as u64]);
                 }
                 Ok(Some(Item {
                     index: i,
@@ -232,7 +232,7 @@ fn parse_line(
                 top_k: r.top_k.or(sampling.top_k),
                 seed: r
                     .seed
-                    .unwrap_or_else(|| throng::seed::derive(sampling.seed, &[index as u64])),
+                    .unwrap_or_else(|| crate::seed::derive(sampling.seed, &[index as u64])),
             });
         request.json_schema = r.json_schema;
         request.stop = r.stop;

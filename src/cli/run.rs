@@ -2,6 +2,15 @@
 //! records, then its report.
 
 use super::ModelArgs;
+use crate::cluster::Ranks;
+use crate::model::WeightFormat;
+use crate::record::{self, Manifest, RunFolder, Status};
+use crate::scenarios;
+use crate::scenarios::Registry;
+use crate::sim::config::{PolicyKind, Split};
+use crate::sim::experiment::{Experiment, Overrides};
+use crate::sim::policy::Llm;
+use crate::sim::runner::{Ended, Progress, RunOptions};
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -10,14 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use throng::cluster::Ranks;
-use throng::model::WeightFormat;
-use throng::record::{self, Manifest, RunFolder, Status};
-use throng::scenarios;
-use throng::sim::config::{PolicyKind, Split};
-use throng::sim::experiment::{Experiment, Overrides};
-use throng::sim::policy::Llm;
-use throng::sim::runner::{Ended, Progress, RunOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -54,7 +55,7 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',')]
     pub devices: Option<Vec<String>>,
     /// Seconds a rank waits for another at the end of a step before stopping the whole job.
-    #[arg(long, default_value_t = throng::cluster::DEFAULT_TIMEOUT.as_secs())]
+    #[arg(long, default_value_t = crate::cluster::DEFAULT_TIMEOUT.as_secs())]
     pub rank_timeout: u64,
     /// Seconds a first Ctrl-C or SIGTERM waits for the current step to finish; a step still
     /// running then (or a second signal) stops the run at once, paused at its last checkpoint.
@@ -187,7 +188,7 @@ fn stop_at_once(rank: usize, dir: &Path, why: &str) -> ! {
 }
 
 /// `threads`: the global --threads, if given.
-pub fn run(args: RunArgs, threads: Option<usize>) -> Result<()> {
+pub fn run(registry: &Registry, args: RunArgs, threads: Option<usize>) -> Result<()> {
     let ranks = Ranks::join(Duration::from_secs(args.rank_timeout.max(1)))?;
     let local = ranks.topology().local_size;
     if threads.is_none() && local > 1 {
@@ -198,7 +199,7 @@ pub fn run(args: RunArgs, threads: Option<usize>) -> Result<()> {
             .num_threads((cores / local).max(1))
             .build_global();
     }
-    let result = run_ranked(args, &ranks);
+    let result = run_ranked(registry, args, &ranks);
     if let Err(e) = &result
         && ranks.size() > 1
     {
@@ -210,7 +211,7 @@ pub fn run(args: RunArgs, threads: Option<usize>) -> Result<()> {
     result
 }
 
-fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
+fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
     let root = ranks.is_root();
     let model_given = super::given("model");
     let overrides = Overrides {
@@ -245,10 +246,14 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
     // the folder it names (a default one is named by rank 0's clock).
     let opened = match (root, &args.config, &args.resume) {
         (false, ..) => None,
-        (true, _, Some(dir)) => Some(open_resumed(dir, &overrides, &memory)?),
-        (true, Some(config), None) => {
-            Some(open_new(config, args.out.clone(), &overrides, &memory)?)
-        }
+        (true, _, Some(dir)) => Some(open_resumed(registry, dir, &overrides, &memory)?),
+        (true, Some(config), None) => Some(open_new(
+            registry,
+            config,
+            args.out.clone(),
+            &overrides,
+            &memory,
+        )?),
         (true, None, None) => bail!("give an experiment config, or --resume RUN_DIR"),
     };
     let dir = opened
@@ -272,8 +277,8 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
         Some((loaded, folder, manifest)) => (loaded, Some(folder), manifest),
         None => {
             let mut loaded = match (&args.config, resume) {
-                (_, true) => scenarios::load(&dir.join(record::CONFIG), &Overrides::default())?,
-                (Some(config), false) => scenarios::load(config, &overrides)?,
+                (_, true) => registry.load(&dir.join(record::CONFIG), &Overrides::default())?,
+                (Some(config), false) => registry.load(config, &overrides)?,
                 (None, false) => bail!("give an experiment config, or --resume RUN_DIR"),
             };
             if resume {
@@ -303,7 +308,7 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
                 eprintln!(
                     "throng: warning: this run's manifest does not say which weight format it \
                      started with (it predates the record); resuming with --weights {}",
-                    throng::quality::name(args.model.weights)
+                    crate::quality::name(args.model.weights)
                 );
                 args.model.weights
             }
@@ -319,8 +324,8 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
         manifest.model = Some(model.model.clone());
         manifest.device = Some(model.device.clone());
         manifest.weights = Some(described);
-        manifest.weight_format = Some(throng::quality::name(weights));
-        let prompts = scenarios::prompts(exp)?;
+        manifest.weight_format = Some(crate::quality::name(weights));
+        let prompts = registry.prompts(exp)?;
         Some(Llm::new(
             engine,
             prompts,
@@ -482,8 +487,7 @@ fn run_ranked(args: RunArgs, ranks: &Ranks) -> Result<()> {
     }
     record::write_json_atomic(&dir.join(record::MANIFEST), &manifest)?;
     if !args.no_report {
-        let text =
-            scenarios::report(&dir).map_err(|e| anyhow::anyhow!("writing the report: {e}"))?;
+        let text = registry.report(&dir).context("writing the report")?;
         out!("{}", text.trim_end())?;
         out!("report: {}", dir.join("report.html").display())?;
     } else {
@@ -510,6 +514,7 @@ fn refuse_resume_flags() -> Result<()> {
 /// Takes the run folder `dir` to continue it: checks it, its manifest, its inputs and its
 /// checkpoint before anything heavy (the model) is loaded.
 fn open_resumed(
+    registry: &Registry,
     dir: &Path,
     overrides: &Overrides,
     memory: &super::MemoryCheck,
@@ -534,7 +539,7 @@ fn open_resumed(
         bail!("{}", missing_config(dir, &manifest));
     }
     check_inputs(dir, &manifest)?;
-    let mut loaded = scenarios::load(&config, overrides)?;
+    let mut loaded = registry.load(&config, overrides)?;
     memory
         .check(loaded.as_ref())
         .map_err(|e| anyhow::anyhow!("cannot resume {}: {e}", dir.display()))?;
@@ -585,12 +590,13 @@ fn check_inputs(dir: &Path, manifest: &Manifest) -> Result<()> {
 /// Takes a new or empty folder for a new run of `config`: the manifest first, so that the
 /// folder is a recognisable run from its first moment, then the config as run.
 fn open_new(
+    registry: &Registry,
     config: &Path,
     out: Option<PathBuf>,
     overrides: &Overrides,
     memory: &super::MemoryCheck,
 ) -> Result<(Box<dyn scenarios::Loaded>, RunFolder, Manifest)> {
-    let loaded = scenarios::load(config, overrides)?;
+    let loaded = registry.load(config, overrides)?;
     let exp = loaded.experiment();
     let templates = std::path::absolute(scenarios::templates_dir(exp))?;
     if templates.to_str().is_none() {
@@ -605,7 +611,7 @@ fn open_new(
     memory
         .check(loaded.as_ref())
         .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
-    let dir = out.unwrap_or_else(|| throng::sim::runner::default_run_dir(&exp.config.name));
+    let dir = out.unwrap_or_else(|| crate::sim::runner::default_run_dir(&exp.config.name));
     let manifest = Manifest {
         name: exp.config.name.clone(),
         scenario: exp.scenario.clone(),
@@ -621,7 +627,7 @@ fn open_new(
         started_unix: record::now_unix(),
         ..Manifest::default()
     };
-    let inputs = Inputs::of(exp)?;
+    let inputs = Inputs::of(registry, exp)?;
     let manifest = Manifest {
         inputs: inputs.fingerprints(),
         ..manifest
@@ -711,9 +717,10 @@ struct Inputs {
 }
 
 impl Inputs {
-    fn of(exp: &Experiment) -> Result<Self> {
+    fn of(registry: &Registry, exp: &Experiment) -> Result<Self> {
         let folder = Path::new(record::inputs::INPUTS).join("templates");
-        let templates = scenarios::prompts(exp)?
+        let templates = registry
+            .prompts(exp)?
             .templates()
             .map(|(name, text)| {
                 let path = folder.join(format!("{name}.jinja"));
@@ -788,9 +795,9 @@ impl Inputs {
 }
 
 /// `throng report RUN_DIR`: never into a folder a run is writing.
-pub fn report(dir: PathBuf) -> Result<()> {
+pub fn report(registry: &Registry, dir: PathBuf) -> Result<()> {
     let _lock = record::lock_for_report(&dir)?;
-    let text = scenarios::report(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let text = registry.report(&dir)?;
     out!("{}", text.trim_end())?;
     out!("report: {}", dir.join("report.html").display())?;
     Ok(())

@@ -37,6 +37,10 @@ pub const STATE_CSV: &str = "state.csv";
 /// The agents' LLM-written personas: `personas.parquet`, one row per agent of each replicate
 /// of each population size, written as each population size starts.
 pub const PERSONAS: &str = "personas";
+/// Each group level's aggregates (`groups.parquet`): per step, per group, its place, size and
+/// the mean of every numeric state column over its members. Written only when the config has
+/// `[[population.groups]]`.
+pub const GROUPS: &str = "groups";
 pub const STATE_PARQUET: &str = "state.parquet";
 pub const DECISIONS: &str = "decisions.jsonl";
 pub const STEPS: &str = "steps.csv";

@@ -17,43 +17,117 @@ use crate::sim::runner::{
 use crate::sim::scenario::Scenario;
 use std::path::{Path, PathBuf};
 
-/// A report's failure, in words for the terminal.
-pub type ReportError = String;
+pub use crate::analysis::ReportError;
 
 /// One scenario, as the registry knows it.
-pub struct Entry {
-    pub name: &'static str,
+struct Entry {
+    name: &'static str,
     roles: fn() -> &'static [&'static str],
     load: fn(Experiment) -> Result<Box<dyn Loaded>, ConfigError>,
     /// Writes the report of a run folder; returns its key numbers as text.
-    pub report: fn(&Path) -> Result<String, ReportError>,
+    report: fn(&Path) -> Result<String, ReportError>,
 }
 
-const fn entry<S: Scenario + 'static>(report: fn(&Path) -> Result<String, ReportError>) -> Entry {
-    Entry {
-        name: S::NAME,
-        roles: S::roles,
-        load: load_typed::<S>,
-        report,
+/// The scenarios a `throng` program knows, by name: the ones throng ships
+/// ([`Registry::builtin`]) and any a study adds with [`Registry::with`], which then get the
+/// whole command line through [`crate::cli::main_with`].
+pub struct Registry {
+    entries: Vec<Entry>,
+}
+
+impl Registry {
+    /// No scenario at all.
+    pub fn empty() -> Self {
+        Self {
+            entries: Vec::new(),
+        }
+    }
+
+    /// Every scenario throng ships: the energy market and the guessing game.
+    pub fn builtin() -> Self {
+        Self::empty()
+            .with::<energy_market::EnergyMarket>()
+            .with::<guess::GuessGame>()
+    }
+
+    /// Adds scenario `S` under its [`Scenario::NAME`]; a scenario of the same name registered
+    /// before is replaced (a study may ship its own version of a built-in one).
+    pub fn with<S: Scenario + 'static>(mut self) -> Self {
+        self.entries.retain(|e| e.name != S::NAME);
+        self.entries.push(Entry {
+            name: S::NAME,
+            roles: S::roles,
+            load: load_typed::<S>,
+            report: S::report,
+        });
+        self
+    }
+
+    /// The names of the registered scenarios, in the order they were added.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.entries.iter().map(|e| e.name).collect()
+    }
+
+    fn find(&self, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.name == name)
+    }
+
+    fn known(&self) -> String {
+        self.names().join(", ")
+    }
+
+    /// Loads and checks an experiment: its config, overrides, its scenario's knobs (typed
+    /// once, per arm), and its templates.
+    pub fn load(&self, path: &Path, overrides: &Overrides) -> Result<Box<dyn Loaded>, ConfigError> {
+        let exp = Experiment::load(path, overrides)?;
+        let Some(entry) = self.find(&exp.scenario) else {
+            return Err(exp.source.error(
+                Some(exp.config.scenario.span()),
+                format!(
+                    "field `scenario.name`: unknown scenario `{}` (known: {})",
+                    exp.scenario,
+                    self.known()
+                ),
+            ));
+        };
+        self.prompts(&exp)?;
+        (entry.load)(exp)
+    }
+
+    /// The experiment's prompt templates, checked to exist and compile: `system.jinja`, one
+    /// per role, and the persona meta-prompt when personas are written by the model.
+    pub fn prompts(&self, exp: &Experiment) -> Result<PromptBook, ConfigError> {
+        let dir = templates_dir(exp);
+        let roles = self.find(&exp.scenario).map_or(&[][..], |e| (e.roles)());
+        let persona = exp
+            .population
+            .personas
+            .as_ref()
+            .map(|p| template_name(&p.template));
+        let extra: Vec<&str> = persona.iter().map(String::as_str).collect();
+        PromptBook::load(&dir, &exp.scenario, roles, &extra)
+            .map_err(|e| exp.templates_error(e.to_string()))
+    }
+
+    /// Writes the report of the run in `dir`; returns its key numbers as text.
+    pub fn report(&self, dir: &Path) -> Result<String, ReportError> {
+        let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
+        match self.find(&manifest.scenario) {
+            Some(entry) => (entry.report)(dir),
+            None => Err(ReportError::Message(format!(
+                "no report for scenario `{}`: this program knows {} (a study's own scenario is \
+                 reported by the study's own program)",
+                manifest.scenario,
+                self.known()
+            ))),
+        }
     }
 }
 
-/// Every scenario throng ships.
-pub const SCENARIOS: &[Entry] = &[
-    entry::<energy_market::EnergyMarket>(energy_market::report::write),
-    entry::<guess::GuessGame>(guess::report::write),
-];
-
-fn find(name: &str) -> Option<&'static Entry> {
-    SCENARIOS.iter().find(|e| e.name == name)
-}
-
-fn names() -> String {
-    SCENARIOS
-        .iter()
-        .map(|e| e.name)
-        .collect::<Vec<_>>()
-        .join(", ")
+impl Default for Registry {
+    fn default() -> Self {
+        Self::builtin()
+    }
 }
 
 /// Where a resumed run stands.
@@ -198,39 +272,6 @@ impl<S: Scenario> Loaded for Typed<S> {
     }
 }
 
-/// Loads and checks an experiment: its config, overrides, its scenario's knobs (typed once,
-/// per arm), and its templates.
-pub fn load(path: &Path, overrides: &Overrides) -> Result<Box<dyn Loaded>, ConfigError> {
-    let exp = Experiment::load(path, overrides)?;
-    let Some(entry) = find(&exp.scenario) else {
-        return Err(exp.source.error(
-            Some(exp.config.scenario.span()),
-            format!(
-                "field `scenario.name`: unknown scenario `{}` (known: {})",
-                exp.scenario,
-                names()
-            ),
-        ));
-    };
-    prompts(&exp)?;
-    (entry.load)(exp)
-}
-
-/// The experiment's prompt templates, checked to exist and compile: `system.jinja`, one per
-/// role, and the persona meta-prompt when personas are written by the model.
-pub fn prompts(exp: &Experiment) -> Result<PromptBook, ConfigError> {
-    let dir = templates_dir(exp);
-    let roles = find(&exp.scenario).map_or(&[][..], |e| (e.roles)());
-    let persona = exp
-        .population
-        .personas
-        .as_ref()
-        .map(|p| template_name(&p.template));
-    let extra: Vec<&str> = persona.iter().map(String::as_str).collect();
-    PromptBook::load(&dir, &exp.scenario, roles, &extra)
-        .map_err(|e| exp.templates_error(e.to_string()))
-}
-
 /// `templates` from the config, else `templates/<scenario>` beside or above the config's
 /// folder, else in the current directory.
 pub fn templates_dir(exp: &Experiment) -> PathBuf {
@@ -247,18 +288,4 @@ pub fn templates_dir(exp: &Experiment) -> PathBuf {
 /// Whether the experiment needs the model.
 pub fn needs_model(exp: &Experiment) -> bool {
     exp.policies.uses(PolicyKind::Llm)
-}
-
-/// Writes the report of the run in `dir`; returns its key numbers as text.
-pub fn report(dir: &Path) -> Result<String, ReportError> {
-    let manifest: Manifest =
-        record::read_json(&dir.join(record::MANIFEST)).map_err(|e| e.to_string())?;
-    match find(&manifest.scenario) {
-        Some(entry) => (entry.report)(dir),
-        None => Err(format!(
-            "no report for scenario `{}` (known: {})",
-            manifest.scenario,
-            names()
-        )),
-    }
 }

@@ -241,6 +241,17 @@ impl Experiment {
                 )
             })?,
         };
+        for &size in &config.agents.0 {
+            if let Err(message) = super::groups::check_divides(&population.groups, size) {
+                let span = config.population.as_ref().map(|p| p.span());
+                let at = span
+                    .clone()
+                    .and_then(|within| find_field(&source.text, within, "groups", "population"));
+                return Err(
+                    source.error(at.or(span), format!("field `population.groups`: {message}"))
+                );
+            }
+        }
         let groups = config
             .policy_groups
             .iter()

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod experiment;
+pub mod groups;
 pub mod persona;
 pub mod plan;
 pub mod policy;

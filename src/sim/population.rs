@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::groups::{Groups, LevelConfig, LevelSpec};
+
 /// Shares that sum to within this of 100% (or of 1) are accepted.
 const SHARE_TOLERANCE: f64 = 1e-6;
 /// The largest magnitude of a numeric attribute's range (values are kept as `f32`).
@@ -53,6 +55,9 @@ pub struct PopulationConfig {
     pub joint: Vec<toml::Spanned<JointConfig>>,
     /// LLM-written personas, one per agent, from a meta-prompt template.
     pub personas: Option<toml::Spanned<PersonaConfig>>,
+    /// Nested groups, innermost level first (see [`crate::sim::groups`]).
+    #[serde(default)]
+    pub groups: Vec<toml::Spanned<LevelConfig>>,
 }
 
 /// One attribute as written: `shares` (categorical) or `range` (numeric).
@@ -177,6 +182,8 @@ pub struct PopulationSpec {
     pub attributes: Vec<Attribute>,
     pub joints: Vec<Joint>,
     pub personas: Option<PersonaConfig>,
+    /// Nested groups, innermost level first.
+    pub groups: Vec<LevelSpec>,
 }
 
 fn fractions(
@@ -502,11 +509,20 @@ impl PopulationConfig {
             }
         }
         let _ = span;
+        let categorical: Vec<&str> = attributes
+            .iter()
+            .filter(|a| matches!(a, Attribute::Categorical { .. }))
+            .map(Attribute::name)
+            .collect();
+        let names: Vec<&str> = attributes.iter().map(Attribute::name).collect();
+        let groups = super::groups::validate(&self.groups, &categorical, &names)
+            .map_err(|p| PopulationProblem::new(p.span, p.field, p.message))?;
         Ok(PopulationSpec {
             draw: self.draw,
             attributes,
             joints,
             personas: self.personas.as_ref().map(|p| p.get_ref().clone()),
+            groups,
         })
     }
 }
@@ -543,6 +559,8 @@ pub struct Population {
     pub columns: Vec<(String, Column)>,
     /// One persona per agent, when the config asks for LLM-written personas.
     pub personas: Option<Vec<Box<str>>>,
+    /// The agents' nested groups (no levels when the config has none).
+    pub groups: Groups,
 }
 
 impl Population {
@@ -654,7 +672,7 @@ impl PopulationSpec {
                 },
             });
         }
-        Population {
+        let mut population = Population {
             size,
             columns: self
                 .attributes
@@ -668,7 +686,12 @@ impl PopulationSpec {
                 })
                 .collect(),
             personas: None,
+            groups: Groups::default(),
+        };
+        if !self.groups.is_empty() {
+            population.groups = Groups::build(&self.groups, &population);
         }
+        population
     }
 }
 

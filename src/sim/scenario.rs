@@ -1,8 +1,14 @@
 //! What a simulation is, to the runner: a world per cell, agents that take turns, decisions
-//! that change the world all at once, and the state tables that record it. The runner knows
-//! nothing of any particular scenario.
+//! that change the world all at once, groups that react to their members, and the rows that
+//! record it. The runner knows nothing of any particular scenario.
+//!
+//! A scenario writes the core of [`Scenario`] (its world, roles, a turn, parsing a reply, a
+//! scripted baseline, resolving a step, and its state [`Scenario::Row`]); everything else has
+//! a default. It joins a program's [`crate::scenarios::Registry`] and gets the whole command
+//! line.
 
 use super::config::ScenarioProblem;
+use super::groups::GroupRef;
 use super::population::{Population, PopulationSpec};
 use arrow_array::RecordBatch;
 use rand_chacha::ChaCha8Rng;
@@ -36,12 +42,31 @@ pub struct Parsed<D> {
     pub clamps: Vec<String>,
 }
 
-pub trait Scenario: Sized + Send + Sync {
+/// Why a model's reply is not a decision (the agent then keeps [`Scenario::no_change`], and
+/// the decisions log says why).
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// The reply does not have the decision's shape: a field missing or of the wrong type.
+    #[error("{0}")]
+    Shape(#[from] serde_json::Error),
+    /// A field holds a value the rules cannot apply, even clamped.
+    #[error("{field}: {reason}")]
+    Rejected { field: String, reason: String },
+}
+
+pub trait Scenario: Sized + Send + Sync + 'static {
     /// Everything that changes during a cell's run, kept in checkpoints.
     type World: Serialize + DeserializeOwned + Send + Sync;
     /// One agent's move: small, since a step may hold a million of them. Its serde form is
     /// also how it travels between ranks (self-describing, so `untagged` enums work).
     type Decision: Serialize + DeserializeOwned + Clone + Send + Sync;
+    /// One agent's row of the state table after a step: a `#[derive(Serialize, Deserialize)]`
+    /// struct of the scenario's own columns (numbers, booleans, text, and `Option`s of them),
+    /// whose columns are traced from the type, so that every step has the same ones. The runner
+    /// puts the keys before them: arm, population, replicate, step, agent, `role` (when the
+    /// scenario has several), `policy` (under policy groups), one column per group level, and
+    /// the population's attributes.
+    type Row: Serialize + DeserializeOwned;
 
     /// Its name in configs (`[scenario] name = ...`), and its templates folder's.
     const NAME: &'static str;
@@ -51,29 +76,19 @@ pub trait Scenario: Sized + Send + Sync {
     /// One arm's settings, from its `[scenario]` table (the base table with the arm's
     /// overrides), validated: the one place a scenario's config is read.
     fn from_table(table: &toml::Table) -> Result<Self, ScenarioProblem>;
-    /// Checks the experiment's population against what the scenario can use; a problem names
-    /// its field under `population.`.
-    fn check_population(&self, population: &PopulationSpec) -> Result<(), ScenarioProblem>;
-    /// The variables of `system.jinja`, shared by every agent of the cell at `step`, so that
-    /// the engine's prefix cache computes them once per cell and step.
-    fn shared_context(&self, world: &Self::World, step: usize) -> minijinja::Value;
-    /// A cell's world at step 0, for the drawn `population`.
+    /// A cell's world at step 0, for the drawn `population` (its attributes and groups).
     fn init(&self, population: &Population, rng: &mut ChaCha8Rng) -> Self::World;
     fn num_agents(&self, world: &Self::World) -> usize;
-    /// Whether `agent` takes a turn in the world as it is (false: it sits the step out).
-    fn acts(&self, world: &Self::World, agent: usize) -> bool;
-    /// The role `agent` plays: its prompt template is `<role>.jinja`.
-    fn role(&self, world: &Self::World, agent: usize) -> &'static str;
     /// What `agent` sees at `step`, for its own part of the prompt.
     fn turn(&self, world: &Self::World, population: &Population, agent: usize, step: usize)
     -> Turn;
-    /// A decision from a model's JSON value.
+    /// A decision from a model's JSON value (already valid against the turn's schema).
     fn parse(
         &self,
         world: &Self::World,
         agent: usize,
         value: &serde_json::Value,
-    ) -> Result<Parsed<Self::Decision>, String>;
+    ) -> Result<Parsed<Self::Decision>, ParseError>;
     /// The decision taken when the model could not decide.
     fn no_change(&self, world: &Self::World, agent: usize) -> Self::Decision;
     /// The rule-based decision of the `scripted` policy.
@@ -84,21 +99,56 @@ pub trait Scenario: Sized + Send + Sync {
         agent: usize,
         rng: &mut ChaCha8Rng,
     ) -> Self::Decision;
-    /// Applies every agent's decision at once (`None`: sat out) and advances the world.
+    /// Applies every agent's decision at once (`None`: sat out) and advances the world. The
+    /// groups then react, innermost level first ([`Scenario::react`]).
     fn resolve(
         &self,
         world: &mut Self::World,
+        population: &Population,
         decisions: &[Option<Self::Decision>],
         rng: &mut ChaCha8Rng,
     );
-    /// The state table's rows for the world after `step`: one per agent (none is fine).
+
+    /// A group's reaction to its members' results after [`Scenario::resolve`], called for
+    /// every group of every level, innermost level first, so that a village sees its teams
+    /// after they have settled (the listeners of the million-agent study). Nothing by default.
+    fn react(&self, _world: &mut Self::World, _population: &Population, _group: GroupRef<'_>) {}
+    /// `agent`'s row of the state table after `step` (step 0: before anyone moves), or `None`
+    /// for no row.
+    fn row(&self, _world: &Self::World, _agent: usize, _step: usize) -> Option<Self::Row> {
+        None
+    }
+    /// Checks the experiment's population against what the scenario can use; a problem names
+    /// its field under `population.`. Anything goes by default.
+    fn check_population(&self, _population: &PopulationSpec) -> Result<(), ScenarioProblem> {
+        Ok(())
+    }
+    /// The variables of `system.jinja`, shared by every agent of the cell at `step`, so that
+    /// the engine's prefix cache computes them once per cell and step. By default the step.
+    fn shared_context(&self, _world: &Self::World, step: usize) -> minijinja::Value {
+        minijinja::context! { step => step }
+    }
+    /// Whether `agent` takes a turn in the world as it is (false: it sits the step out).
+    /// Everyone, by default.
+    fn acts(&self, _world: &Self::World, _agent: usize) -> bool {
+        true
+    }
+    /// The role `agent` plays: its prompt template is `<role>.jinja`. The first role by
+    /// default.
+    fn role(&self, _world: &Self::World, _agent: usize) -> &'static str {
+        Self::roles()[0]
+    }
+    /// The whole state table after `step`, for a scenario that lays out its own columns
+    /// (keys included) instead of [`Scenario::row`]'s. `None` by default: rows are used.
     fn state(
         &self,
-        world: &Self::World,
-        population: &Population,
-        cell: &CellInfo,
-        step: usize,
-    ) -> RecordBatch;
+        _world: &Self::World,
+        _population: &Population,
+        _cell: &CellInfo,
+        _step: usize,
+    ) -> Option<RecordBatch> {
+        None
+    }
     /// Names of the scenario's own Parquet tables, beside `state` (long-format data such as
     /// who traded with whom), each written as `<name>.parquet`.
     fn tables() -> &'static [&'static str] {
@@ -130,12 +180,25 @@ pub trait Scenario: Sized + Send + Sync {
     ) -> Option<RecordBatch> {
         None
     }
-    /// What does not change during a run (e.g. the network), written once per cell.
-    fn describe(&self, world: &Self::World) -> serde_json::Value;
+    /// What does not change during a run (e.g. the network), written once per cell to
+    /// `cells.jsonl`. Nothing by default.
+    fn describe(&self, _world: &Self::World) -> serde_json::Value {
+        serde_json::Value::Null
+    }
     /// What one cell of `agents` agents holds in memory at most over `steps` steps, beyond
     /// what the runner holds for every agent (its turn, decision and attributes): its world,
     /// and the rows one step's records build for it, by part. An estimate (see
     /// [`crate::sim::plan::Footprint`]), which `throng run` checks against the machine's
     /// memory before it writes anything.
-    fn memory(&self, agents: f64, steps: f64) -> Vec<crate::sim::plan::MemoryPart>;
+    fn memory(&self, _agents: f64, _steps: f64) -> Vec<crate::sim::plan::MemoryPart> {
+        Vec::new()
+    }
+    /// Writes the report of a finished (or paused) run folder; returns its key numbers as
+    /// text. By default the report every scenario gets ([`crate::analysis::overview`]):
+    /// per-step means with intervals over replicates, distributions, the headline table,
+    /// caveats and timing.
+    fn report(dir: &std::path::Path) -> Result<String, crate::analysis::ReportError> {
+        crate::analysis::overview::write(dir, &crate::analysis::overview::Options::default())
+            .map(|r| r.summary)
+    }
 }

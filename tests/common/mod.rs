@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod constrained;
 pub mod ragged;
+pub mod regression;
 
 use std::path::PathBuf;
 use throng::engine::{Engine, EngineConfig};
@@ -97,7 +98,9 @@ pub fn run_experiment(
     engine: Option<Engine>,
 ) -> (throng::sim::runner::Ended, throng::record::Manifest) {
     use throng::record::{self, Manifest};
-    let mut loaded = throng::scenarios::load(config, overrides).unwrap();
+    let mut loaded = throng::scenarios::Registry::builtin()
+        .load(config, overrides)
+        .unwrap();
     let mut manifest = if options.resume {
         loaded.resume_from(out).unwrap();
         record::read_json(&out.join(record::MANIFEST)).unwrap()
@@ -119,7 +122,7 @@ pub fn run_experiment(
     let mut llm = engine.map(|e| {
         throng::sim::policy::Llm::new(
             e,
-            throng::scenarios::prompts(exp).unwrap(),
+            throng::scenarios::Registry::builtin().prompts(exp).unwrap(),
             exp.config.history,
             exp.config.llm.wave,
         )

@@ -4,6 +4,7 @@
 
 use super::config::{MarketConfig, Rules};
 use super::world::Company;
+use crate::sim::scenario::ParseError;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -118,12 +119,11 @@ pub fn parse(
     company: &Company,
     demand: f64,
     value: &Value,
-) -> Result<(Decision, Vec<String>), String> {
+) -> Result<(Decision, Vec<String>), ParseError> {
     let mut clamps = Vec::new();
     match company.role {
         super::config::Role::Producer => {
-            let mut d: ProducerDecision =
-                serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
+            let mut d: ProducerDecision = serde_json::from_value(value.clone())?;
             let wanted = company.production + d.production_change;
             let fitted = wanted.clamp(0.0, company.max_capacity);
             if fitted != wanted {
@@ -156,8 +156,7 @@ pub fn parse(
             Ok((Decision::Producer(d), clamps))
         }
         super::config::Role::Utility => {
-            let mut d: UtilityDecision =
-                serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
+            let mut d: UtilityDecision = serde_json::from_value(value.clone())?;
             let top = cfg.consumer_price_max(demand).unwrap_or(f64::INFINITY);
             if d.cost_to_consumer > top || d.cost_to_consumer < 0.0 {
                 let fitted = d.cost_to_consumer.clamp(0.0, top);

@@ -11,7 +11,7 @@ pub mod world;
 use crate::sim::config::ScenarioProblem;
 use crate::sim::plan::MemoryPart;
 use crate::sim::population::{Column, Population, PopulationSpec};
-use crate::sim::scenario::{CellInfo, Parsed, Scenario, Turn};
+use crate::sim::scenario::{CellInfo, ParseError, Parsed, Scenario, Turn};
 use arrow_array::RecordBatch;
 use arrow_schema::FieldRef;
 use config::{MarketConfig, Role};
@@ -254,6 +254,8 @@ const PERSONA: &str = "persona";
 impl Scenario for EnergyMarket {
     type World = Market;
     type Decision = Decision;
+    /// Unused: [`Scenario::state`] lays out the market's own table.
+    type Row = ();
 
     const NAME: &'static str = "energy_market";
 
@@ -471,7 +473,7 @@ impl Scenario for EnergyMarket {
         world: &Market,
         agent: usize,
         value: &Value,
-    ) -> Result<Parsed<Decision>, String> {
+    ) -> Result<Parsed<Decision>, ParseError> {
         let (decision, clamps) =
             decision::parse(&self.cfg, &world.companies[agent], world.demand, value)?;
         Ok(Parsed { decision, clamps })
@@ -502,19 +504,29 @@ impl Scenario for EnergyMarket {
         scripted::decide(&self.cfg, world, agent, rng)
     }
 
-    fn resolve(&self, world: &mut Market, decisions: &[Option<Decision>], rng: &mut ChaCha8Rng) {
+    fn resolve(
+        &self,
+        world: &mut Market,
+        _population: &Population,
+        decisions: &[Option<Decision>],
+        rng: &mut ChaCha8Rng,
+    ) {
         rules::resolve(&self.cfg, world, decisions, rng);
     }
 
+    /// The market keeps the column layout of its first records (company type before role,
+    /// arm as plain text), which the runner's keys would reorder.
     fn state(
         &self,
         world: &Market,
         _population: &Population,
         cell: &CellInfo,
         step: usize,
-    ) -> RecordBatch {
-        serde_arrow::to_record_batch(&self.fields, &self.rows(world, cell, step))
-            .expect("invariant: rows fit the traced schema")
+    ) -> Option<RecordBatch> {
+        Some(
+            serde_arrow::to_record_batch(&self.fields, &self.rows(world, cell, step))
+                .expect("invariant: rows fit the traced schema"),
+        )
     }
 
     fn tables() -> &'static [&'static str] {
@@ -547,6 +559,10 @@ impl Scenario for EnergyMarket {
                 "links": c.links,
             })).collect::<Vec<_>>()
         })
+    }
+
+    fn report(dir: &std::path::Path) -> Result<String, crate::analysis::ReportError> {
+        Ok(report::write(dir)?)
     }
 
     fn memory(&self, agents: f64, _steps: f64) -> Vec<MemoryPart> {

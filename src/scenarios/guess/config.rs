@@ -45,6 +45,11 @@ pub struct GuessConfig {
     pub show_profile: bool,
     /// Past rounds shown to agents (results and their own guesses); all when absent.
     pub memory: Option<usize>,
+    /// A group level (`[[population.groups]]`) whose groups each play a game of their own:
+    /// the target is computed from the group's guesses, and a player wins within its group.
+    /// The whole cell plays one game when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 impl Default for GuessConfig {
@@ -58,6 +63,7 @@ impl Default for GuessConfig {
             decimals: 2,
             show_profile: true,
             memory: None,
+            group: None,
         }
     }
 }

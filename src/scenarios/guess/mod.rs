@@ -13,12 +13,8 @@ pub mod world;
 use crate::sim::config::ScenarioProblem;
 use crate::sim::plan::MemoryPart;
 use crate::sim::population::{Population, PopulationSpec};
-use crate::sim::scenario::{CellInfo, Parsed, Scenario, Turn};
-use arrow_array::{
-    ArrayRef, BooleanArray, Float32Array, Float64Array, RecordBatch, StringArray, UInt64Array,
-    builder::StringDictionaryBuilder, types::UInt16Type,
-};
-use arrow_schema::{DataType, Field, Schema};
+use crate::sim::scenario::{CellInfo, ParseError, Parsed, Scenario, Turn};
+use arrow_array::RecordBatch;
 use config::{GuessConfig, PromptStyle};
 use minijinja::context;
 use rand_chacha::ChaCha8Rng;
@@ -101,7 +97,49 @@ struct Reply {
     guess: f64,
 }
 
+/// The rounds of a grouped game, one row per group: `group_rounds.parquet`.
+pub const GROUP_ROUNDS: &str = "group_rounds";
+
+/// One group's round of a grouped game.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupRound {
+    pub arm: String,
+    pub population: usize,
+    pub replicate: usize,
+    pub step: usize,
+    pub level: String,
+    pub group: usize,
+    pub players: usize,
+    pub guesses: usize,
+    pub mean: Option<f64>,
+    pub target: Option<f64>,
+    pub winning_number: Option<f64>,
+    pub winners: usize,
+}
+
+/// A round's result as prompts show it.
+fn history(r: usize, res: &rules::RoundResult) -> Value {
+    json!({
+        "round": r + 1,
+        "mean": num(res.mean),
+        "target": num(res.target),
+        "winning_number": num(res.winning_number),
+        "winning_numbers": res.winning_numbers().map(num).collect::<Vec<_>>(),
+        "winners": res.winners,
+    })
+}
+
 impl GuessGame {
+    /// The index of the level whose groups play games of their own, if any.
+    fn group_level(&self, population: &Population) -> Option<usize> {
+        let name = self.cfg.group.as_ref()?;
+        population
+            .groups
+            .levels
+            .iter()
+            .position(|l| &l.name == name)
+    }
+
     pub fn new(cfg: GuessConfig) -> Self {
         Self {
             schema: Arc::new(schema(&cfg)),
@@ -130,9 +168,19 @@ fn num(x: f64) -> Value {
     }
 }
 
+/// A player after a round: a row of the state table, after the runner's keys and the
+/// population's attributes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// `None`: the player sat the round out (its reply carried no guess).
+    pub guess: Option<f64>,
+    pub won: Option<bool>,
+}
+
 impl Scenario for GuessGame {
     type World = Game;
     type Decision = Decision;
+    type Row = Row;
 
     const NAME: &'static str = NAME;
 
@@ -144,29 +192,17 @@ impl Scenario for GuessGame {
         GuessConfig::from_table(table).map(Self::new)
     }
 
-    fn check_population(&self, _population: &PopulationSpec) -> Result<(), ScenarioProblem> {
-        // Any attributes describe the players; none are required.
-        Ok(())
-    }
-
     fn shared_context(&self, game: &Game, step: usize) -> minijinja::Value {
         let c = &self.cfg;
-        let history: Vec<Value> = self
-            .remembered(game.rounds())
-            .filter_map(|r| {
-                game.results[r].as_ref().map(|res| {
-                    json!({
-                        "round": r + 1,
-                        "mean": num(res.mean),
-                        "target": num(res.target),
-                        "winning_number": num(res.winning_number),
-                        "winning_numbers": res.winning_numbers().map(num).collect::<Vec<_>>(),
-                        "winners": res.winners,
-                    })
-                })
-            })
-            .collect();
-        minijinja::Value::from(minijinja::value::Serde(json!({
+        // A grouped game's results are each group's: they go into the players' own prompts.
+        let history: Vec<Value> = match game.grouped() {
+            true => Vec::new(),
+            false => self
+                .remembered(game.rounds())
+                .filter_map(|r| game.results[r].as_ref().map(|res| history(r, res)))
+                .collect(),
+        };
+        let context = json!({
             "players": game.agents,
             "round": step + 1,
             "rule": c.rule_text(),
@@ -177,23 +213,44 @@ impl Scenario for GuessGame {
             "reasoning_chars": c.reasoning_chars,
             "decimals": c.decimals,
             "history": history,
-        })))
+            "group_level": c.group,
+        });
+        minijinja::Value::from(minijinja::value::Serde(context))
     }
 
     fn init(&self, population: &Population, _rng: &mut ChaCha8Rng) -> Game {
-        Game::new(population.size)
+        let mut game = Game::new(population.size);
+        if let Some(level) = self.group_level(population) {
+            game.group_of = population.groups.levels[level].of_agent.clone();
+        }
+        game
+    }
+
+    fn check_population(&self, population: &PopulationSpec) -> Result<(), ScenarioProblem> {
+        // Any attributes describe the players; a `group` must name a level.
+        let Some(group) = &self.cfg.group else {
+            return Ok(());
+        };
+        if population.groups.iter().any(|l| &l.name == group) {
+            return Ok(());
+        }
+        let levels: Vec<&str> = population.groups.iter().map(|l| l.name.as_str()).collect();
+        Err(ScenarioProblem::new(
+            "group",
+            format!(
+                "`{group}` is not a group level: describe it under [[population.groups]] \
+                 (levels here: {})",
+                if levels.is_empty() {
+                    "none".to_string()
+                } else {
+                    levels.join(", ")
+                }
+            ),
+        ))
     }
 
     fn num_agents(&self, game: &Game) -> usize {
         game.agents
-    }
-
-    fn acts(&self, _game: &Game, _agent: usize) -> bool {
-        true
-    }
-
-    fn role(&self, _game: &Game, _agent: usize) -> &'static str {
-        "player"
     }
 
     fn turn(&self, game: &Game, population: &Population, agent: usize, step: usize) -> Turn {
@@ -201,7 +258,7 @@ impl Scenario for GuessGame {
             .remembered(game.rounds())
             .map(|r| {
                 let guess = game.guesses[r][agent];
-                let result = game.results[r].as_ref();
+                let result = game.result_for(r, agent);
                 json!({
                     "round": r + 1,
                     "guess": guess.map(|g| num(hundredths(g))),
@@ -225,9 +282,26 @@ impl Scenario for GuessGame {
         } else {
             Vec::new()
         };
+        let group = game.grouped().then(|| {
+            let level = self
+                .group_level(population)
+                .expect("invariant: a grouped game's level exists");
+            let g = game.group_of[agent] as usize;
+            let history: Vec<Value> = self
+                .remembered(game.rounds())
+                .filter_map(|r| game.group_results[r][g].as_ref().map(|res| history(r, res)))
+                .collect();
+            json!({
+                "level": population.groups.levels[level].name,
+                "label": population.groups.levels[level].labels[g],
+                "players": population.groups.levels[level].sizes[g],
+                "history": history,
+            })
+        });
         Turn {
             context: context! {
                 round => step + 1,
+                group => minijinja::Value::from(minijinja::value::Serde(&group)),
                 persona => persona,
                 profile => minijinja::Value::from(minijinja::value::Serde(&profile)),
                 own => minijinja::Value::from(minijinja::value::Serde(&own)),
@@ -241,8 +315,8 @@ impl Scenario for GuessGame {
         _game: &Game,
         _agent: usize,
         value: &Value,
-    ) -> Result<Parsed<Decision>, String> {
-        let reply: Reply = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
+    ) -> Result<Parsed<Decision>, ParseError> {
+        let reply: Reply = serde_json::from_value(value.clone())?;
         let mut clamps = Vec::new();
         if !(0.0..=100.0).contains(&reply.guess) {
             clamps.push(format!("guess {} -> within 0..=100", reply.guess));
@@ -270,87 +344,90 @@ impl Scenario for GuessGame {
         )))
     }
 
-    fn resolve(&self, game: &mut Game, decisions: &[Option<Decision>], _rng: &mut ChaCha8Rng) {
+    fn resolve(
+        &self,
+        game: &mut Game,
+        population: &Population,
+        decisions: &[Option<Decision>],
+        _rng: &mut ChaCha8Rng,
+    ) {
         let round: Vec<Guess> = decisions.iter().map(|d| d.and_then(|d| d.0)).collect();
-        game.results.push(self.cfg.rule().score(&round));
+        let rule = self.cfg.rule();
+        game.results.push(rule.score(&round));
+        if let Some(level) = game
+            .grouped()
+            .then(|| self.group_level(population))
+            .flatten()
+        {
+            let groups = &population.groups;
+            let results = (0..groups.levels[level].len())
+                .map(|g| {
+                    let guesses: Vec<Guess> = groups
+                        .members(level, g)
+                        .iter()
+                        .map(|&a| round[a as usize])
+                        .collect();
+                    rule.score(&guesses)
+                })
+                .collect();
+            game.group_results.push(results);
+        }
         game.guesses.push(round);
     }
 
-    fn state(
-        &self,
-        game: &Game,
-        population: &Population,
-        cell: &CellInfo,
-        step: usize,
-    ) -> RecordBatch {
-        let n = if step == 0 { 0 } else { game.agents };
-        let round = step
+    /// A player's guess and whether it won, from the first round on (none before it).
+    fn row(&self, game: &Game, agent: usize, step: usize) -> Option<Row> {
+        let round = step.checked_sub(1)?;
+        let guess = game.guesses[round][agent];
+        let result = game.result_for(round, agent);
+        Some(Row {
+            guess: guess.map(hundredths),
+            won: guess.map(|g| result.is_some_and(|r| r.won(hundredths(g)))),
+        })
+    }
+
+    fn tables() -> &'static [&'static str] {
+        &[GROUP_ROUNDS]
+    }
+
+    /// A grouped game's rounds, one row per group (none for a game of the whole cell).
+    fn table(&self, name: &str, game: &Game, cell: &CellInfo, step: usize) -> Option<RecordBatch> {
+        let level = self.cfg.group.as_ref()?;
+        let results = step
             .checked_sub(1)
-            .map(|r| (&game.guesses[r], &game.results[r]));
-        let mut fields = vec![
-            Field::new(
-                "arm",
-                DataType::Dictionary(Box::new(DataType::UInt16), Box::new(DataType::Utf8)),
-                false,
-            ),
-            Field::new("population", DataType::UInt64, false),
-            Field::new("replicate", DataType::UInt64, false),
-            Field::new("step", DataType::UInt64, false),
-            Field::new("agent", DataType::UInt64, false),
-        ];
-        let constant = |v: u64| Arc::new(UInt64Array::from_value(v, n)) as ArrayRef;
-        let mut arm = StringDictionaryBuilder::<UInt16Type>::new();
-        arm.append_values(&cell.arm, n);
-        let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(arm.finish()),
-            constant(cell.population as u64),
-            constant(cell.replicate as u64),
-            constant(step as u64),
-            Arc::new(UInt64Array::from_iter_values(0..n as u64)),
-        ];
-        for (name, column) in &population.columns {
-            match column {
-                crate::sim::population::Column::Categorical { categories, codes } => {
-                    fields.push(Field::new(
-                        name,
-                        DataType::Dictionary(Box::new(DataType::UInt16), Box::new(DataType::Utf8)),
-                        false,
-                    ));
-                    let keys =
-                        arrow_array::UInt16Array::from_iter_values(codes[..n].iter().copied());
-                    let values = Arc::new(StringArray::from_iter_values(categories.iter()));
-                    columns.push(Arc::new(
-                        arrow_array::DictionaryArray::<UInt16Type>::try_new(keys, values)
-                            .expect("invariant: codes index the categories"),
-                    ));
-                }
-                crate::sim::population::Column::Numeric { values } => {
-                    fields.push(Field::new(name, DataType::Float32, false));
-                    columns.push(Arc::new(Float32Array::from_iter_values(
-                        values[..n].iter().copied(),
-                    )));
-                }
-            }
+            .and_then(|r| game.group_results.get(r))
+            .filter(|_| name == GROUP_ROUNDS)?;
+        let mut players = vec![0usize; results.len()];
+        for &g in &game.group_of {
+            players[g as usize] += 1;
         }
-        fields.push(Field::new("guess", DataType::Float64, true));
-        fields.push(Field::new("won", DataType::Boolean, true));
-        let (guesses, won): (Float64Array, BooleanArray) = match round {
-            Some((guesses, result)) => {
-                let won = |g: u16| result.as_ref().is_some_and(|r| r.won(hundredths(g)));
-                (
-                    guesses.iter().map(|g| g.map(hundredths)).collect(),
-                    guesses.iter().map(|g| g.map(won)).collect(),
-                )
-            }
-            None => (
-                Float64Array::from(Vec::<f64>::new()),
-                BooleanArray::from(Vec::<bool>::new()),
-            ),
-        };
-        columns.push(Arc::new(guesses));
-        columns.push(Arc::new(won));
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-            .expect("invariant: columns match their fields")
+        let rows: Vec<GroupRound> = results
+            .iter()
+            .enumerate()
+            .map(|(g, r)| GroupRound {
+                arm: cell.arm.clone(),
+                population: cell.population,
+                replicate: cell.replicate,
+                step,
+                level: level.clone(),
+                group: g,
+                players: players[g],
+                guesses: r.as_ref().map_or(0, |r| r.guesses as usize),
+                mean: r.as_ref().map(|r| r.mean),
+                target: r.as_ref().map(|r| r.target),
+                winning_number: r.as_ref().map(|r| r.winning_number),
+                winners: r.as_ref().map_or(0, |r| r.winners as usize),
+            })
+            .collect();
+        use serde_arrow::schema::{SchemaLike, TracingOptions};
+        let fields = Vec::<arrow_schema::FieldRef>::from_type::<GroupRound>(
+            TracingOptions::default().allow_null_fields(true),
+        )
+        .expect("invariant: the group round type traces");
+        Some(
+            serde_arrow::to_record_batch(&fields, &rows)
+                .expect("invariant: rows fit the traced schema"),
+        )
     }
 
     fn aggregates_schema() -> Option<arrow_schema::SchemaRef> {
@@ -393,14 +470,22 @@ impl Scenario for GuessGame {
     }
 
     fn describe(&self, game: &Game) -> Value {
-        json!({
+        let mut described = json!({
             "players": game.agents,
             "rule": self.cfg.rule_text(),
             "equilibrium": self.cfg.rule().equilibrium().stable(),
             "equilibrium_text": self.cfg.rule().explain_equilibrium(),
             "prompt": self.cfg.prompt,
             "hint": self.cfg.hint,
-        })
+        });
+        if let Some(level) = &self.cfg.group {
+            described["group"] = json!(level);
+        }
+        described
+    }
+
+    fn report(dir: &std::path::Path) -> Result<String, crate::analysis::ReportError> {
+        Ok(report::write(dir)?)
     }
 
     fn memory(&self, agents: f64, steps: f64) -> Vec<MemoryPart> {

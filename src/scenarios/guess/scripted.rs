@@ -52,7 +52,7 @@ pub fn guess(
     };
     let k = level(population, agent, rng);
     let noise = rng.random_range(-3.0..=3.0);
-    let x = match game.last() {
+    let x = match game.last_for(agent) {
         None if k == 0 => rng.random_range(0.0..=100.0),
         None => apply(50.0, k) + noise,
         // Best response to last round's crowd, looking one step further at level 2 and up.

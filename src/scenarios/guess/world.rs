@@ -12,8 +12,15 @@ pub struct Game {
     pub agents: usize,
     /// `guesses[r][agent]`: round `r + 1`'s guess in hundredths.
     pub guesses: Vec<Vec<Guess>>,
-    /// `results[r]`: round `r + 1`'s outcome (`None` when nobody guessed).
+    /// `results[r]`: round `r + 1`'s outcome over the whole cell (`None` when nobody guessed).
     pub results: Vec<Option<RoundResult>>,
+    /// When the groups of a level play games of their own (the `group` knob): each agent's
+    /// group; empty otherwise.
+    #[serde(default)]
+    pub group_of: Vec<u32>,
+    /// `group_results[r][g]`: round `r + 1`'s outcome in group `g`.
+    #[serde(default)]
+    pub group_results: Vec<Vec<Option<RoundResult>>>,
 }
 
 impl Game {
@@ -22,7 +29,29 @@ impl Game {
             agents,
             guesses: Vec::new(),
             results: Vec::new(),
+            group_of: Vec::new(),
+            group_results: Vec::new(),
         }
+    }
+
+    /// Whether groups play games of their own.
+    pub fn grouped(&self) -> bool {
+        !self.group_of.is_empty()
+    }
+
+    /// The outcome of round `r + 1` in the game `agent` played: its group's, or the cell's.
+    pub fn result_for(&self, r: usize, agent: usize) -> Option<&RoundResult> {
+        match self.grouped() {
+            true => self.group_results[r][self.group_of[agent] as usize].as_ref(),
+            false => self.results[r].as_ref(),
+        }
+    }
+
+    /// The last round's outcome in the game `agent` plays.
+    pub fn last_for(&self, agent: usize) -> Option<&RoundResult> {
+        self.rounds()
+            .checked_sub(1)
+            .and_then(|r| self.result_for(r, agent))
     }
 
     /// Rounds played so far.

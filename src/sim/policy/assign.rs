@@ -68,7 +68,7 @@ mod tests {
                     codes: (0..1000).map(|i| (i % 2) as u16).collect(),
                 },
             )],
-            personas: None,
+            ..Population::default()
         };
         let plan = PolicyPlan {
             default: PolicyKind::Scripted,

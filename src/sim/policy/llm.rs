@@ -320,9 +320,10 @@ impl<S: Scenario> Policy<S> for Llm {
                             }
                         }
                         match (r.finish_reason, r.value) {
-                            (FinishReason::Stop, Some(value)) => {
-                                cell.scenario.parse(cell.world, t.agent, &value)
-                            }
+                            (FinishReason::Stop, Some(value)) => cell
+                                .scenario
+                                .parse(cell.world, t.agent, &value)
+                                .map_err(|e| e.to_string()),
                             (FinishReason::Length, _) => Err(format!(
                                 "length: no complete decision within {} tokens",
                                 cell.llm.max_tokens

@@ -12,6 +12,7 @@
 mod cells;
 pub mod fault;
 mod recorder;
+mod rows;
 mod share;
 mod sizing;
 mod step;
@@ -215,7 +216,7 @@ pub fn run<S: Scenario>(
             None => {
                 let cells = Cells::setup(exp, arms, size, agents);
                 if let Some(recorder) = recorder.as_mut() {
-                    recorder.start_group(arms, &cells, group)?;
+                    recorder.start_group(exp, arms, &cells, group)?;
                 }
                 (cells, 0)
             }

@@ -12,6 +12,7 @@ use crate::record::{
 use crate::sim::experiment::Experiment;
 use crate::sim::policy::count;
 use crate::sim::scenario::{CellInfo, Scenario};
+use arrow_array::RecordBatch;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -89,6 +90,7 @@ impl Recorder {
     /// A new group's fixed data (`cells.jsonl`) and its state before anyone moves.
     pub fn start_group<S: Scenario>(
         &mut self,
+        exp: &Experiment,
         arms: &[S],
         cells: &Cells<S>,
         group: usize,
@@ -101,7 +103,7 @@ impl Recorder {
                 world: arms[cells.arm_of[c]].describe(&cells.worlds[c]),
             }))?;
         self.personas(cells, group)?;
-        self.state(arms, cells, group, 0)
+        self.state(exp, arms, cells, group, 0)
     }
 
     /// The LLM-written personas of a new group's agents, one row per agent of each
@@ -143,24 +145,51 @@ impl Recorder {
 
     fn state<S: Scenario>(
         &mut self,
+        exp: &Experiment,
         arms: &[S],
         cells: &Cells<S>,
         group: usize,
         step: usize,
     ) -> Result<(), RunError> {
-        let batches: Vec<_> = (0..cells.infos.len())
+        // Traced only for a scenario that builds its table from rows.
+        let fields = std::sync::OnceLock::new();
+        let kinds = exp.policies.kinds();
+        let several_roles = S::roles().len() > 1;
+        let tables: Vec<(RecordBatch, Option<RecordBatch>)> = (0..cells.infos.len())
             .into_par_iter()
             .map(|c| {
-                arms[cells.arm_of[c]].state(
-                    &cells.worlds[c],
-                    cells.population(c),
-                    &cells.infos[c],
-                    step,
-                )
+                let scenario = &arms[cells.arm_of[c]];
+                let world = &cells.worlds[c];
+                let population = cells.population(c);
+                let info = &cells.infos[c];
+                if let Some(own) = scenario.state(world, population, info, step) {
+                    return Ok((own, None));
+                }
+                let n = scenario.num_agents(world);
+                let keys = super::rows::Keys {
+                    roles: several_roles.then(|| (0..n).map(|a| scenario.role(world, a)).collect()),
+                    policy: cells.agents[info.replicate]
+                        .policy
+                        .as_ref()
+                        .map(|p| p.iter().map(|&k| kinds[k as usize].name()).collect()),
+                    population,
+                };
+                let fields = fields
+                    .get_or_init(super::rows::row_fields::<S>)
+                    .as_ref()
+                    .map_err(|e| RunError::Setup(e.clone()))?;
+                let table = super::rows::state(scenario, fields, world, &keys, info, step)?;
+                let groups = super::rows::group_means(&population.groups, &table, info, step);
+                Ok((table, groups))
             })
-            .collect();
+            .collect::<Result<_, RunError>>()?;
+        let (batches, group_tables): (Vec<_>, Vec<_>) = tables.into_iter().unzip();
         let part = format!("g{group:03}-s{step:06}");
         self.writer.state(&part, &batches)?;
+        let group_tables: Vec<RecordBatch> = group_tables.into_iter().flatten().collect();
+        if !group_tables.is_empty() {
+            self.writer.table(record::GROUPS, &part, &group_tables)?;
+        }
         for &name in S::tables() {
             let batches: Vec<_> = (0..cells.infos.len())
                 .into_par_iter()
@@ -189,7 +218,7 @@ impl Recorder {
     ) -> Result<Counters, RunError> {
         let started = Instant::now();
         let global_step = group * exp.config.steps.0 + step + 1;
-        self.state(arms, cells, group, step + 1)?;
+        self.state(exp, arms, cells, group, step + 1)?;
         super::fault::point(global_step, "state");
         let aggregates: Vec<_> = (0..cells.infos.len())
             .filter_map(|c| {

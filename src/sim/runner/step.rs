@@ -191,6 +191,12 @@ pub fn resolve<S: Scenario>(
         per_cell[t.cell][t.agent] = Some(d.decision.clone());
     }
     let seed = exp.config.seed;
+    // Field by field, since the worlds are borrowed mutably beside them.
+    let populations: Vec<&crate::sim::population::Population> = cells
+        .infos
+        .iter()
+        .map(|info| &*cells.agents[info.replicate].population)
+        .collect();
     cells
         .worlds
         .par_iter_mut()
@@ -199,7 +205,7 @@ pub fn resolve<S: Scenario>(
         .zip(per_cell)
         .enumerate()
         .filter(|(c, _)| mine(*c))
-        .for_each(|(_, (((world, info), &a), decisions))| {
+        .for_each(|(c, (((world, info), &a), decisions))| {
             let mut rng = ChaCha8Rng::seed_from_u64(crate::seed::derive(
                 seed,
                 &[
@@ -209,7 +215,11 @@ pub fn resolve<S: Scenario>(
                     step as u64,
                 ],
             ));
-            arms[a].resolve(world, &decisions, &mut rng);
+            let population = populations[c];
+            arms[a].resolve(world, population, &decisions, &mut rng);
+            for group in population.groups.bottom_up() {
+                arms[a].react(world, population, group);
+            }
         });
     started.elapsed()
 }

@@ -1,0 +1,653 @@
+//! The report every scenario gets: per-step means of every numeric state column with 95%
+//! intervals over replicates (by arm, and broken down by role, policy, population attribute
+//! and group level), their distributions at the last step, the headline table, the caveats
+//! of a scripted or mixed policy or a small model, and the run's timing. A scenario's own
+//! report adds its figures on top of this one ([`write`] returns what it found).
+//!
+//! Files, in the run folder: `report.html`, `summary.json`, `means.csv` (every mean with its
+//! interval, long format, for one's own analysis), and `figures/<column>.svg|png`.
+
+use super::ReportError;
+use super::caveats::{ScriptedRules, Study};
+use super::html::{self, esc};
+use super::plot::{self, Band, HistogramPanel, Histograms, Lines};
+use super::stats::Summary;
+use crate::record::{self, Manifest};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Float64Type;
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::DataType;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// What a scenario tells the base report about itself.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The study it reproduces, for the small-model caveat (none: no such caveat).
+    pub study: Option<Study>,
+    /// Its scripted policy in words, for the scripted and mixed caveats.
+    pub scripted: Option<ScriptedRules<'static>>,
+    /// A title for the page (default: the run's name and scenario).
+    pub title: Option<String>,
+}
+
+/// Columns that are keys, not measurements.
+const KEYS: &[&str] = &["population", "replicate", "step", "agent"];
+
+/// One mean at one step: over the replicates' means of the agents in the slice.
+#[derive(Debug, Clone, Serialize)]
+pub struct Mean {
+    pub arm: String,
+    pub population: usize,
+    /// What the agents are broken down by (`all`, `role`, an attribute, `policy`).
+    pub by: String,
+    /// The value of `by` (`all` for the whole cell).
+    pub value: String,
+    pub step: usize,
+    pub column: String,
+    pub replicates: usize,
+    pub mean: f64,
+    /// The 95% interval over replicates; none with a single replicate.
+    pub ci_low: Option<f64>,
+    pub ci_high: Option<f64>,
+}
+
+/// What the base report found: the means, and the text printed at the end of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Overview {
+    pub columns: Vec<String>,
+    pub means: Vec<Mean>,
+    pub notes: Vec<String>,
+    pub timing: Timing,
+    #[serde(skip)]
+    pub summary: String,
+}
+
+/// How long the run took and how fast it decided.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timing {
+    pub steps: usize,
+    pub seconds: f64,
+    pub decisions: usize,
+    pub decisions_per_second: f64,
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    /// Of prompt tokens, the share served from the prefix cache.
+    pub prefix_hit_rate: f64,
+}
+
+/// A state table's rows flattened: per row its keys, its breakdown labels and its numbers.
+struct Table {
+    arm: Vec<String>,
+    population: Vec<usize>,
+    replicate: Vec<usize>,
+    step: Vec<usize>,
+    /// Breakdowns: (name, label per row).
+    by: Vec<(String, Vec<String>)>,
+    /// (column, value per row; NaN where missing).
+    numbers: Vec<(String, Vec<f64>)>,
+}
+
+fn texts(column: &dyn Array) -> Option<Vec<String>> {
+    let utf8 = arrow_cast::cast(column, &DataType::Utf8).ok()?;
+    let s = utf8.as_string::<i32>();
+    Some(
+        (0..s.len())
+            .map(|i| {
+                if s.is_valid(i) {
+                    s.value(i).to_string()
+                } else {
+                    "-".into()
+                }
+            })
+            .collect(),
+    )
+}
+
+fn whole(column: &dyn Array) -> Option<Vec<usize>> {
+    let f = arrow_cast::cast(column, &DataType::Float64).ok()?;
+    let f = f.as_primitive::<Float64Type>();
+    Some(f.values().iter().map(|&v| v as usize).collect())
+}
+
+/// Reads the rows of `batches` (one scenario's state table).
+fn flatten(batches: &[RecordBatch], levels: &[String]) -> Result<Table, ReportError> {
+    let mut t = Table {
+        arm: Vec::new(),
+        population: Vec::new(),
+        replicate: Vec::new(),
+        step: Vec::new(),
+        by: Vec::new(),
+        numbers: Vec::new(),
+    };
+    let Some(first) = batches.first() else {
+        return Ok(t);
+    };
+    let schema = first.schema();
+    for name in ["arm", "population", "replicate", "step"] {
+        if schema.column_with_name(name).is_none() {
+            return Err(ReportError::Message(format!(
+                "the state table has no `{name}` column: it was not written by throng's runner"
+            )));
+        }
+    }
+    for field in schema.fields() {
+        let name = field.name();
+        let dt = field.data_type();
+        if name == "arm" || KEYS.contains(&name.as_str()) || levels.contains(name) {
+            continue;
+        }
+        if dt.is_numeric() || dt == &DataType::Boolean {
+            t.numbers.push((name.clone(), Vec::new()));
+        } else if matches!(
+            dt,
+            DataType::Dictionary(..) | DataType::Utf8 | DataType::LargeUtf8
+        ) {
+            t.by.push((name.clone(), Vec::new()));
+        }
+    }
+    for batch in batches {
+        let col = |name: &str| batch.column_by_name(name).cloned();
+        let get = |name: &str| {
+            col(name).ok_or_else(|| {
+                ReportError::Message(format!("a part of the state table lacks `{name}`"))
+            })
+        };
+        t.arm
+            .extend(texts(get("arm")?.as_ref()).unwrap_or_default());
+        t.population
+            .extend(whole(get("population")?.as_ref()).unwrap_or_default());
+        t.replicate
+            .extend(whole(get("replicate")?.as_ref()).unwrap_or_default());
+        t.step
+            .extend(whole(get("step")?.as_ref()).unwrap_or_default());
+        for (name, values) in &mut t.by {
+            values.extend(texts(get(name)?.as_ref()).unwrap_or_default());
+        }
+        for (name, values) in &mut t.numbers {
+            let c = arrow_cast::cast(get(name)?.as_ref(), &DataType::Float64)
+                .map_err(|e| ReportError::Message(format!("column `{name}`: {e}")))?;
+            let c = c.as_primitive::<Float64Type>();
+            values.extend((0..c.len()).map(|i| if c.is_valid(i) { c.value(i) } else { f64::NAN }));
+        }
+    }
+    // Breakdowns with one label (nothing to compare) or a label per agent (names) say
+    // nothing as means: keep those with 2 to 24 labels.
+    t.by.retain(|(_, labels)| {
+        let distinct: std::collections::BTreeSet<&String> = labels.iter().collect();
+        (2..=24).contains(&distinct.len())
+    });
+    Ok(t)
+}
+
+/// Means per (arm, population, breakdown, value, step, column), each over its replicates.
+fn means(t: &Table) -> Vec<Mean> {
+    // (arm, population, by, value, step, column) -> replicate -> (sum, count)
+    type Key = (String, usize, String, String, usize, usize);
+    let mut acc: BTreeMap<Key, BTreeMap<usize, (f64, usize)>> = BTreeMap::new();
+    let breakdowns: Vec<(&str, Option<&Vec<String>>)> = std::iter::once(("all", None))
+        .chain(t.by.iter().map(|(n, v)| (n.as_str(), Some(v))))
+        .collect();
+    for row in 0..t.arm.len() {
+        for (by, labels) in &breakdowns {
+            let value = labels.map_or("all".to_string(), |l| l[row].clone());
+            for (c, (_, values)) in t.numbers.iter().enumerate() {
+                let v = values[row];
+                if v.is_nan() {
+                    continue;
+                }
+                let e = acc
+                    .entry((
+                        t.arm[row].clone(),
+                        t.population[row],
+                        by.to_string(),
+                        value.clone(),
+                        t.step[row],
+                        c,
+                    ))
+                    .or_default()
+                    .entry(t.replicate[row])
+                    .or_default();
+                e.0 += v;
+                e.1 += 1;
+            }
+        }
+    }
+    acc.into_iter()
+        .filter_map(|((arm, population, by, value, step, c), reps)| {
+            let per: Vec<f64> = reps.values().map(|(s, n)| s / *n as f64).collect();
+            let s = Summary::of(&per)?;
+            let (ci_low, ci_high) = s.interval().unzip();
+            Some(Mean {
+                arm,
+                population,
+                by,
+                value,
+                step,
+                column: t.numbers[c].0.clone(),
+                replicates: per.len(),
+                mean: s.mean,
+                ci_low,
+                ci_high,
+            })
+        })
+        .collect()
+}
+
+fn timing(dir: &Path) -> Timing {
+    let Ok(steps) = record::read_steps(dir) else {
+        return Timing::default();
+    };
+    let mut t = Timing {
+        steps: steps.len(),
+        ..Timing::default()
+    };
+    for s in &steps {
+        t.seconds += s.seconds;
+        t.decisions += s.decisions;
+        t.prompt_tokens += s.prompt_tokens;
+        t.cached_tokens += s.cached_tokens;
+    }
+    t.decisions_per_second = t.decisions as f64 / t.seconds.max(1e-9);
+    t.prefix_hit_rate = t.cached_tokens as f64 / t.prompt_tokens.max(1) as f64;
+    t
+}
+
+fn notes(m: &Manifest, options: &Options) -> Vec<String> {
+    match (&options.study, &options.scripted) {
+        (Some(study), Some(scripted)) => super::caveats::notes(m, study, scripted, String::new),
+        _ => match m.policy.as_str() {
+            "scripted" => vec![format!(
+                "Scripted policy: every decision came from the scenario's scripted rules{}, not \
+                 a language model. These numbers test the rules, the records and the report.",
+                options
+                    .scripted
+                    .map(|s| format!(" ({})", s.agents))
+                    .unwrap_or_default()
+            )],
+            "mixed" => vec![
+                "Mixed policy: some agents decided through the model, the others by scripted \
+                 rules; the `policy` column says which. Differences between them are \
+                 differences between policies as much as between agents."
+                    .to_string(),
+            ],
+            _ => Vec::new(),
+        },
+    }
+}
+
+fn slug(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+fn number(x: f64) -> String {
+    if x.abs() >= 1000.0 || x == x.trunc() {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+/// Writes the base report into `dir` (see the module's documentation).
+pub fn write(dir: &Path, options: &Options) -> Result<Overview, ReportError> {
+    let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
+    let groups = record::read_table(dir, record::GROUPS).unwrap_or_default();
+    let levels: Vec<String> = level_names(&groups);
+    let state = record::read_state(dir)?;
+    let table = flatten(&state, &levels)?;
+    let means = means(&table);
+    let columns: Vec<String> = table.numbers.iter().map(|(n, _)| n.clone()).collect();
+    let notes = notes(&manifest, options);
+    let timing = timing(dir);
+    let figures_dir = dir.join("figures");
+    std::fs::create_dir_all(&figures_dir)?;
+    let mut figures = Vec::new();
+    let last_step = table.step.iter().copied().max().unwrap_or(0);
+    for column in &columns {
+        let mut series: BTreeMap<String, Vec<(f64, f64, f64, f64)>> = BTreeMap::new();
+        for m in means
+            .iter()
+            .filter(|m| &m.column == column && m.by == "all")
+        {
+            series
+                .entry(format!("{} (n={})", m.arm, m.population))
+                .or_default()
+                .push((
+                    m.step as f64,
+                    m.mean,
+                    m.ci_low.unwrap_or(m.mean),
+                    m.ci_high.unwrap_or(m.mean),
+                ));
+        }
+        let name = format!("mean_{}", slug(column));
+        plot::save(
+            &Lines {
+                title: format!("{column}: mean per step, 95% interval over replicates"),
+                x_label: "step".into(),
+                y_label: column.clone(),
+                series: series
+                    .into_iter()
+                    .map(|(name, points)| Band { name, points })
+                    .collect(),
+                markers: last_step <= 12,
+            },
+            &figures_dir.join(&name),
+        )?;
+        figures.push(format!("figures/{name}"));
+        // The distribution over agents at the last step, one panel per arm.
+        let mut panels = Vec::new();
+        let values = &table
+            .numbers
+            .iter()
+            .find(|(n, _)| n == column)
+            .expect("a column")
+            .1;
+        let arms: std::collections::BTreeSet<&String> = table.arm.iter().collect();
+        for arm in arms {
+            let xs: Vec<f64> = (0..table.arm.len())
+                .filter(|&r| &table.arm[r] == arm && table.step[r] == last_step)
+                .map(|r| values[r])
+                .filter(|v| v.is_finite())
+                .collect();
+            if let Some(bins) = histogram(&xs) {
+                panels.push(HistogramPanel {
+                    title: arm.clone(),
+                    bins,
+                    mark: Some(xs.iter().sum::<f64>() / xs.len() as f64),
+                });
+            }
+        }
+        if !panels.is_empty() {
+            let name = format!("distribution_{}", slug(column));
+            plot::save(
+                &Histograms {
+                    title: format!("{column} at step {last_step}, over agents (line: mean)"),
+                    x_label: column.clone(),
+                    panels,
+                },
+                &figures_dir.join(&name),
+            )?;
+            figures.push(format!("figures/{name}"));
+        }
+    }
+    write_csv(&dir.join("means.csv"), &means)?;
+    let overview = Overview {
+        summary: summary_text(&manifest, &notes, &means, &timing, last_step),
+        columns,
+        means,
+        notes,
+        timing,
+    };
+    record::write_json_atomic(&dir.join("summary.json"), &overview)?;
+    let page = page(&manifest, options, &overview, &figures, &groups, last_step);
+    std::fs::write(dir.join("report.html"), page)?;
+    Ok(overview)
+}
+
+fn level_names(groups: &[RecordBatch]) -> Vec<String> {
+    let mut names = Vec::new();
+    for b in groups {
+        if let Some(levels) = b.column_by_name("level").and_then(|c| texts(c.as_ref())) {
+            for l in levels {
+                if !names.contains(&l) {
+                    names.push(l);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// Up to 20 equal bins over the values' range, as shares.
+fn histogram(xs: &[f64]) -> Option<Vec<(f64, f64, f64)>> {
+    if xs.is_empty() {
+        return None;
+    }
+    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let bins = 20usize;
+    let width = if hi > lo {
+        (hi - lo) / bins as f64
+    } else {
+        1.0
+    };
+    let mut counts = vec![0usize; bins];
+    for &x in xs {
+        let i = (((x - lo) / width) as usize).min(bins - 1);
+        counts[i] += 1;
+    }
+    Some(
+        counts
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| {
+                (
+                    lo + i as f64 * width,
+                    lo + (i + 1) as f64 * width,
+                    c as f64 / xs.len() as f64,
+                )
+            })
+            .collect(),
+    )
+}
+
+fn write_csv(path: &Path, means: &[Mean]) -> Result<(), ReportError> {
+    let mut w = csv::Writer::from_path(path)
+        .map_err(|e| ReportError::Message(format!("{}: {e}", path.display())))?;
+    for m in means {
+        w.serialize(m)
+            .map_err(|e| ReportError::Message(format!("{}: {e}", path.display())))?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// `mean [low, high]`, or `mean (1 replicate: no interval)`.
+fn with_interval(m: &Mean) -> String {
+    match (m.ci_low, m.ci_high) {
+        (Some(lo), Some(hi)) => format!("{} [{}, {}]", number(m.mean), number(lo), number(hi)),
+        _ => format!(
+            "{} ({} replicate{}: no interval)",
+            number(m.mean),
+            m.replicates,
+            if m.replicates == 1 { "" } else { "s" }
+        ),
+    }
+}
+
+fn headline(means: &[Mean], last_step: usize) -> Vec<&Mean> {
+    means
+        .iter()
+        .filter(|m| m.by == "all" && m.step == last_step)
+        .collect()
+}
+
+fn summary_text(
+    manifest: &Manifest,
+    notes: &[String],
+    means: &[Mean],
+    timing: &Timing,
+    last_step: usize,
+) -> String {
+    let mut out = String::new();
+    for n in notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    let _ = writeln!(
+        out,
+        "{} ({}): {} steps in {:.1} s, {} decisions ({:.1}/s), prefix-cache hits {:.0}%",
+        manifest.name,
+        manifest.scenario,
+        timing.steps,
+        timing.seconds,
+        timing.decisions,
+        timing.decisions_per_second,
+        timing.prefix_hit_rate * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "at step {last_step}, mean [95% interval over replicates]:"
+    );
+    for m in headline(means, last_step) {
+        let _ = writeln!(
+            out,
+            "  {} n={} {}: {}",
+            m.arm,
+            m.population,
+            m.column,
+            with_interval(m)
+        );
+    }
+    out
+}
+
+fn page(
+    manifest: &Manifest,
+    options: &Options,
+    o: &Overview,
+    figures: &[String],
+    groups: &[RecordBatch],
+    last_step: usize,
+) -> String {
+    let title = options
+        .title
+        .clone()
+        .unwrap_or_else(|| format!("{} ({})", manifest.name, manifest.scenario));
+    let mut body = format!("<h1>{}</h1>", esc(&title));
+    if let Some(u) = html::unfinished(manifest) {
+        let _ = write!(body, "<p class=\"note\">{}</p>", esc(&u));
+    }
+    body.push_str(&html::notes_html(&o.notes));
+    body.push_str(&html::headline(manifest));
+    let cell = with_interval;
+    let _ = write!(
+        body,
+        "<h2>At step {last_step}</h2><p>Mean over agents, 95% interval over replicates.</p>"
+    );
+    body.push_str(&html::table(
+        &[
+            "arm",
+            "agents",
+            "column",
+            "replicates",
+            "mean [95% interval]",
+        ],
+        headline(&o.means, last_step).into_iter().map(|m| {
+            vec![
+                esc(&m.arm),
+                m.population.to_string(),
+                esc(&m.column),
+                m.replicates.to_string(),
+                cell(m),
+            ]
+        }),
+    ));
+    let breakdowns: std::collections::BTreeSet<&str> = o
+        .means
+        .iter()
+        .map(|m| m.by.as_str())
+        .filter(|b| *b != "all")
+        .collect();
+    for by in breakdowns {
+        let _ = write!(body, "<h2>By {} at step {last_step}</h2>", esc(by));
+        body.push_str(&html::table(
+            &["arm", "agents", by, "column", "mean [95% interval]"],
+            o.means
+                .iter()
+                .filter(|m| m.by == by && m.step == last_step)
+                .map(|m| {
+                    vec![
+                        esc(&m.arm),
+                        m.population.to_string(),
+                        esc(&m.value),
+                        esc(&m.column),
+                        cell(m),
+                    ]
+                }),
+        ));
+    }
+    if !groups.is_empty() {
+        body.push_str(&group_levels(groups, last_step));
+    }
+    let t = &o.timing;
+    let _ = write!(
+        body,
+        "<h2>Timing</h2><p>{} steps in {:.1} s; {} decisions, {:.1} per second; {} prompt \
+         tokens, {:.0}% of them from the prefix cache.</p>",
+        t.steps,
+        t.seconds,
+        t.decisions,
+        t.decisions_per_second,
+        t.prompt_tokens,
+        t.prefix_hit_rate * 100.0
+    );
+    body.push_str("<h2>Figures</h2>");
+    body.push_str(&html::figures(figures));
+    html::page(&title, &body)
+}
+
+/// Per level, at the last step: how the groups' means spread (mean of the group means,
+/// their standard deviation, lowest and highest), for every numeric column.
+fn group_levels(groups: &[RecordBatch], last_step: usize) -> String {
+    let mut per: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    for b in groups {
+        let (Some(level), Some(step)) = (
+            b.column_by_name("level").and_then(|c| texts(c.as_ref())),
+            b.column_by_name("step").and_then(|c| whole(c.as_ref())),
+        ) else {
+            continue;
+        };
+        for (field, column) in b.schema().fields().iter().zip(b.columns()) {
+            let Some(name) = field.name().strip_prefix("mean_") else {
+                continue;
+            };
+            let Ok(c) = arrow_cast::cast(column, &DataType::Float64) else {
+                continue;
+            };
+            let c = c.as_primitive::<Float64Type>();
+            for r in 0..b.num_rows() {
+                if step[r] == last_step && c.is_valid(r) {
+                    per.entry((level[r].clone(), name.to_string()))
+                        .or_default()
+                        .push(c.value(r));
+                }
+            }
+        }
+    }
+    let mut out = format!(
+        "<h2>Group levels at step {last_step}</h2><p>Each group's mean over its members, then \
+         across the level's groups (every arm and replicate): <code>groups.parquet</code> has \
+         each group at each step.</p>"
+    );
+    out.push_str(&html::table(
+        &[
+            "level",
+            "column",
+            "groups",
+            "mean",
+            "sd between groups",
+            "lowest",
+            "highest",
+        ],
+        per.iter().map(|((level, column), xs)| {
+            let n = xs.len() as f64;
+            let mean = xs.iter().sum::<f64>() / n;
+            let sd =
+                (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)).sqrt();
+            vec![
+                esc(level),
+                esc(column),
+                xs.len().to_string(),
+                number(mean),
+                number(sd),
+                number(xs.iter().copied().fold(f64::INFINITY, f64::min)),
+                number(xs.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
+            ]
+        }),
+    ));
+    out
+}
