@@ -12,6 +12,7 @@ use crate::analysis::caveats;
 use crate::analysis::html::{
     esc, figures, headline, notes_html, page, table, unfinished, unfinished_note,
 };
+use crate::analysis::overview::{LevelSpread, level_spreads, level_spreads_html};
 use crate::analysis::plot::{self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines};
 use crate::analysis::stats::Summary;
 use crate::record::{self, Manifest, StepRecord};
@@ -126,6 +127,9 @@ pub struct Report {
     pub rules: Vec<RuleEquilibrium>,
     pub rounds: Vec<RoundSummary>,
     pub groups: Vec<GroupMean>,
+    /// Under `[[population.groups]]`: how each level's groups differ in their mean guess and
+    /// share of winners at the last round.
+    pub levels: Vec<LevelSpread>,
     pub figures: Vec<String>,
 }
 
@@ -706,12 +710,31 @@ pub fn report(dir: &Path) -> Result<Report, String> {
         })?;
     }
 
+    let last_round = rounds.iter().map(|r| r.round).max().unwrap_or(0);
+    let levels = level_spreads(&record::read_table(dir, record::GROUPS).unwrap_or_default())
+        .into_iter()
+        .filter(|s| s.step == last_round)
+        .collect();
+    let mut notes = notes(&manifest, &gathered.attributes);
+    if let Some(level) = record::read_table(dir, super::GROUP_ROUNDS)
+        .ok()
+        .and_then(|b| b.first().and_then(|b| b.column_by_name("level").cloned()))
+        .and_then(|c| arrow_cast::cast(&c, &DataType::Utf8).ok())
+        .map(|c| c.as_string::<i32>().value(0).to_string())
+    {
+        notes.push(format!(
+            "Grouped game: each {level} played its own game, with its own target and winners. \
+             The round table shows the whole cell's mean, target and winners; \
+             group_rounds.parquet has each {level}'s, and the levels below compare them."
+        ));
+    }
     let report = Report {
         rules: rules_of(dir, &manifest),
-        notes: notes(&manifest, &gathered.attributes),
+        notes,
         manifest,
         rounds,
         groups,
+        levels,
         figures,
     };
     record::write_json_atomic(&dir.join("summary.json"), &report).map_err(|e| e.to_string())?;
@@ -833,6 +856,20 @@ pub fn text(report: &Report) -> String {
     for rule in &report.rules {
         let _ = writeln!(out, "equilibrium of {}: {}", rule.rule, rule.explanation);
     }
+    for s in &report.levels {
+        let _ = writeln!(
+            out,
+            "by {} at round {}: {} groups, {} of a group {} (sd {} between groups, {} to {})",
+            s.level,
+            s.step,
+            s.groups,
+            s.column,
+            num(Some(s.mean)),
+            num(Some(s.sd)),
+            num(Some(s.lowest)),
+            num(Some(s.highest))
+        );
+    }
     out
 }
 
@@ -933,6 +970,9 @@ fn html(report: &Report) -> String {
         ));
     }
     body.push_str("<h2>Figures</h2>");
+    if let Some(step) = report.levels.first().map(|s| s.step) {
+        body.push_str(&level_spreads_html(&report.levels, step));
+    }
     body.push_str(&figures(&report.figures));
     page(&m.name, &body)
 }
