@@ -10,6 +10,7 @@ pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod engine;
+pub mod host;
 pub mod model;
 pub mod quality;
 pub mod record;

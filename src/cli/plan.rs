@@ -153,17 +153,17 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
     let after = resident_bytes();
     let cfg = engine.model().config().clone();
     let dtype_bytes = engine.model().dtype().size_in_bytes();
-    let parameters = plan::parameters(&cfg);
+    let parameters = cfg.parameters();
     let (memory, weight_bytes, kv_token, where_) = match profile {
         Some(p) => (
             Figure::new(p.memory_bytes, Source::Assumed),
             Figure::new(parameters as f64 * 2.0, Source::Computed),
-            Figure::new(plan::kv_bytes_per_token(&cfg, 2) as f64, Source::Computed),
+            Figure::new(cfg.kv_bytes_per_token(2) as f64, Source::Computed),
             format!("{} (stated figures), bf16 weights and KV cache", p.name),
         ),
         None => (
             Figure::new(
-                crate::model::host::total_memory()
+                crate::host::total_memory()
                     .context("reading this machine's memory from /proc/meminfo")?
                     as f64,
                 Source::Measured,
@@ -172,10 +172,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
                 (Some(b), Some(a)) => Figure::new(a - b, Source::Measured),
                 _ => Figure::new(parameters as f64 * dtype_bytes as f64, Source::Computed),
             },
-            Figure::new(
-                plan::kv_bytes_per_token(&cfg, dtype_bytes) as f64,
-                Source::Computed,
-            ),
+            Figure::new(cfg.kv_bytes_per_token(dtype_bytes) as f64, Source::Computed),
             format!("this machine ({}), weights as {weights}", model.device),
         ),
     };
