@@ -81,6 +81,20 @@ pub fn given(id: &str) -> bool {
     GIVEN.get().is_some_and(|g| g.contains(id))
 }
 
+/// The model for a config whose `[llm]` names none: the CLI's choice, not the simulation's.
+fn default_model() -> Option<String> {
+    Some(crate::model::DEFAULT_MODEL.into())
+}
+
+/// The model `exp` runs: its config's (`--model` applied), else the CLI's default.
+fn model_of(exp: &crate::sim::experiment::Experiment) -> String {
+    exp.config
+        .llm
+        .model
+        .clone()
+        .unwrap_or_else(|| crate::model::DEFAULT_MODEL.into())
+}
+
 /// Which argument of `args` (the process's, program name first) clap refused as invalid
 /// UTF-8, and why it must be text: the first value that is not UTF-8 and belongs to an
 /// option that does not take a path (paths may be any bytes). `None` if none is found.

@@ -107,6 +107,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
         agents: args.agents.clone(),
         replicates: args.replicates,
         model: model_given.then(|| args.model.model.clone()),
+        default_model: super::default_model(),
         ..Overrides::default()
     };
     let loaded = registry.load(&args.config, &overrides)?;
@@ -145,7 +146,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
         )
     })?;
     let model = ModelArgs {
-        model: exp.config.llm.model.clone(),
+        model: super::model_of(exp),
         ..args.model.clone()
     };
     let before = resident_bytes();

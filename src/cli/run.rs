@@ -220,6 +220,7 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
         steps: args.steps,
         agents: args.agents.clone(),
         model: model_given.then(|| args.model.model.clone()),
+        default_model: super::default_model(),
     };
     if let (Some(dir), Some(out)) = (&args.resume, &args.out) {
         bail!(
@@ -277,7 +278,13 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
         Some((loaded, folder, manifest)) => (loaded, Some(folder), manifest),
         None => {
             let mut loaded = match (&args.config, resume) {
-                (_, true) => registry.load(&dir.join(record::CONFIG), &Overrides::default())?,
+                (_, true) => registry.load(
+                    &dir.join(record::CONFIG),
+                    &Overrides {
+                        default_model: super::default_model(),
+                        ..Overrides::default()
+                    },
+                )?,
                 (Some(config), false) => registry.load(config, &overrides)?,
                 (None, false) => bail!("give an experiment config, or --resume RUN_DIR"),
             };
@@ -315,7 +322,7 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
             None => args.model.weights,
         };
         let model = ModelArgs {
-            model: exp.config.llm.model.clone(),
+            model: super::model_of(exp),
             device,
             weights,
             ..args.model.clone()
@@ -753,7 +760,7 @@ impl Inputs {
             .entry("llm")
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         if let toml::Value::Table(llm) = llm {
-            llm.insert("model".into(), toml::Value::String(c.llm.model.clone()));
+            llm.insert("model".into(), toml::Value::String(super::model_of(exp)));
         }
         Ok(Self {
             config: toml::to_string_pretty(&table)?,
