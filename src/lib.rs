@@ -17,4 +17,3 @@ pub mod record;
 pub mod scenarios;
 pub mod seed;
 pub mod sim;
-pub mod testing;

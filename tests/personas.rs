@@ -4,10 +4,10 @@
 
 mod common;
 
+use common::TinyLlama;
 use std::path::PathBuf;
 use throng::sim::experiment::Overrides;
 use throng::sim::runner::{Ended, RunOptions};
-use throng::testing::TinyLlama;
 
 #[test]
 fn personas_are_written_once_and_reused() {

@@ -3,11 +3,11 @@
 
 mod common;
 
+use common::TinyLlama;
 use std::path::PathBuf;
 use std::process::Command;
 use throng::model::CausalLm;
 use throng::sim::plan::{Figure, Inputs, Source, Speed};
-use throng::testing::TinyLlama;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -5,12 +5,12 @@
 
 mod common;
 
+use common::TinyLlama;
 use common::cli::{Ran, output_within, repo, throng};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use throng::sim::experiment::Overrides;
-use throng::testing::TinyLlama;
 
 /// How long a command may run: one still running after two minutes is a run that was not
 /// refused and is growing (it is killed, and the test fails).
