@@ -12,6 +12,7 @@ macro_rules! out {
 }
 
 pub mod bench;
+pub mod choice;
 pub mod eval;
 pub mod generate;
 pub mod models;
@@ -38,7 +39,7 @@ pub struct ModelArgs {
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// Format weights are converted to at load.
-    #[arg(long, value_enum, default_value_t = WeightFormat::Auto)]
+    #[arg(long, value_parser = choice::WeightsArg::parser(), default_value = "auto")]
     pub weights: WeightFormat,
     /// A tokenizer.json to use instead of the model's own.
     #[arg(long)]

@@ -11,29 +11,30 @@ use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 
 /// A model shape: one of the presets' architectures, or the tiny test model.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Shape {
     /// The tiny model of throng's own tests: 2 layers, hidden 64, a byte vocabulary.
-    #[value(name = "tiny")]
     #[serde(rename = "tiny")]
     Tiny,
     /// Llama 3.2 1B: 16 layers, hidden 2048, head size 64, tied embeddings.
-    #[value(name = "llama-3.2-1b")]
     #[serde(rename = "llama-3.2-1b")]
     Llama32_1b,
     /// Llama 3.2 3B: 28 layers, hidden 3072, head size 128, tied embeddings.
-    #[value(name = "llama-3.2-3b")]
     #[serde(rename = "llama-3.2-3b")]
     Llama32_3b,
     /// Llama 3.1 8B: 32 layers, hidden 4096, head size 128.
-    #[value(name = "llama-3.1-8b")]
     #[serde(rename = "llama-3.1-8b")]
     Llama31_8b,
 }
 
 impl Shape {
+    pub const ALL: [Shape; 4] = [
+        Shape::Tiny,
+        Shape::Llama32_1b,
+        Shape::Llama32_3b,
+        Shape::Llama31_8b,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Shape::Tiny => "tiny",

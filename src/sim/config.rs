@@ -112,19 +112,7 @@ impl Source {
 }
 
 /// How agents decide.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyKind {
     /// Ask the language model (all agents of a step in one batch).
@@ -370,7 +358,7 @@ pub struct ExperimentConfig {
 }
 
 /// How the ranks of a job share a run. The records are the same whichever is chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Split {
     /// `cells` when the cells of a population size can be dealt out evenly, else `agents`.
