@@ -34,9 +34,10 @@ fn device() -> candle_core::Device {
 }
 
 fn shape() -> Shape {
-    use clap::ValueEnum;
     let name = std::env::var("THRONG_BENCH_SHAPE").unwrap_or_else(|_| "tiny".into());
-    Shape::from_str(&name, true)
+    Shape::ALL
+        .into_iter()
+        .find(|s| s.name().eq_ignore_ascii_case(&name))
         .expect("THRONG_BENCH_SHAPE: tiny, llama-3.2-1b, llama-3.2-3b or llama-3.1-8b")
 }
 

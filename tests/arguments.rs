@@ -5,11 +5,11 @@
 
 mod common;
 
+use common::TinyLlama;
 use common::cli::{Ran, output, repo, throng};
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
-use throng::testing::TinyLlama;
 
 /// `text` with a byte that is never valid UTF-8 in the middle of it.
 fn not_utf8(text: &str) -> OsString {

@@ -2,9 +2,9 @@
 
 mod common;
 
+use common::TinyLlama;
 use throng::engine::{EngineConfig, Message, Request, RequestError};
 use throng::model::{ModelError, loader};
-use throng::testing::TinyLlama;
 
 fn load_err(spec: &str) -> String {
     match loader::load(spec, &common::f32_options()) {

@@ -3,10 +3,10 @@
 
 mod common;
 
+use common::TinyLlama;
 use serde_json::json;
 use throng::engine::{Engine, EngineConfig, EngineHandle, Message, Request, Response};
 use throng::model::WeightFormat;
-use throng::testing::TinyLlama;
 
 fn requests(n: usize) -> Vec<Request> {
     (0..n)

@@ -3,11 +3,11 @@
 
 mod common;
 
+use common::TinyLlama;
 use common::cli::throng;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use throng::testing::TinyLlama;
 
 fn tiny() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

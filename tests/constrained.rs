@@ -3,9 +3,9 @@
 
 mod common;
 
+use common::TinyLlama;
 use serde_json::json;
 use throng::engine::{EngineConfig, FinishReason, Message, Request, RequestError};
-use throng::testing::TinyLlama;
 
 #[test]
 fn two_hundred_constrained_replies_of_a_random_model_all_validate() {

@@ -6,10 +6,11 @@
 mod common;
 
 use candle_core::Device;
+use common::cuda::cuda_device_or_skip;
 use common::ragged::{batched, max_abs, max_abs_diff, solo, tokens};
+use common::tiny::{BF16_LOGIT_TOLERANCE, TinyLlama};
 use throng::engine::{Engine, EngineConfig, Message, Request, SamplingParams};
 use throng::model::{Llama, LoadOptions, WeightFormat, loader};
-use throng::testing::{BF16_LOGIT_TOLERANCE, TinyLlama, cuda_device_or_skip};
 
 fn load(dir: &std::path::Path, device: &Device, weights: WeightFormat) -> Llama {
     let opts = LoadOptions {

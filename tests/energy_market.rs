@@ -3,7 +3,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use throng::scenarios::energy_market::config::{MarketConfig, Role, Rules};
+use throng::scenarios::energy_market::config::{MarketConfig, Persona, Role, Rules};
 use throng::scenarios::energy_market::decision::{Decision, ProducerDecision, UtilityDecision};
 use throng::scenarios::energy_market::rules;
 use throng::scenarios::energy_market::world::Market;
@@ -442,4 +442,47 @@ fn scripted_utilities_act_on_their_persona_only_when_told_it() {
     assert_eq!(decide(&cfg), utility(65.0, 0).unwrap());
     cfg.use_personas = false;
     assert_eq!(decide(&cfg), utility(57.5, 2).unwrap());
+}
+
+#[test]
+// Guards the typed personas of the scripted policy: each of the study's personas gets its
+// own rule, found by its name in the config, and a persona of the config's own the neutral
+// rule (15%, preference 2), as its documentation says, not some study persona's.
+fn scripted_utilities_follow_the_study_personas_and_give_others_the_neutral_rule() {
+    let mut cfg = MarketConfig::default();
+    cfg.personas
+        .insert("stoic".into(), "You take what comes.".into());
+    let mut market = Market::new(&cfg, 2, &mut ChaCha8Rng::seed_from_u64(0));
+    market.companies[0].role = Role::Utility;
+    market.companies[0].bought = 100.0;
+    market.companies[0].costs = 5000.0;
+    let mut decide = |name: &str| {
+        market.companies[0].persona = cfg.personas.keys().position(|p| p == name).unwrap() as u16;
+        throng::scenarios::energy_market::scripted::decide(
+            &cfg,
+            &market,
+            0,
+            &mut ChaCha8Rng::seed_from_u64(0),
+        )
+    };
+    assert_eq!(decide("greedy"), utility(65.0, 0).unwrap());
+    assert_eq!(
+        decide("environmentally conscious"),
+        utility(55.0, 8).unwrap()
+    );
+    let Decision::Utility(depressed) = decide("depressed") else {
+        panic!("a utility decides as one");
+    };
+    assert_eq!(depressed.cost_to_consumer, 52.5);
+    assert!((0..=3).contains(&depressed.adjust_renewable_mix));
+    assert_eq!(decide("stoic"), utility(57.5, 2).unwrap());
+    let names: Vec<_> = Persona::ALL.map(Persona::name).to_vec();
+    assert_eq!(
+        cfg.personas
+            .keys()
+            .filter(|k| Persona::of(k).is_some())
+            .count(),
+        names.len(),
+        "the default config defines every study persona: {names:?}"
+    );
 }

@@ -4,11 +4,11 @@
 
 mod common;
 
+use common::TinyLlama;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 use throng::sim::experiment::Overrides;
-use throng::testing::TinyLlama;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

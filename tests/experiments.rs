@@ -245,6 +245,47 @@ fn bad_configs_name_file_line_and_field() {
     );
 }
 
+#[test]
+// Guards against a misspelt persona silently getting the scripted policy's default (neutral)
+// rule: a config may name personas of its own, so `enviromentally conscious` under
+// [scenario.personas] would load, be drawn, and decide as a control-arm company would. A
+// name a slip away from one of the study's personas is refused at its line, naming the
+// study's personas; a persona of one's own still loads.
+fn a_misspelt_persona_is_refused_not_given_the_neutral_rule() {
+    let base = "name = \"x\"\nsteps = 3\nagents = 20\n\n[scenario]\nname = \"energy_market\"\n";
+    for (misspelt, meant) in [
+        ("enviromentally conscious", "environmentally conscious"),
+        ("Greedy", "greedy"),
+        ("depresed", "depressed"),
+        ("environmentally-conscious", "environmentally conscious"),
+    ] {
+        let err = load_err(&format!(
+            "{base}persona_mix = [\"greedy\", \"{misspelt}\"]\n\n[scenario.personas]\n\
+             greedy = \"g\"\n\"{misspelt}\" = \"m\"\n"
+        ));
+        assert!(
+            err.contains(":12:")
+                && err.contains(&format!("personas.{misspelt}"))
+                && err.contains(&format!("close to `{meant}`"))
+                && err.contains("(environmentally conscious, greedy, depressed)"),
+            "{err}"
+        );
+    }
+    // A persona of one's own, far from the study's: loaded, and documented to follow the
+    // neutral rule under the scripted policy.
+    let tmp = tempfile::tempdir().unwrap();
+    let path = config(
+        tmp.path(),
+        &format!(
+            "{base}persona_mix = [\"greedy\", \"stoic\"]\n\n[scenario.personas]\n\
+             greedy = \"g\"\nstoic = \"s\"\n"
+        ),
+    );
+    scenarios::Registry::builtin()
+        .load(&path, &Overrides::default())
+        .unwrap();
+}
+
 /// The market's persona mix can come from a population: exact quotas of the named personas.
 #[test]
 fn a_population_sets_the_market_personas() {

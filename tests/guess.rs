@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::TinyLlama;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use throng::scenarios::guess::{GuessGame, config::GuessConfig};
@@ -11,7 +12,6 @@ use throng::sim::population::Population;
 use throng::sim::prompt::PromptBook;
 use throng::sim::runner::{Ended, RunOptions};
 use throng::sim::scenario::Scenario;
-use throng::testing::TinyLlama;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

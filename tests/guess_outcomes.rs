@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::TinyLlama;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use throng::scenarios::guess::report::RoundRow;
@@ -11,7 +12,6 @@ use throng::scenarios::guess::{Decision, GuessGame, config::GuessConfig};
 use throng::sim::population::Population;
 use throng::sim::prompt::PromptBook;
 use throng::sim::scenario::Scenario;
-use throng::testing::TinyLlama;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

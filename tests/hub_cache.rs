@@ -4,9 +4,9 @@
 
 mod common;
 
+use common::TinyLlama;
 use throng::engine::{EngineConfig, Message, Request};
 use throng::model::{ModelSource, loader};
-use throng::testing::TinyLlama;
 
 #[test]
 fn a_repo_id_loads_from_the_hugging_face_cache_offline() {

@@ -4,9 +4,9 @@
 mod common;
 
 use candle_core::{DType, Device, IndexOp, Tensor};
+use common::TinyLlama;
 use common::ragged::{batched, max_abs_diff, solo, tokens};
 use throng::model::{BatchInputs, CausalLm, KvCache, LoadOptions, SeqChunk, WeightFormat};
-use throng::testing::TinyLlama;
 
 fn f32_options() -> LoadOptions {
     LoadOptions {
@@ -225,7 +225,7 @@ fn a_sequence_leaving_and_another_reusing_its_blocks_leaves_the_others_untouched
 /// CPU too: the tiny models in bf16 (gathered attention) against f32, on ragged batches.
 #[test]
 fn bf16_logits_stay_within_the_stated_bf16_tolerance_of_f32() {
-    use throng::testing::BF16_LOGIT_TOLERANCE;
+    use common::tiny::BF16_LOGIT_TOLERANCE;
     let wide = TinyLlama {
         hidden_size: 256,
         intermediate_size: 512,
@@ -274,4 +274,13 @@ fn bf16_logits_stay_within_the_stated_bf16_tolerance_of_f32() {
             "bf16 logits differ by {worst}, over {BF16_LOGIT_TOLERANCE} of {scale}"
         );
     }
+}
+
+#[test]
+// Guards `throng bench --shape tiny` against drifting from the tests' tiny model: the library
+// writes the shape out itself (no test fixture ships in it), so the two are compared here.
+fn the_bench_tiny_shape_is_the_tests_tiny_model() {
+    let mut fixture = TinyLlama::default().config_json();
+    fixture["max_position_embeddings"] = 8192.into();
+    assert_eq!(throng::model::synthetic::Shape::Tiny.config_json(), fixture);
 }

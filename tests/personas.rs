@@ -4,10 +4,10 @@
 
 mod common;
 
+use common::TinyLlama;
 use std::path::PathBuf;
 use throng::sim::experiment::Overrides;
 use throng::sim::runner::{Ended, RunOptions};
-use throng::testing::TinyLlama;
 
 #[test]
 fn personas_are_written_once_and_reused() {
@@ -55,7 +55,11 @@ max_tokens = 20
         );
         let (ended, _) = common::run_experiment(
             &config,
-            &Overrides::default(),
+            // The CLI's default model names the persona cache, as in `throng run`.
+            &Overrides {
+                default_model: Some(throng::model::DEFAULT_MODEL.into()),
+                ..Overrides::default()
+            },
             &out,
             RunOptions::default(),
             Some(engine),

@@ -6,9 +6,9 @@
 
 mod common;
 
+use common::TinyLlama;
 use common::cli::{self, DECISIONS, Ran, output, repo, throng_with_cache};
 use std::path::{Path, PathBuf};
-use throng::testing::TinyLlama;
 
 struct Fixture {
     tmp: tempfile::TempDir,

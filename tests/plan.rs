@@ -3,11 +3,11 @@
 
 mod common;
 
+use common::TinyLlama;
 use std::path::PathBuf;
 use std::process::Command;
 use throng::model::CausalLm;
 use throng::sim::plan::{Figure, Inputs, Source, Speed};
-use throng::testing::TinyLlama;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -25,13 +25,10 @@ fn model_figures_match_a_hand_count() {
     // vocab 260 x hidden 64 (tied head); per layer q 64x64, k and v 64x32 each, o 64x64,
     // gate/up/down 3 x 64x128, two norms of 64; two layers; the final norm.
     let hand = 260 * 64 + 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64;
-    assert_eq!(throng::sim::plan::parameters(cfg), hand);
+    assert_eq!(cfg.parameters(), hand);
     assert_eq!(hand, 90_688);
     // Keys and values, 2 layers, 2 KV heads of 16, f32.
-    assert_eq!(
-        throng::sim::plan::kv_bytes_per_token(cfg, 4),
-        2 * 2 * 2 * 16 * 4
-    );
+    assert_eq!(cfg.kv_bytes_per_token(4), 2 * 2 * 2 * 16 * 4);
 }
 
 fn inputs() -> Inputs {

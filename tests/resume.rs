@@ -5,9 +5,9 @@
 
 mod common;
 
+use common::TinyLlama;
 use common::cli::{RECORDS, Ran, assert_same_records, output, repo, throng};
 use std::path::{Path, PathBuf};
-use throng::testing::TinyLlama;
 
 /// The guessing game, scripted, three rounds.
 const GUESS: &str = "tests/fixtures/guess-resume.toml";

@@ -5,12 +5,12 @@
 
 mod common;
 
+use common::TinyLlama;
 use common::cli::{Ran, output_within, repo, throng};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use throng::sim::experiment::Overrides;
-use throng::testing::TinyLlama;
 
 /// How long a command may run: one still running after two minutes is a run that was not
 /// refused and is growing (it is killed, and the test fails).
@@ -55,7 +55,7 @@ struct Case(
 // now refused before the folder is written, naming the knob to lower; sizes too large to
 // count are refused rather than wrapped.
 fn absurd_sizes_of_every_knob_are_refused_before_the_folder_is_written() {
-    let available = throng::model::host::available_memory().map_or(0.0, |a| a as f64);
+    let available = throng::host::available_memory().map_or(0.0, |a| a as f64);
     let cases = [
         Case(
             GUESS,
@@ -264,7 +264,7 @@ fn absurd_sizes_of_every_knob_are_refused_before_the_folder_is_written() {
 // limit is refused naming the limit, instead of aborting at it ("memory allocation of ...
 // failed", exit 134) with a folder left `running`.
 fn a_memory_limit_on_the_process_is_the_limit_checked() {
-    let Some(available) = throng::model::host::available_memory() else {
+    let Some(available) = throng::host::available_memory() else {
         common::loud_skip("the machine does not say its memory");
         return;
     };
@@ -306,7 +306,7 @@ fn a_memory_limit_on_the_process_is_the_limit_checked() {
 // model's cache: `plan` (it builds the first step as the run would), `bench --agents` and
 // `generate --kv-memory` are refused too, instead of aborting.
 fn plan_bench_and_generate_refuse_sizes_the_machine_cannot_hold() {
-    if throng::model::host::available_memory().is_none() {
+    if throng::host::available_memory().is_none() {
         common::loud_skip("the machine does not say its memory");
         return;
     }
@@ -361,7 +361,7 @@ fn plan_bench_and_generate_refuse_sizes_the_machine_cannot_hold() {
 // with a KV cache larger than the machine) is refused before anything is written, and stays
 // paused.
 fn a_resume_that_cannot_fit_is_refused_and_the_run_stays_paused() {
-    if throng::model::host::available_memory().is_none() {
+    if throng::host::available_memory().is_none() {
         common::loud_skip("the machine does not say its memory");
         return;
     }
@@ -471,7 +471,7 @@ fn peak_of(config: &Path, args: &[&str]) -> f64 {
 // measured (so a run it lets through fits), and at most three times it (so a run that fits
 // is not refused).
 fn the_estimate_holds_the_peak_memory_of_real_runs() {
-    if throng::model::host::available_memory().is_none() {
+    if throng::host::available_memory().is_none() {
         common::loud_skip("the machine does not say its memory");
         return;
     }

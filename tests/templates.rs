@@ -5,10 +5,10 @@
 
 mod common;
 
+use common::TinyLlama;
 use common::cli::{Ran, output_within, repo, throng_with_cache};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use throng::testing::TinyLlama;
 
 /// How long a command may run: one still rendering after a minute is killed, and the test
 /// fails.

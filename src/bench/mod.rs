@@ -130,7 +130,7 @@ fn tokenizer(shape: Shape, constrained: bool) -> Result<tokenizers::Tokenizer, B
             .map_err(|e| BenchError::Tokenizer(e.to_string()))
     };
     if shape == Shape::Tiny || !constrained {
-        return parse(&crate::testing::byte_tokenizer_json().to_string());
+        return parse(&crate::model::synthetic::byte_tokenizer_json().to_string());
     }
     let path = crate::assets::ensure_file("llama3-tokenizer", "tokenizer.json").map_err(|e| {
         BenchError::Tokenizer(format!(

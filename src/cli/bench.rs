@@ -1,6 +1,7 @@
 //! `throng bench`: the engine on a random-weight model of a preset's shape, stepped as a
 //! simulation steps its agents; prints a table and writes the same as JSON.
 
+use super::choice::{AttentionArg, ShapeArg, WeightsArg};
 use super::parse_device;
 use crate::bench::{Bench, BenchSpec};
 use crate::engine::EngineConfig;
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// The model's shape (its weights are random): `tiny` (the test model) or a preset's.
-    #[arg(long, value_enum, default_value = "tiny")]
+    #[arg(long, value_parser = ShapeArg::parser(), default_value = "tiny")]
     pub shape: Shape,
     /// `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
@@ -46,10 +47,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Format of the weights (auto: f32 on the CPU, bf16 on CUDA).
-    #[arg(long, value_enum, default_value_t = WeightFormat::Auto)]
+    #[arg(long, value_parser = WeightsArg::parser(), default_value = "auto")]
     pub weights: WeightFormat,
     /// Attention implementation (default: the fastest the device runs).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = AttentionArg::parser())]
     pub attention: Option<AttentionBackend>,
     /// On a GPU, copy logits to the host and sample there (for comparison).
     #[arg(long)]

@@ -16,7 +16,7 @@ pub struct EvalArgs {
     pub device: String,
     /// The formats compared with f32, comma-separated (default: every format `auto` can
     /// choose on the device).
-    #[arg(long, value_enum, value_delimiter = ',')]
+    #[arg(long, value_parser = super::choice::WeightsArg::parser(), value_delimiter = ',')]
     pub weights: Vec<WeightFormat>,
     /// A tokenizer.json to use instead of the model's own.
     #[arg(long)]

@@ -12,6 +12,7 @@ macro_rules! out {
 }
 
 pub mod bench;
+pub mod choice;
 pub mod eval;
 pub mod generate;
 pub mod models;
@@ -38,7 +39,7 @@ pub struct ModelArgs {
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// Format weights are converted to at load.
-    #[arg(long, value_enum, default_value_t = WeightFormat::Auto)]
+    #[arg(long, value_parser = choice::WeightsArg::parser(), default_value = "auto")]
     pub weights: WeightFormat,
     /// A tokenizer.json to use instead of the model's own.
     #[arg(long)]
@@ -79,6 +80,20 @@ pub fn remember_given(matches: &clap::ArgMatches) {
 /// left at its default.
 pub fn given(id: &str) -> bool {
     GIVEN.get().is_some_and(|g| g.contains(id))
+}
+
+/// The model for a config whose `[llm]` names none: the CLI's choice, not the simulation's.
+fn default_model() -> Option<String> {
+    Some(crate::model::DEFAULT_MODEL.into())
+}
+
+/// The model `exp` runs: its config's (`--model` applied), else the CLI's default.
+fn model_of(exp: &crate::sim::experiment::Experiment) -> String {
+    exp.config
+        .llm
+        .model
+        .clone()
+        .unwrap_or_else(|| crate::model::DEFAULT_MODEL.into())
 }
 
 /// Which argument of `args` (the process's, program name first) clap refused as invalid

@@ -107,6 +107,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
         agents: args.agents.clone(),
         replicates: args.replicates,
         model: model_given.then(|| args.model.model.clone()),
+        default_model: super::default_model(),
         ..Overrides::default()
     };
     let loaded = registry.load(&args.config, &overrides)?;
@@ -145,7 +146,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
         )
     })?;
     let model = ModelArgs {
-        model: exp.config.llm.model.clone(),
+        model: super::model_of(exp),
         ..args.model.clone()
     };
     let before = resident_bytes();
@@ -153,17 +154,17 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
     let after = resident_bytes();
     let cfg = engine.model().config().clone();
     let dtype_bytes = engine.model().dtype().size_in_bytes();
-    let parameters = plan::parameters(&cfg);
+    let parameters = cfg.parameters();
     let (memory, weight_bytes, kv_token, where_) = match profile {
         Some(p) => (
             Figure::new(p.memory_bytes, Source::Assumed),
             Figure::new(parameters as f64 * 2.0, Source::Computed),
-            Figure::new(plan::kv_bytes_per_token(&cfg, 2) as f64, Source::Computed),
+            Figure::new(cfg.kv_bytes_per_token(2) as f64, Source::Computed),
             format!("{} (stated figures), bf16 weights and KV cache", p.name),
         ),
         None => (
             Figure::new(
-                crate::model::host::total_memory()
+                crate::host::total_memory()
                     .context("reading this machine's memory from /proc/meminfo")?
                     as f64,
                 Source::Measured,
@@ -172,10 +173,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
                 (Some(b), Some(a)) => Figure::new(a - b, Source::Measured),
                 _ => Figure::new(parameters as f64 * dtype_bytes as f64, Source::Computed),
             },
-            Figure::new(
-                plan::kv_bytes_per_token(&cfg, dtype_bytes) as f64,
-                Source::Computed,
-            ),
+            Figure::new(cfg.kv_bytes_per_token(dtype_bytes) as f64, Source::Computed),
             format!("this machine ({}), weights as {weights}", model.device),
         ),
     };

@@ -12,7 +12,6 @@ use crate::sim::experiment::{Experiment, Overrides};
 use crate::sim::policy::Llm;
 use crate::sim::runner::{Ended, Progress, RunOptions};
 use anyhow::{Context, Result, bail};
-use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,7 +30,7 @@ pub struct RunArgs {
     /// Where to write the run (default: runs/<name>-<unix time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::choice::PolicyArg::parser())]
     pub policy: Option<PolicyKind>,
     #[arg(long, allow_negative_numbers = true)]
     pub replicates: Option<i64>,
@@ -48,7 +47,7 @@ pub struct RunArgs {
     pub stop_after: Option<usize>,
     /// How the ranks of an MPI job share the run (default: the config's `split`, else auto:
     /// cells when they deal out evenly, else agents). Records are the same either way.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::choice::SplitArg::parser())]
     pub split: Option<Split>,
     /// Devices of this machine's ranks, one per local rank (e.g. `cuda:0,cuda:2`); the
     /// default is `cuda:LOCAL_RANK` in a CUDA build, else --device.
@@ -105,16 +104,11 @@ impl StartedWith {
     fn read(dir: &Path) -> Result<Self> {
         let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
         let weights = match manifest.weight_format.as_deref() {
-            Some(name) => Some(WeightFormat::from_str(name, false).map_err(|_| {
+            Some(name) => Some(WeightFormat::from_name(name).ok_or_else(|| {
                 anyhow::anyhow!(
                     "{}: unknown weight format `{name}` (this throng knows {})",
                     dir.join(record::MANIFEST).display(),
-                    WeightFormat::value_variants()
-                        .iter()
-                        .filter_map(|v| v.to_possible_value())
-                        .map(|v| v.get_name().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    WeightFormat::ALL.map(WeightFormat::name).join(", ")
                 )
             })?),
             None => None,
@@ -220,6 +214,7 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
         steps: args.steps,
         agents: args.agents.clone(),
         model: model_given.then(|| args.model.model.clone()),
+        default_model: super::default_model(),
     };
     if let (Some(dir), Some(out)) = (&args.resume, &args.out) {
         bail!(
@@ -277,7 +272,13 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
         Some((loaded, folder, manifest)) => (loaded, Some(folder), manifest),
         None => {
             let mut loaded = match (&args.config, resume) {
-                (_, true) => registry.load(&dir.join(record::CONFIG), &Overrides::default())?,
+                (_, true) => registry.load(
+                    &dir.join(record::CONFIG),
+                    &Overrides {
+                        default_model: super::default_model(),
+                        ..Overrides::default()
+                    },
+                )?,
                 (Some(config), false) => registry.load(config, &overrides)?,
                 (None, false) => bail!("give an experiment config, or --resume RUN_DIR"),
             };
@@ -315,7 +316,7 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
             None => args.model.weights,
         };
         let model = ModelArgs {
-            model: exp.config.llm.model.clone(),
+            model: super::model_of(exp),
             device,
             weights,
             ..args.model.clone()
@@ -753,7 +754,7 @@ impl Inputs {
             .entry("llm")
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         if let toml::Value::Table(llm) = llm {
-            llm.insert("model".into(), toml::Value::String(c.llm.model.clone()));
+            llm.insert("model".into(), toml::Value::String(super::model_of(exp)));
         }
         Ok(Self {
             config: toml::to_string_pretty(&table)?,

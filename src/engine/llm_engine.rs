@@ -161,7 +161,7 @@ pub struct Engine {
 
 /// Default KV budget on the CPU: a quarter of the memory available, at most 16 GiB.
 fn default_cpu_kv_memory() -> usize {
-    let available = crate::model::host::available_memory().unwrap_or(8 << 30);
+    let available = crate::host::available_memory().unwrap_or(8 << 30);
     (available / 4).min(16 << 30)
 }
 

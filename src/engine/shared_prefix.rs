@@ -259,7 +259,9 @@ mod tests {
             ..ChatSpec::default()
         })
         .unwrap();
-        let tokenizer = crate::testing::byte_tokenizer();
+        // The byte vocabulary spells any text; replies end at `<|eot_id|>` (id 257).
+        let json = crate::model::synthetic::byte_tokenizer_json().to_string();
+        let tokenizer = crate::engine::Tokenizer::new(json.parse().unwrap(), vec![257]);
         let prefix = SharedPrefix::new(&chat, &tokenizer, "rules").unwrap();
         assert!(prefix.shared_tokens().is_empty());
         let (tokens, _) = prefix

@@ -24,9 +24,7 @@ use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
 /// Which attention implementation a KV cache's forward passes use.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AttentionBackend {
     /// The paged CPU kernel: f32 on the CPU, batch invariant.

@@ -65,6 +65,26 @@ impl ModelConfig {
         (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
     }
 
+    /// Every parameter of the model, norms included: what `throng plan` sizes weights by.
+    pub fn parameters(&self) -> u64 {
+        let (h, i, v) = (
+            self.hidden_size as u64,
+            self.intermediate_size as u64,
+            self.vocab_size as u64,
+        );
+        let q = (self.num_heads * self.head_dim) as u64;
+        let kv = (self.num_kv_heads * self.head_dim) as u64;
+        // q, k, v, o; gate, up, down; two norms.
+        let layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h;
+        let head = if self.tie_word_embeddings { 0 } else { v * h };
+        v * h + self.num_layers as u64 * layer + h + head
+    }
+
+    /// Bytes of keys and values one token takes in every layer, at `bytes_per_value`.
+    pub fn kv_bytes_per_token(&self, bytes_per_value: usize) -> u64 {
+        (2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_value) as u64
+    }
+
     /// Rotation frequencies per pair of head dimensions, with the `llama3` rescaling applied.
     pub fn inverse_frequencies(&self) -> Vec<f32> {
         let d = self.head_dim;

@@ -15,9 +15,7 @@ use candle_core::{DType, Device, Module, Tensor};
 use std::borrow::Cow;
 
 /// The format weights are converted to at load.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WeightFormat {
     /// int8 on a CPU with a SIMD int8 kernel; otherwise f32 while the dense model fits the
@@ -28,7 +26,6 @@ pub enum WeightFormat {
     F32,
     F16,
     Bf16,
-    #[value(name = "q8_0")]
     #[serde(rename = "q8_0")]
     Q8_0,
     /// int8 in groups of 64 weights, activations quantized per row in two 8-bit parts,
@@ -52,6 +49,34 @@ pub(crate) enum Target {
 }
 
 impl WeightFormat {
+    pub const ALL: [WeightFormat; 7] = [
+        WeightFormat::Auto,
+        WeightFormat::Native,
+        WeightFormat::F32,
+        WeightFormat::F16,
+        WeightFormat::Bf16,
+        WeightFormat::Q8_0,
+        WeightFormat::Int8,
+    ];
+
+    /// The format as configs, manifests (`weight_format`) and `--weights` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightFormat::Auto => "auto",
+            WeightFormat::Native => "native",
+            WeightFormat::F32 => "f32",
+            WeightFormat::F16 => "f16",
+            WeightFormat::Bf16 => "bf16",
+            WeightFormat::Q8_0 => "q8_0",
+            WeightFormat::Int8 => "int8",
+        }
+    }
+
+    /// The format spelled `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+
     /// Resolves `Auto` for a model of `params` parameters on `device`.
     pub(crate) fn target(self, device: &Device, params: usize) -> Result<Target, ModelError> {
         Ok(match self {

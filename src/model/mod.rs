@@ -11,7 +11,6 @@ mod config;
 mod error;
 mod fused;
 mod gguf;
-pub mod host;
 pub mod int8;
 mod kv_cache;
 mod linear;

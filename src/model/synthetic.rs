@@ -11,29 +11,30 @@ use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 
 /// A model shape: one of the presets' architectures, or the tiny test model.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Shape {
-    /// The tiny test model (`throng::testing::TinyLlama`): 2 layers, hidden 64, a byte vocabulary.
-    #[value(name = "tiny")]
+    /// The tiny model of throng's own tests: 2 layers, hidden 64, a byte vocabulary.
     #[serde(rename = "tiny")]
     Tiny,
     /// Llama 3.2 1B: 16 layers, hidden 2048, head size 64, tied embeddings.
-    #[value(name = "llama-3.2-1b")]
     #[serde(rename = "llama-3.2-1b")]
     Llama32_1b,
     /// Llama 3.2 3B: 28 layers, hidden 3072, head size 128, tied embeddings.
-    #[value(name = "llama-3.2-3b")]
     #[serde(rename = "llama-3.2-3b")]
     Llama32_3b,
     /// Llama 3.1 8B: 32 layers, hidden 4096, head size 128.
-    #[value(name = "llama-3.1-8b")]
     #[serde(rename = "llama-3.1-8b")]
     Llama31_8b,
 }
 
 impl Shape {
+    pub const ALL: [Shape; 4] = [
+        Shape::Tiny,
+        Shape::Llama32_1b,
+        Shape::Llama32_3b,
+        Shape::Llama31_8b,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Shape::Tiny => "tiny",
@@ -57,12 +58,7 @@ impl Shape {
     pub fn config_json(self) -> serde_json::Value {
         // (hidden, intermediate, layers, heads, head_dim, tied, rope factor)
         let (hidden, intermediate, layers, heads, head_dim, tied, factor) = match self {
-            Shape::Tiny => {
-                // Room for a benchmark's long contexts; the rest is the test model's.
-                let mut cfg = crate::testing::TinyLlama::default().config_json();
-                cfg["max_position_embeddings"] = 8192.into();
-                return cfg;
-            }
+            Shape::Tiny => return tiny_config_json(),
             Shape::Llama32_1b => (2048, 8192, 16, 32, 64, true, 32.0),
             Shape::Llama32_3b => (3072, 8192, 28, 24, 128, true, 32.0),
             Shape::Llama31_8b => (4096, 14336, 32, 32, 128, false, 8.0),
@@ -100,6 +96,89 @@ impl Shape {
             _ => 128_000,
         }
     }
+}
+
+/// The `tiny` shape's `config.json`: the tests' tiny model (`tests/common/tiny.rs`, which
+/// checks that the two agree) with room for a benchmark's long contexts.
+fn tiny_config_json() -> serde_json::Value {
+    serde_json::json!({
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": 256 + SPECIAL_TOKENS.len(),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": true,
+        "bos_token_id": 256,
+        "eos_token_id": [257],
+        "torch_dtype": "float32",
+        // Scaled so that short sequences cross all three frequency bands.
+        "rope_scaling": {
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 64
+        },
+    })
+}
+
+/// Special tokens of the byte tokenizer, after the 256 byte tokens.
+pub const SPECIAL_TOKENS: [&str; 4] = [
+    "<|begin_of_text|>",
+    "<|eot_id|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+];
+
+/// GPT-2's printable stand-ins for the 256 byte values, as byte-level BPE vocabularies use.
+fn byte_chars() -> Vec<char> {
+    let printable =
+        |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let mut extra = 0;
+    (0..256u32)
+        .map(|b| {
+            if printable(b) {
+                char::from_u32(b).expect("invariant: printable latin-1")
+            } else {
+                extra += 1;
+                char::from_u32(255 + extra).expect("invariant: valid code point")
+            }
+        })
+        .collect()
+}
+
+/// A byte-level BPE tokenizer with no merges: every byte is a token, so any text (and any
+/// JSON a grammar allows) can be spelled, which is what a constrained decoder needs.
+pub fn byte_tokenizer_json() -> serde_json::Value {
+    let vocab: serde_json::Map<String, serde_json::Value> = byte_chars()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (c.to_string(), serde_json::json!(i)))
+        .collect();
+    let added: Vec<serde_json::Value> = SPECIAL_TOKENS
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            serde_json::json!({"id": 256 + i, "content": t, "single_word": false, "lstrip": false,
+                               "rstrip": false, "normalized": false, "special": true})
+        })
+        .collect();
+    serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                  "ignore_merges": false, "vocab": vocab, "merges": []}
+    })
 }
 
 /// Draws each weight as it is asked for: uniform, scaled by `1 / sqrt(fan_in)` (norms near 1),

@@ -374,10 +374,7 @@ impl QualityReport {
 
 /// A format as `--weights` spells it.
 pub fn name(format: WeightFormat) -> String {
-    use clap::ValueEnum;
-    format
-        .to_possible_value()
-        .map_or_else(|| format!("{format:?}"), |v| v.get_name().to_string())
+    format.name().to_string()
 }
 
 /// The bounds `report` misses, in words.

@@ -112,19 +112,7 @@ impl Source {
 }
 
 /// How agents decide.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyKind {
     /// Ask the language model (all agents of a step in one batch).
@@ -150,8 +138,12 @@ pub const MAX_TEMPERATURE: f32 = 10.0;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LlmConfig {
-    /// A preset, folder, GGUF file or Hub repo id (the CLI's --model overrides it).
-    pub model: String,
+    /// A preset, folder, GGUF file or Hub repo id (the CLI's --model overrides it). Unset,
+    /// the program's default, which it gives at load ([`Overrides::default_model`]): the
+    /// simulation layer knows no model of its own.
+    ///
+    /// [`Overrides::default_model`]: crate::sim::experiment::Overrides::default_model
+    pub model: Option<String>,
     /// Most tokens one decision may take; a decision cut short falls back to "no change".
     pub max_tokens: usize,
     pub temperature: f32,
@@ -166,7 +158,7 @@ impl Default for LlmConfig {
     fn default() -> Self {
         // Ollama's defaults, which the reference experiments ran with.
         Self {
-            model: crate::model::DEFAULT_MODEL.into(),
+            model: None,
             max_tokens: 96,
             temperature: 0.8,
             top_p: 0.9,
@@ -366,7 +358,7 @@ pub struct ExperimentConfig {
 }
 
 /// How the ranks of a job share a run. The records are the same whichever is chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Split {
     /// `cells` when the cells of a population size can be dealt out evenly, else `agents`.

@@ -20,9 +20,13 @@ pub struct Overrides {
     pub steps: Option<i64>,
     pub agents: Option<Vec<i64>>,
     pub model: Option<String>,
+    /// Not a flag: the model of a config whose `[llm]` names none, which the program running
+    /// it chooses (the CLI's is `crate::model::DEFAULT_MODEL`).
+    pub default_model: Option<String>,
 }
 
 impl Overrides {
+    /// Whether no flag overrides the config (a default model is no override).
     pub fn is_empty(&self) -> bool {
         self.policy.is_none()
             && self.replicates.is_none()
@@ -49,7 +53,10 @@ impl Overrides {
             c.agents = Sizes::new(a.clone()).map_err(|m| flag("--agents", m))?;
         }
         if let Some(m) = &self.model {
-            c.llm.model = m.clone();
+            c.llm.model = Some(m.clone());
+        }
+        if c.llm.model.is_none() {
+            c.llm.model.clone_from(&self.default_model);
         }
         Ok(())
     }

@@ -2,9 +2,9 @@
 //! first step's tokens, and from those the KV memory, batch and step time per device, whether
 //! it fits, and how many devices a target step time needs. Every figure says where it comes
 //! from: measured here, computed from the config, or assumed (a device profile's stated
-//! figures, efficiencies).
-
-use crate::model::ModelConfig;
+//! figures, efficiencies). The model's own figures (`ModelConfig::parameters`,
+//! `kv_bytes_per_token`) come in from the command that loads the model (`cli::plan`), so that
+//! the simulation layer stays below the model.
 
 /// Where a figure comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,26 +87,6 @@ pub const BANDWIDTH_EFFICIENCY: f64 = 0.8;
 /// Of a device's memory, what is left for neither weights nor KV cache (activations,
 /// workspaces, the runtime): assumed.
 pub const RESERVED_SHARE: f64 = 0.1;
-
-/// The parameters of a Llama-architecture model, from its config.
-pub fn parameters(cfg: &ModelConfig) -> u64 {
-    let (h, i, v) = (
-        cfg.hidden_size as u64,
-        cfg.intermediate_size as u64,
-        cfg.vocab_size as u64,
-    );
-    let q = (cfg.num_heads * cfg.head_dim) as u64;
-    let kv = (cfg.num_kv_heads * cfg.head_dim) as u64;
-    // q, k, v, o; gate, up, down; two norms.
-    let layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h;
-    let head = if cfg.tie_word_embeddings { 0 } else { v * h };
-    v * h + cfg.num_layers as u64 * layer + h + head
-}
-
-/// Bytes of keys and values one token takes in every layer, at `bytes_per_value`.
-pub fn kv_bytes_per_token(cfg: &ModelConfig, bytes_per_value: usize) -> u64 {
-    (2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * bytes_per_value) as u64
-}
 
 /// How fast decisions are made.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -322,11 +302,11 @@ pub struct HostMemory {
 impl HostMemory {
     /// This machine and process, where the kernel says (Linux).
     pub fn here() -> Option<Self> {
-        let available = crate::model::host::available_memory()?;
+        let available = crate::host::available_memory()?;
         Some(Self {
             available: available as f64,
-            total: crate::model::host::total_memory().unwrap_or(available) as f64,
-            limit: crate::model::host::memory_limit().map(|l| (l.bytes as f64, l.source.into())),
+            total: crate::host::total_memory().unwrap_or(available) as f64,
+            limit: crate::host::memory_limit().map(|l| (l.bytes as f64, l.source.into())),
         })
     }
 

@@ -1,16 +1,19 @@
-//! Shared test fixtures: the downloaded real assets and tiny random models; `cli` runs the
-//! built binary.
+//! Shared test fixtures: the downloaded real assets and tiny random models (`tiny`), the CUDA
+//! device or a skip (`cuda`); `cli` runs the built binary.
 #![allow(dead_code)]
 
 pub mod cli;
 pub mod constrained;
+pub mod cuda;
 pub mod ragged;
 pub mod regression;
+pub mod tiny;
+
+pub use tiny::TinyLlama;
 
 use std::path::PathBuf;
 use throng::engine::{Engine, EngineConfig};
 use throng::model::{LoadOptions, WeightFormat, loader};
-use throng::testing::TinyLlama;
 
 /// An asset from the cache, downloading it if needed. Offline, the test is skipped with a
 /// loud message, unless THRONG_REQUIRE_ASSETS=1 (as in CI), where it fails.

@@ -149,6 +149,11 @@ mod device {
     }
 }
 
+// The integration tests' device helper, by path: test fixtures stay out of the library.
+#[cfg(all(test, feature = "flash-attn"))]
+#[path = "../../../tests/common/cuda.rs"]
+mod cuda;
+
 #[cfg(test)]
 mod tests {
     use super::super::{Heads, paged_cpu};
@@ -335,7 +340,7 @@ mod tests {
     fn paged_flash_attention_matches_the_gathered_path_on_cuda() {
         use super::super::{GatherPlan, as_rows};
         use candle_core::DType;
-        let Some(device) = crate::testing::cuda_device_or_skip() else {
+        let Some(device) = super::cuda::cuda_device_or_skip() else {
             return;
         };
         for (block_size, head_dim) in [(32, 64), (32, 128), (64, 128)] {

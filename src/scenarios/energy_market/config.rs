@@ -24,6 +24,80 @@ pub enum Role {
     Utility,
 }
 
+/// The study's personas, the ones the scripted policy has rules for. A config may name
+/// personas of its own (under `personas`): prompts carry them like these, and the scripted
+/// policy gives them its neutral rule, as it gives every company of a control arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persona {
+    EnvironmentallyConscious,
+    Greedy,
+    Depressed,
+}
+
+impl Persona {
+    pub const ALL: [Persona; 3] = [
+        Persona::EnvironmentallyConscious,
+        Persona::Greedy,
+        Persona::Depressed,
+    ];
+
+    /// Its name, as configs and prompts write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Persona::EnvironmentallyConscious => "environmentally conscious",
+            Persona::Greedy => "greedy",
+            Persona::Depressed => "depressed",
+        }
+    }
+
+    /// The study's persona named `name`; `None` for a persona of a config's own.
+    pub fn of(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The study's persona that `name`, not one of them, is likely a misspelling of: the
+    /// same words in another case or with other separators, or one slip away (a letter
+    /// missing, added, changed, or two swapped; two slips in the longest name).
+    fn misspelt(name: &str) -> Option<Self> {
+        let words = name
+            .to_lowercase()
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        Self::ALL.into_iter().find(|p| {
+            let slips = if p.name().len() > 12 { 2 } else { 1 };
+            slips_between(&words, p.name()) <= slips
+        })
+    }
+}
+
+/// Letters missing, added, changed or swapped with their neighbour that turn `a` into `b`
+/// (the optimal string alignment distance).
+fn slips_between(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let change = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + change);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
 /// A bound on decisions that the reference code does not have: a number, or `"none"`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "LimitSpec", into = "LimitSpec")]
@@ -118,7 +192,8 @@ pub struct MarketConfig {
     /// Types drawn, uniformly, for every other company.
     pub type_mix: Vec<String>,
     /// Personas by name, each with a one-sentence definition, which prompts carry only when
-    /// `describe_personas` is set (the study deliberately left its personas undefined).
+    /// `describe_personas` is set (the study deliberately left its personas undefined). The
+    /// study's are [`Persona`]s; others are a config's own (see [`MarketConfig::persona`]).
     pub personas: BTreeMap<String, String>,
     pub describe_personas: bool,
     /// Personas drawn, uniformly, for every company.
@@ -194,29 +269,25 @@ impl Default for MarketConfig {
                 .collect(),
             first_type: "UtilityProvider".into(),
             type_mix: types.iter().map(|(n, ..)| n.to_string()).collect(),
-            personas: [
-                (
-                    "environmentally conscious",
-                    "You care about the environment and prefer clean energy, even at some cost.",
-                ),
-                (
-                    "greedy",
-                    "You are greedy: you want as much money as possible, as fast as possible.",
-                ),
-                (
-                    "depressed",
-                    "You are depressed: you doubt that anything you do will matter.",
-                ),
-            ]
-            .iter()
-            .map(|(n, d)| (n.to_string(), d.to_string()))
-            .collect(),
+            personas: Persona::ALL
+                .into_iter()
+                .map(|p| {
+                    let definition = match p {
+                        Persona::EnvironmentallyConscious => {
+                            "You care about the environment and prefer clean energy, even at some cost."
+                        }
+                        Persona::Greedy => {
+                            "You are greedy: you want as much money as possible, as fast as possible."
+                        }
+                        Persona::Depressed => {
+                            "You are depressed: you doubt that anything you do will matter."
+                        }
+                    };
+                    (p.name().to_string(), definition.to_string())
+                })
+                .collect(),
             describe_personas: false,
-            persona_mix: vec![
-                "environmentally conscious".into(),
-                "greedy".into(),
-                "depressed".into(),
-            ],
+            persona_mix: Persona::ALL.map(|p| p.name().to_string()).to_vec(),
             use_personas: true,
             starting_resources: 1000.0,
             starting_production: 100.0,
@@ -285,6 +356,27 @@ impl MarketConfig {
                 "type_mix",
                 "needs at least one producer type",
             ));
+        }
+        // A persona of a config's own is valid, so a misspelt study persona would be one,
+        // and silently get the scripted policy's neutral rule: names a slip away from the
+        // study's are refused.
+        for name in self.personas.keys() {
+            if Persona::of(name).is_none()
+                && let Some(meant) = Persona::misspelt(name)
+            {
+                return Err(ScenarioProblem::new(
+                    format!("personas.{name}"),
+                    format!(
+                        "`{name}` is not one of the study's personas ({}) but close to `{}`: \
+                         spell it `{}`, or give a persona of your own a name of its own (the \
+                         scripted policy follows the study's personas and gives any other \
+                         its neutral rule)",
+                        Persona::ALL.map(Persona::name).join(", "),
+                        meant.name(),
+                        meant.name()
+                    ),
+                ));
+            }
         }
         for name in &self.persona_mix {
             if !self.personas.contains_key(name) {
@@ -410,6 +502,15 @@ impl MarketConfig {
         self.limit(self.max_consumer_price, 1000.0)
     }
 
+    /// The study's persona at `index` of `personas` (a company's `persona`); `None` for a
+    /// persona of the config's own.
+    pub fn persona(&self, index: u16) -> Option<Persona> {
+        self.personas
+            .keys()
+            .nth(usize::from(index))
+            .and_then(|name| Persona::of(name))
+    }
+
     /// The most a utility may charge per unit at `demand`: the cap when regulated, and the
     /// ceiling.
     pub fn consumer_price_max(&self, demand: f64) -> Option<f64> {
@@ -492,6 +593,39 @@ mod tests {
         let e = MarketConfig::from_table(&table("hidden_round = true")).unwrap_err();
         assert_eq!(e.field, "hidden_round");
         assert!(e.message.contains("reference"), "{e:?}");
+    }
+
+    #[test]
+    fn personas_a_slip_from_the_studys_are_refused_and_others_are_a_configs_own() {
+        let personas =
+            |body: &str| MarketConfig::from_table(&table(&format!("[personas]\n{body}")));
+        for (name, meant) in [
+            ("\"greedy \"", "greedy"),
+            ("GREEDY", "greedy"),
+            ("greed", "greedy"),
+            ("\"depressde\"", "depressed"),
+            ("\"environmentally_conscious\"", "environmentally conscious"),
+            ("\"enviromentaly conscious\"", "environmentally conscious"),
+        ] {
+            let e = personas(&format!("{name} = \"x\"")).unwrap_err();
+            assert_eq!(e.field, format!("personas.{}", name.trim_matches('"')));
+            assert!(e.message.contains(&format!("close to `{meant}`")), "{e:?}");
+        }
+        let own = MarketConfig::from_table(&table(
+            "persona_mix = [\"stoic\", \"depressive\"]\n[personas]\nstoic = \"s\"\ndepressive = \"d\"",
+        ))
+        .unwrap();
+        assert_eq!((own.persona(0), own.persona(1)), (None, None));
+        let study = MarketConfig::default();
+        assert_eq!(
+            (0..3).map(|i| study.persona(i)).collect::<Vec<_>>(),
+            // The map's order: by name.
+            [
+                Some(Persona::Depressed),
+                Some(Persona::EnvironmentallyConscious),
+                Some(Persona::Greedy)
+            ]
+        );
     }
 
     #[test]

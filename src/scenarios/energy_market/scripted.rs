@@ -1,7 +1,7 @@
 //! The `scripted` policy: simple, deterministic rules of thumb, as a classic agent-based
 //! model would use, so that a run needs no model (baselines, fast tests, scaling runs).
 
-use super::config::{MarketConfig, Role};
+use super::config::{MarketConfig, Persona, Role};
 use super::decision::{Decision, ProducerDecision, UtilityDecision};
 use super::world::Market;
 use rand::Rng;
@@ -11,18 +11,11 @@ use rand_chacha::ChaCha8Rng;
 /// capacity is bought when output is at capacity and resources allow it twice over.
 /// Utilities mark up their purchase price by a margin that depends on the persona, and the
 /// environmentally conscious favour renewables. Without personas in the prompts (a control
-/// arm) nobody is told its persona, so every utility follows the neutral rule.
+/// arm) nobody is told its persona, so every utility follows the neutral rule; so does a
+/// utility with a persona of the config's own, which these rules know nothing of.
 pub fn decide(cfg: &MarketConfig, market: &Market, agent: usize, rng: &mut ChaCha8Rng) -> Decision {
     let c = &market.companies[agent];
-    let persona = if cfg.use_personas {
-        cfg.personas
-            .keys()
-            .nth(c.persona as usize)
-            .map(String::as_str)
-            .unwrap_or("")
-    } else {
-        ""
-    };
+    let persona = cfg.use_personas.then(|| cfg.persona(c.persona)).flatten();
     match c.role {
         Role::Producer => {
             let first_step = market.steps == 0;
@@ -58,16 +51,16 @@ pub fn decide(cfg: &MarketConfig, market: &Market, agent: usize, rng: &mut ChaCh
                 cfg.starting_energy_price
             };
             let margin = match persona {
-                "greedy" => 0.30,
-                "environmentally conscious" => 0.10,
-                "depressed" => 0.05,
-                _ => 0.15,
+                Some(Persona::Greedy) => 0.30,
+                Some(Persona::EnvironmentallyConscious) => 0.10,
+                Some(Persona::Depressed) => 0.05,
+                None => 0.15,
             };
             let mix = match persona {
-                "environmentally conscious" => 8,
-                "greedy" => 0,
-                "depressed" => rng.random_range(0..=3),
-                _ => 2,
+                Some(Persona::EnvironmentallyConscious) => 8,
+                Some(Persona::Greedy) => 0,
+                Some(Persona::Depressed) => rng.random_range(0..=3),
+                None => 2,
             };
             let cap = cfg
                 .consumer_price_max(market.demand)

@@ -188,9 +188,18 @@ pub fn run<S: Scenario>(
             let llm = policies.llm.as_deref_mut().ok_or_else(|| {
                 RunError::Setup("LLM-written personas need a model: load one for this run".into())
             })?;
+            // The cache is keyed by the model's name, which only the config or the program
+            // running it (`Overrides::default_model`) knows.
+            let model = exp.config.llm.model.as_deref().ok_or_else(|| {
+                RunError::Setup(
+                    "LLM-written personas are cached by model name: name the model \
+                     ([llm] model, or Overrides::default_model)"
+                        .into(),
+                )
+            })?;
             for (replicate, a) in agents.iter_mut().enumerate() {
                 let seed = cells::population_seed(exp, size, replicate);
-                let written = llm.personas(personas, &exp.config.llm.model, &a.population, seed)?;
+                let written = llm.personas(personas, model, &a.population, seed)?;
                 Arc::make_mut(&mut a.population).personas = Some(written);
             }
         }

@@ -1,47 +1,22 @@
-//! Tiny random-weight Llama checkpoints for tests and benchmarks.
+//! Tiny random-weight Llama checkpoints for tests.
 //!
 //! [`TinyLlama::write`] lays out a complete Hugging Face model folder (config.json,
 //! model.safetensors, a byte-level tokenizer and a chat template) small enough to run
 //! thousands of forward passes in a test, yet with every architectural feature of Llama 3.2:
-//! grouped-query attention, `llama3` RoPE scaling and tied embeddings.
+//! grouped-query attention, `llama3` RoPE scaling and tied embeddings. Its tokenizer is the
+//! library's (`throng bench` runs the same byte vocabulary in its `tiny` shape).
 
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 use std::path::Path;
+use throng::model::synthetic::{SPECIAL_TOKENS, byte_tokenizer_json};
 
 /// How far bf16 logits may stray from f32 ones, as a share of the largest logit. bf16 keeps 8
 /// significant bits (a relative rounding of 2^-9), and a forward pass rounds its activations
 /// at every step; tests/model_forward.rs checks that the CPU's bf16 path stays within it, and
 /// tests/cuda.rs holds CUDA's bf16 (cuBLAS and paged FlashAttention) to the same bound.
 pub const BF16_LOGIT_TOLERANCE: f32 = 0.03;
-
-/// The first CUDA device, for tests that compare the CUDA path with the CPU. Without one the
-/// test is skipped with a banner written straight to stderr (libtest captures only `eprintln!`,
-/// so the skip shows even when the test passes), unless `THRONG_REQUIRE_CUDA=1` (as
-/// scripts/gpu-check sets), where a missing device is a failure.
-pub fn cuda_device_or_skip() -> Option<Device> {
-    use std::io::Write;
-    // libtest runs each test on a thread named after it.
-    let thread = std::thread::current();
-    let test = thread.name().unwrap_or("a CUDA test");
-    match Device::new_cuda(0) {
-        Ok(device) => Some(device),
-        Err(e) if std::env::var("THRONG_REQUIRE_CUDA").is_ok_and(|v| v == "1") => {
-            panic!("{test}: a CUDA device is required (THRONG_REQUIRE_CUDA=1): {e}")
-        }
-        Err(e) => {
-            let line = "!".repeat(78);
-            let reason = e.to_string();
-            let reason = reason.lines().next().unwrap_or_default();
-            let _ = writeln!(
-                std::io::stderr(),
-                "{line}\nSKIPPED {test}: no CUDA device ({reason})\n{line}"
-            );
-            None
-        }
-    }
-}
 
 /// Shape of a tiny model. The vocabulary is the byte tokenizer's (256 bytes + specials).
 #[derive(Debug, Clone)]
@@ -72,14 +47,6 @@ impl Default for TinyLlama {
         }
     }
 }
-
-/// Special tokens of the byte tokenizer, after the 256 byte tokens.
-pub const SPECIAL_TOKENS: [&str; 4] = [
-    "<|begin_of_text|>",
-    "<|eot_id|>",
-    "<|start_header_id|>",
-    "<|end_header_id|>",
-];
 
 /// A Llama 3 style chat template over the byte tokenizer's specials.
 pub const TINY_CHAT_TEMPLATE: &str = "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}";
@@ -216,62 +183,4 @@ impl TinyLlama {
         )?;
         Ok(())
     }
-}
-
-/// GPT-2's printable stand-ins for the 256 byte values, as byte-level BPE vocabularies use.
-fn byte_chars() -> Vec<char> {
-    let printable =
-        |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
-    let mut extra = 0;
-    (0..256u32)
-        .map(|b| {
-            if printable(b) {
-                char::from_u32(b).expect("invariant: printable latin-1")
-            } else {
-                extra += 1;
-                char::from_u32(255 + extra).expect("invariant: valid code point")
-            }
-        })
-        .collect()
-}
-
-/// A byte-level BPE tokenizer with no merges: every byte is a token, so any text (and any
-/// JSON a grammar allows) can be spelled, which is what a constrained decoder needs.
-pub fn byte_tokenizer_json() -> serde_json::Value {
-    let vocab: serde_json::Map<String, serde_json::Value> = byte_chars()
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| (c.to_string(), serde_json::json!(i)))
-        .collect();
-    let added: Vec<serde_json::Value> = SPECIAL_TOKENS
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            serde_json::json!({"id": 256 + i, "content": t, "single_word": false, "lstrip": false,
-                               "rstrip": false, "normalized": false, "special": true})
-        })
-        .collect();
-    serde_json::json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": added,
-        "normalizer": null,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
-        "post_processor": null,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
-        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
-                  "ignore_merges": false, "vocab": vocab, "merges": []}
-    })
-}
-
-/// The byte tokenizer as the engine's [`crate::engine::Tokenizer`], ending replies at
-/// `<|eot_id|>`.
-pub fn byte_tokenizer() -> crate::engine::Tokenizer {
-    let inner: tokenizers::Tokenizer = byte_tokenizer_json()
-        .to_string()
-        .parse()
-        .expect("invariant: the byte tokenizer's JSON is valid");
-    crate::engine::Tokenizer::new(inner, vec![257])
 }

@@ -1,4 +1,6 @@
-//! What the host machine offers, as its kernel reports it.
+//! What the host machine offers, as its kernel reports it: a module of its own, below every
+//! layer, since the engine (its KV budget), the simulation (a run's memory check) and the
+//! CLI all ask it.
 
 /// Memory that new allocations can take without swapping (`MemAvailable` in
 /// `/proc/meminfo`); `None` where the kernel does not say (not Linux).
