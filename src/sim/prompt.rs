@@ -124,7 +124,9 @@ impl PromptBook {
             }
             let mut value = context.get_attr(head).unwrap_or_default();
             for part in parts {
-                if value.is_undefined() {
+                // An attribute of a value given as none (`group` outside a grouped game) is
+                // read only under a test of that value: it is not what is missing.
+                if value.is_undefined() || value.is_none() {
                     break;
                 }
                 value = value.get_attr(part).unwrap_or_default();
