@@ -15,6 +15,9 @@ pub enum ReportError {
     Record(#[from] crate::record::RecordError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// A figure's file could not be written.
+    #[error(transparent)]
+    Plot(#[from] plot::PlotError),
     /// What a scenario's own report found wrong, in words.
     #[error("{0}")]
     Message(String),

@@ -12,7 +12,9 @@ use crate::analysis::caveats;
 use crate::analysis::html::{
     esc, figures, headline, notes_html, page, table, unfinished, unfinished_note,
 };
-use crate::analysis::plot::{self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines};
+use crate::analysis::plot::{
+    self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines, PlotError,
+};
 use crate::analysis::stats::Summary;
 use crate::record::{self, Manifest, StepRecord};
 use arrow_array::cast::AsArray;
@@ -530,11 +532,12 @@ pub fn report(dir: &Path) -> Result<Report, String> {
         .collect();
 
     let mut figures = Vec::new();
-    let mut save = |name: &str, fig: &dyn Fn(&Path) -> Result<(), String>| -> Result<(), String> {
-        fig(&dir.join(name))?;
-        figures.push(name.to_string());
-        Ok(())
-    };
+    let mut save =
+        |name: &str, fig: &dyn Fn(&Path) -> Result<(), PlotError>| -> Result<(), String> {
+            fig(&dir.join(name)).map_err(|e| e.to_string())?;
+            figures.push(name.to_string());
+            Ok(())
+        };
     let populations: Vec<usize> = {
         let mut p: Vec<usize> = rounds.iter().map(|r| r.population).collect();
         p.dedup();

@@ -3,7 +3,7 @@
 
 use super::data::{Cell, Run};
 use super::{mix, profit, share, weighted};
-use crate::analysis::plot::{self, Band, Grid, Lines, Network};
+use crate::analysis::plot::{self, Band, Grid, Lines, Network, PlotError};
 use crate::analysis::stats::{Method, Summary};
 use crate::record;
 use crate::scenarios::energy_market::Row;
@@ -105,8 +105,8 @@ pub fn profit_by_persona(run: &Run) -> Grid {
 /// Draws every figure into `dir`; returns their names.
 pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, String> {
     let mut names = Vec::new();
-    let mut save = |name: &str, fig: &dyn Fn(&Path) -> Result<(), String>| {
-        fig(&dir.join(name))?;
+    let mut save = |name: &str, fig: &dyn Fn(&Path) -> Result<(), PlotError>| {
+        fig(&dir.join(name)).map_err(|e| e.to_string())?;
         names.push(name.to_string());
         Ok::<(), String>(())
     };
