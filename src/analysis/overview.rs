@@ -7,11 +7,11 @@
 //! Files, in the run folder: `report.html`, `summary.json`, `means.csv` (every mean with its
 //! interval, long format, for one's own analysis), and `figures/<column>.svg|png`.
 
-use super::ReportError;
 use super::caveats::{ScriptedRules, Study};
 use super::html::{self, esc};
 use super::plot::{self, Band, HistogramPanel, Histograms, Lines};
 use super::stats::Summary;
+use super::{ColumnProblem, ReportError};
 use crate::record::{self, Manifest};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Float64Type;
@@ -128,9 +128,11 @@ fn flatten(batches: &[RecordBatch], levels: &[String]) -> Result<Table, ReportEr
     let schema = first.schema();
     for name in ["arm", "population", "replicate", "step"] {
         if schema.column_with_name(name).is_none() {
-            return Err(ReportError::Message(format!(
-                "the state table has no `{name}` column: it was not written by throng's runner"
-            )));
+            return Err(ReportError::Column {
+                table: "state table",
+                column: name.into(),
+                problem: ColumnProblem::Missing,
+            });
         }
     }
     for field in schema.fields() {
@@ -151,8 +153,10 @@ fn flatten(batches: &[RecordBatch], levels: &[String]) -> Result<Table, ReportEr
     for batch in batches {
         let col = |name: &str| batch.column_by_name(name).cloned();
         let get = |name: &str| {
-            col(name).ok_or_else(|| {
-                ReportError::Message(format!("a part of the state table lacks `{name}`"))
+            col(name).ok_or_else(|| ReportError::Column {
+                table: "state table",
+                column: name.into(),
+                problem: ColumnProblem::MissingFromPart,
             })
         };
         t.arm
@@ -167,8 +171,13 @@ fn flatten(batches: &[RecordBatch], levels: &[String]) -> Result<Table, ReportEr
             values.extend(texts(get(name)?.as_ref()).unwrap_or_default());
         }
         for (name, values) in &mut t.numbers {
-            let c = arrow_cast::cast(get(name)?.as_ref(), &DataType::Float64)
-                .map_err(|e| ReportError::Message(format!("column `{name}`: {e}")))?;
+            let c = arrow_cast::cast(get(name)?.as_ref(), &DataType::Float64).map_err(|e| {
+                ReportError::Column {
+                    table: "state table",
+                    column: name.clone(),
+                    problem: ColumnProblem::Unreadable(e),
+                }
+            })?;
             let c = c.as_primitive::<Float64Type>();
             values.extend((0..c.len()).map(|i| if c.is_valid(i) { c.value(i) } else { f64::NAN }));
         }
@@ -436,11 +445,15 @@ fn histogram(xs: &[f64]) -> Option<Vec<(f64, f64, f64)>> {
 }
 
 fn write_csv(path: &Path, means: &[Mean]) -> Result<(), ReportError> {
-    let mut w = csv::Writer::from_path(path)
-        .map_err(|e| ReportError::Message(format!("{}: {e}", path.display())))?;
+    // csv's error becomes an I/O error of the same words, so that every file the report
+    // writes fails the same way.
+    let failed = |e: csv::Error| ReportError::Write {
+        path: path.to_path_buf(),
+        source: e.into(),
+    };
+    let mut w = csv::Writer::from_path(path).map_err(failed)?;
     for m in means {
-        w.serialize(m)
-            .map_err(|e| ReportError::Message(format!("{}: {e}", path.display())))?;
+        w.serialize(m).map_err(failed)?;
     }
     w.flush()?;
     Ok(())

@@ -2,9 +2,11 @@
 //! so that reports look the same on machines without fonts.
 
 use plotters::coord::Shift;
+use plotters::drawing::DrawingAreaErrorKind;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use std::path::Path;
+use plotters_backend::DrawingErrorKind;
+use std::path::{Path, PathBuf};
 
 static FONT: &[u8] = include_bytes!("fonts/DejaVuSans.ttf");
 const FAMILY: &str = "sans-serif";
@@ -16,32 +18,88 @@ fn ensure_font() {
     });
 }
 
+/// What drawing on backend `DB` returns: plotters' own error, whose backend part is `DB`'s
+/// (a figure draws on PNG and SVG alike, so it cannot name one); [`save`] adds the file.
+pub type Drawn<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
 /// Something that draws itself on any plotters backend.
 pub trait Figure {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>;
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB>;
     fn size(&self) -> (u32, u32) {
         (1000, 600)
     }
 }
 
+/// Why a figure's file could not be written. Each names the file; the texts are plotters' own.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// The backend could not draw or write the file: a full disk, a folder that cannot be
+    /// written, an image the encoder refused.
+    #[error("{path}: backend error: Drawing backend error: {source}")]
+    Backend {
+        path: PathBuf,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The font could not lay out a label's text.
+    #[error("{path}: backend error: Font loading error: {source}")]
+    Font {
+        path: PathBuf,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A figure split its area into parts plotters refused, or drew on an area in use: a
+    /// bug in the figure, not in the data.
+    #[error("{path}: {problem}")]
+    Layout {
+        path: PathBuf,
+        problem: &'static str,
+    },
+}
+
+impl PlotError {
+    fn at<E: std::error::Error + Send + Sync + 'static>(
+        path: &Path,
+    ) -> impl FnOnce(DrawingAreaErrorKind<E>) -> Self {
+        move |e| {
+            let path = path.to_path_buf();
+            match e {
+                DrawingAreaErrorKind::BackendError(DrawingErrorKind::DrawingError(e)) => {
+                    PlotError::Backend {
+                        path,
+                        source: Box::new(e),
+                    }
+                }
+                DrawingAreaErrorKind::BackendError(DrawingErrorKind::FontError(source)) => {
+                    PlotError::Font { path, source }
+                }
+                DrawingAreaErrorKind::SharingError => PlotError::Layout {
+                    path,
+                    problem: "Multiple backend operation in progress",
+                },
+                DrawingAreaErrorKind::LayoutError => PlotError::Layout {
+                    path,
+                    problem: "Bad layout",
+                },
+            }
+        }
+    }
+}
+
 /// Writes `<stem>.png` and `<stem>.svg`.
-pub fn save(figure: &impl Figure, stem: &Path) -> Result<(), String> {
+pub fn save(figure: &impl Figure, stem: &Path) -> Result<(), PlotError> {
     ensure_font();
     let size = figure.size();
     let png = stem.with_extension("png");
     {
         let root = BitMapBackend::new(&png, size).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        figure.draw(&root)?;
-        root.present()
-            .map_err(|e| format!("{}: {e}", png.display()))?;
+        root.fill(&WHITE).map_err(PlotError::at(&png))?;
+        figure.draw(&root).map_err(PlotError::at(&png))?;
+        root.present().map_err(PlotError::at(&png))?;
     }
     let svg = stem.with_extension("svg");
     let root = SVGBackend::new(&svg, size).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    figure.draw(&root)?;
-    root.present()
-        .map_err(|e| format!("{}: {e}", svg.display()))
+    root.fill(&WHITE).map_err(PlotError::at(&svg))?;
+    figure.draw(&root).map_err(PlotError::at(&svg))?;
+    root.present().map_err(PlotError::at(&svg))
 }
 
 fn color(i: usize) -> RGBColor {
@@ -112,7 +170,7 @@ fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
 }
 
 impl Lines {
-    fn draw_on<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw_on<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Drawn<DB> {
         let (x0, x1) = range(
             self.series
                 .iter()
@@ -128,8 +186,7 @@ impl Lines {
             .margin(12)
             .x_label_area_size(45)
             .y_label_area_size(75)
-            .build_cartesian_2d(x0..x1, y0..y1)
-            .map_err(|e| e.to_string())?;
+            .build_cartesian_2d(x0..x1, y0..y1)?;
         chart
             .configure_mesh()
             .x_desc(&self.x_label)
@@ -137,35 +194,29 @@ impl Lines {
             .label_style((FAMILY, 14))
             .axis_desc_style((FAMILY, 16))
             .light_line_style(WHITE.mix(0.0))
-            .draw()
-            .map_err(|e| e.to_string())?;
+            .draw()?;
         for (i, s) in self.series.iter().enumerate() {
             let c = color(i);
             if s.points.iter().any(|p| p.3 > p.2) {
                 let mut poly: Vec<(f64, f64)> = s.points.iter().map(|p| (p.0, p.3)).collect();
                 poly.extend(s.points.iter().rev().map(|p| (p.0, p.2)));
-                chart
-                    .draw_series(std::iter::once(Polygon::new(poly, c.mix(0.18))))
-                    .map_err(|e| e.to_string())?;
+                chart.draw_series(std::iter::once(Polygon::new(poly, c.mix(0.18))))?;
             }
             chart
                 .draw_series(LineSeries::new(
                     s.points.iter().map(|p| (p.0, p.1)),
                     c.stroke_width(2),
-                ))
-                .map_err(|e| e.to_string())?
+                ))?
                 .label(&s.name)
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3))
                 });
             if self.markers {
-                chart
-                    .draw_series(
-                        s.points
-                            .iter()
-                            .map(|p| Circle::new((p.0, p.1), 4, c.filled())),
-                    )
-                    .map_err(|e| e.to_string())?;
+                chart.draw_series(
+                    s.points
+                        .iter()
+                        .map(|p| Circle::new((p.0, p.1), 4, c.filled())),
+                )?;
             }
         }
         if self.series.len() > 1 && self.series.len() <= 12 {
@@ -175,15 +226,14 @@ impl Lines {
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK.mix(0.3))
                 .position(SeriesLabelPosition::UpperLeft)
-                .draw()
-                .map_err(|e| e.to_string())?;
+                .draw()?;
         }
         Ok(())
     }
 }
 
 impl Figure for Lines {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
         self.draw_on(root)
     }
 }
@@ -193,7 +243,7 @@ impl Figure for Lines {
 pub struct Panels(pub Vec<Lines>);
 
 impl Figure for Panels {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
         for (panel, area) in self
             .0
             .iter()
@@ -223,7 +273,7 @@ impl Grid {
 }
 
 impl Figure for Grid {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
         for (panel, area) in self.panels.iter().zip(root.split_evenly(self.shape())) {
             panel.draw_on(&area)?;
         }
@@ -246,7 +296,7 @@ pub struct Network {
 }
 
 impl Figure for Network {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
         let mut groups: Vec<&String> = self.nodes.iter().map(|n| &n.1).collect();
         groups.sort();
         groups.dedup();
@@ -262,15 +312,12 @@ impl Figure for Network {
         let mut chart = ChartBuilder::on(root)
             .caption(&self.title, (FAMILY, 22))
             .margin(20)
-            .build_cartesian_2d(-1.5..1.5, -1.2..1.2)
-            .map_err(|e| e.to_string())?;
-        chart
-            .draw_series(
-                self.edges
-                    .iter()
-                    .map(|&(a, b)| PathElement::new(vec![at[a], at[b]], BLACK.mix(0.15))),
-            )
-            .map_err(|e| e.to_string())?;
+            .build_cartesian_2d(-1.5..1.5, -1.2..1.2)?;
+        chart.draw_series(
+            self.edges
+                .iter()
+                .map(|&(a, b)| PathElement::new(vec![at[a], at[b]], BLACK.mix(0.15))),
+        )?;
         for (g, group) in groups.iter().enumerate() {
             let c = color(g);
             chart
@@ -280,22 +327,19 @@ impl Figure for Network {
                         .enumerate()
                         .filter(|(_, node)| &node.1 == *group)
                         .map(|(i, _)| Circle::new(at[i], 9, c.filled())),
-                )
-                .map_err(|e| e.to_string())?
+                )?
                 .label(group.as_str())
                 .legend(move |(x, y)| Circle::new((x + 8, y), 6, c.filled()));
         }
         if self.nodes.len() <= 60 {
-            chart
-                .draw_series(self.nodes.iter().enumerate().map(|(i, node)| {
-                    let (x, y) = at[i];
-                    Text::new(
-                        node.0.clone(),
-                        (x * 1.12 - 0.03, y * 1.12 + 0.03),
-                        (FAMILY, 12),
-                    )
-                }))
-                .map_err(|e| e.to_string())?;
+            chart.draw_series(self.nodes.iter().enumerate().map(|(i, node)| {
+                let (x, y) = at[i];
+                Text::new(
+                    node.0.clone(),
+                    (x * 1.12 - 0.03, y * 1.12 + 0.03),
+                    (FAMILY, 12),
+                )
+            }))?;
         }
         chart
             .configure_series_labels()
@@ -304,7 +348,6 @@ impl Figure for Network {
             .border_style(BLACK.mix(0.3))
             .position(SeriesLabelPosition::UpperRight)
             .draw()
-            .map_err(|e| e.to_string())
     }
 
     fn size(&self) -> (u32, u32) {
@@ -337,7 +380,7 @@ impl Bars {
 }
 
 impl Figure for Bars {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
         let n = self.categories.len().max(1) as f64;
         let (_, y1) = range(
             self.series
@@ -365,8 +408,7 @@ impl Figure for Bars {
             .margin(12)
             .x_label_area_size(label_area)
             .y_label_area_size(75)
-            .build_cartesian_2d(0.0..n, y0..y1.max(y0 + 1e-9))
-            .map_err(|e| e.to_string())?;
+            .build_cartesian_2d(0.0..n, y0..y1.max(y0 + 1e-9))?;
         chart
             .configure_mesh()
             .disable_x_mesh()
@@ -375,8 +417,7 @@ impl Figure for Bars {
             .label_style((FAMILY, 14))
             .axis_desc_style((FAMILY, 16))
             .light_line_style(WHITE.mix(0.0))
-            .draw()
-            .map_err(|e| e.to_string())?;
+            .draw()?;
         let width = 0.8 / self.series.len().max(1) as f64;
         for (s, BarSeries { name, values }) in self.series.iter().enumerate() {
             let c = color(s);
@@ -386,24 +427,21 @@ impl Figure for Bars {
                     v.map(|(mean, _, _)| {
                         Rectangle::new([(x(i), 0.0), (x(i) + width, mean)], c.mix(0.75).filled())
                     })
-                }))
-                .map_err(|e| e.to_string())?
+                }))?
                 .label(name.as_str())
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
-            chart
-                .draw_series(values.iter().enumerate().filter_map(|(i, v)| {
-                    v.filter(|(_, lo, hi)| hi > lo).map(|(mean, lo, hi)| {
-                        ErrorBar::new_vertical(
-                            x(i) + width / 2.0,
-                            lo,
-                            mean,
-                            hi,
-                            BLACK.stroke_width(1),
-                            8,
-                        )
-                    })
-                }))
-                .map_err(|e| e.to_string())?;
+            chart.draw_series(values.iter().enumerate().filter_map(|(i, v)| {
+                v.filter(|(_, lo, hi)| hi > lo).map(|(mean, lo, hi)| {
+                    ErrorBar::new_vertical(
+                        x(i) + width / 2.0,
+                        lo,
+                        mean,
+                        hi,
+                        BLACK.stroke_width(1),
+                        8,
+                    )
+                })
+            }))?;
         }
         // Category names under their bars, in the x label area.
         let (xs, ys) = chart.plotting_area().get_pixel_range();
@@ -423,8 +461,7 @@ impl Figure for Bars {
                     (px(i), ys.end + 8),
                 )
             };
-            root.draw(&Text::new(label.clone(), at, style))
-                .map_err(|e| e.to_string())?;
+            root.draw(&Text::new(label.clone(), at, style))?;
         }
         if self.series.len() > 1 && self.series.len() <= 12 {
             chart
@@ -433,8 +470,7 @@ impl Figure for Bars {
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK.mix(0.3))
                 .position(SeriesLabelPosition::UpperRight)
-                .draw()
-                .map_err(|e| e.to_string())?;
+                .draw()?;
         }
         Ok(())
     }
@@ -458,11 +494,9 @@ pub struct HistogramPanel {
 }
 
 impl Figure for Histograms {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
         let (title_area, rest) = root.split_vertically(36);
-        title_area
-            .titled(&self.title, (FAMILY, 22))
-            .map_err(|e| e.to_string())?;
+        title_area.titled(&self.title, (FAMILY, 22))?;
         let areas = rest.split_evenly((self.panels.len().max(1), 1));
         for (
             HistogramPanel {
@@ -481,28 +515,22 @@ impl Figure for Histograms {
                 .margin(8)
                 .x_label_area_size(30)
                 .y_label_area_size(60)
-                .build_cartesian_2d(x0..x1, 0.0..top)
-                .map_err(|e| e.to_string())?;
+                .build_cartesian_2d(x0..x1, 0.0..top)?;
             chart
                 .configure_mesh()
                 .x_desc(&self.x_label)
                 .y_desc("share")
                 .label_style((FAMILY, 12))
                 .light_line_style(WHITE.mix(0.0))
-                .draw()
-                .map_err(|e| e.to_string())?;
-            chart
-                .draw_series(bins.iter().map(|&(lo, hi, share)| {
-                    Rectangle::new([(lo, 0.0), (hi, share)], color(0).mix(0.7).filled())
-                }))
-                .map_err(|e| e.to_string())?;
+                .draw()?;
+            chart.draw_series(bins.iter().map(|&(lo, hi, share)| {
+                Rectangle::new([(lo, 0.0), (hi, share)], color(0).mix(0.7).filled())
+            }))?;
             if let Some(x) = mark {
-                chart
-                    .draw_series(std::iter::once(PathElement::new(
-                        vec![(*x, 0.0), (*x, top)],
-                        color(5).stroke_width(2),
-                    )))
-                    .map_err(|e| e.to_string())?;
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(*x, 0.0), (*x, top)],
+                    color(5).stroke_width(2),
+                )))?;
             }
         }
         Ok(())
@@ -510,5 +538,32 @@ impl Figure for Histograms {
 
     fn size(&self) -> (u32, u32) {
         (1000, 36 + 220 * self.panels.len().max(1) as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A figure that cannot be written says which file, and keeps the backend's error as its
+    /// source, so that a report's caller can tell a full disk from a bad figure.
+    #[test]
+    fn a_figure_that_cannot_be_written_names_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let stem = dir.path().join("no such folder").join("fig");
+        let figure = Lines {
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            series: vec![Band::line("a", [(0.0, 1.0), (1.0, 2.0)])],
+            markers: false,
+        };
+        let e = save(&figure, &stem).unwrap_err();
+        assert!(
+            matches!(&e, PlotError::Backend { path, .. } if path == &stem.with_extension("png")),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("fig.png"), "{e}");
+        assert!(std::error::Error::source(&e).is_some(), "{e}");
     }
 }

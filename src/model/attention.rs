@@ -42,6 +42,29 @@ pub const FLASH_HEAD_DIMS: [usize; 2] = [64, 128];
 /// (`kBlockN = 32` in `run_mha_fwd_splitkv_paged_dispatch`; candle-flash-attn checks it).
 pub const FLASH_BLOCK_MULTIPLE: usize = 32;
 
+/// Why an attention implementation cannot run with a cache's settings, and what to change.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AttentionUnavailable {
+    #[error(
+        "the paged CPU attention kernel runs f32 on the CPU, not {dtype:?} on {device:?}; use `gathered`"
+    )]
+    PagedCpu { dtype: DType, device: Device },
+    #[error("paged FlashAttention is not in this build; rebuild with `--features flash-attn`")]
+    FlashNotBuilt,
+    #[error("paged FlashAttention runs on CUDA, not {0:?}")]
+    FlashDevice(Device),
+    #[error(
+        "paged FlashAttention is built for bf16 only, the cache is {0:?}; use `--weights bf16`"
+    )]
+    FlashDtype(DType),
+    #[error("paged FlashAttention is built for head sizes {FLASH_HEAD_DIMS:?}, the model has {0}")]
+    FlashHeadDim(usize),
+    #[error(
+        "paged FlashAttention needs KV blocks of a multiple of {FLASH_BLOCK_MULTIPLE} tokens, not {0}"
+    )]
+    FlashBlockSize(usize),
+}
+
 impl AttentionBackend {
     /// The fastest implementation that runs on `device` with these settings.
     pub fn best(device: &Device, dtype: DType, head_dim: usize, block_size: usize) -> Self {
@@ -64,30 +87,25 @@ impl AttentionBackend {
         dtype: DType,
         head_dim: usize,
         block_size: usize,
-    ) -> Result<(), String> {
+    ) -> Result<(), AttentionUnavailable> {
         match self {
             AttentionBackend::Gathered => Ok(()),
             AttentionBackend::PagedCpu if device.is_cpu() && dtype == DType::F32 => Ok(()),
-            AttentionBackend::PagedCpu => Err(format!(
-                "the paged CPU attention kernel runs f32 on the CPU, not {dtype:?} on {device:?}; use `gathered`"
-            )),
+            AttentionBackend::PagedCpu => Err(AttentionUnavailable::PagedCpu {
+                dtype,
+                device: device.clone(),
+            }),
             AttentionBackend::FlashPaged => {
                 if !cfg!(feature = "flash-attn") {
-                    Err("paged FlashAttention is not in this build; rebuild with `--features flash-attn`".into())
+                    Err(AttentionUnavailable::FlashNotBuilt)
                 } else if !device.is_cuda() {
-                    Err(format!("paged FlashAttention runs on CUDA, not {device:?}"))
+                    Err(AttentionUnavailable::FlashDevice(device.clone()))
                 } else if dtype != DType::BF16 {
-                    Err(format!(
-                        "paged FlashAttention is built for bf16 only, the cache is {dtype:?}; use `--weights bf16`"
-                    ))
+                    Err(AttentionUnavailable::FlashDtype(dtype))
                 } else if !FLASH_HEAD_DIMS.contains(&head_dim) {
-                    Err(format!(
-                        "paged FlashAttention is built for head sizes {FLASH_HEAD_DIMS:?}, the model has {head_dim}"
-                    ))
+                    Err(AttentionUnavailable::FlashHeadDim(head_dim))
                 } else if !block_size.is_multiple_of(FLASH_BLOCK_MULTIPLE) {
-                    Err(format!(
-                        "paged FlashAttention needs KV blocks of a multiple of {FLASH_BLOCK_MULTIPLE} tokens, not {block_size}"
-                    ))
+                    Err(AttentionUnavailable::FlashBlockSize(block_size))
                 } else {
                     Ok(())
                 }

@@ -5,6 +5,39 @@ use super::ModelError;
 use serde::Deserialize;
 use std::path::Path;
 
+/// Why a model's hyper-parameters cannot be used. The loader tells an architecture throng
+/// does not run (another model, which no fix of the file helps) from a bad value in a Llama
+/// config by the variant.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigProblem {
+    #[error(
+        "unsupported architecture {found}: throng runs Llama-architecture models \
+         (LlamaForCausalLM, e.g. Llama 3.x, SmolLM2); pick one of those or a GGUF file \
+         whose general.architecture is `llama`"
+    )]
+    UnsupportedArchitecture { found: String },
+    /// A size of zero (heads, layers, the vocabulary).
+    #[error("`{0}` must be positive")]
+    NotPositive(&'static str),
+    #[error("num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})")]
+    HeadGroups { heads: usize, kv_heads: usize },
+    #[error("head_dim ({0}) must be even for rotary embeddings")]
+    OddHeadDim(usize),
+    #[error("rope_freqs has {found} values, head_dim / 2 is {expected}")]
+    RopeFreqs { found: usize, expected: usize },
+    #[error("rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor")]
+    RopeScaling,
+    #[error("rope_scaling of type llama3: {0}")]
+    Llama3Scaling(serde_json::Error),
+    #[error("rope_scaling type `{0}` is not supported (throng implements `llama3` and none)")]
+    RopeType(String),
+    #[error("no eos_token_id: the model could never finish a reply")]
+    NoEos,
+    /// Not the shape of a Hugging Face `config.json` at all.
+    #[error("{0}")]
+    Json(serde_json::Error),
+}
+
 /// How rotary embeddings pair up the dimensions of a head.
 ///
 /// Hugging Face checkpoints rotate the two halves of a head against each other; GGUF files
@@ -125,16 +158,16 @@ impl ModelConfig {
             message: format!("line {}, column {}: {e}", e.line(), e.column()),
         })?;
         raw.validate()
-            .map_err(|message| ModelError::from_config_problem(path, message))
+            .map_err(|problem| ModelError::from_config_problem(path, problem))
     }
 
     /// Reads and validates the contents of a Hugging Face `config.json`.
-    pub fn from_hf_json(json: &serde_json::Value) -> Result<Self, String> {
-        let raw: RawHfConfig = serde_json::from_value(json.clone()).map_err(|e| e.to_string())?;
+    pub fn from_hf_json(json: &serde_json::Value) -> Result<Self, ConfigProblem> {
+        let raw: RawHfConfig = serde_json::from_value(json.clone()).map_err(ConfigProblem::Json)?;
         raw.validate()
     }
 
-    pub(crate) fn check(self) -> Result<Self, String> {
+    pub(crate) fn check(self) -> Result<Self, ConfigProblem> {
         let positive = [
             ("vocab_size", self.vocab_size),
             ("hidden_size", self.hidden_size),
@@ -146,38 +179,32 @@ impl ModelConfig {
             ("max_position_embeddings", self.max_position_embeddings),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("`{name}` must be positive"));
+            return Err(ConfigProblem::NotPositive(name));
         }
         if !self.num_heads.is_multiple_of(self.num_kv_heads) {
-            return Err(format!(
-                "num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
-                self.num_heads, self.num_kv_heads
-            ));
+            return Err(ConfigProblem::HeadGroups {
+                heads: self.num_heads,
+                kv_heads: self.num_kv_heads,
+            });
         }
         if !self.head_dim.is_multiple_of(2) {
-            return Err(format!(
-                "head_dim ({}) must be even for rotary embeddings",
-                self.head_dim
-            ));
+            return Err(ConfigProblem::OddHeadDim(self.head_dim));
         }
         if let Some(factors) = &self.rope.freq_factors
             && factors.len() != self.head_dim / 2
         {
-            return Err(format!(
-                "rope_freqs has {} values, head_dim / 2 is {}",
-                factors.len(),
-                self.head_dim / 2
-            ));
+            return Err(ConfigProblem::RopeFreqs {
+                found: factors.len(),
+                expected: self.head_dim / 2,
+            });
         }
         if let Some(s) = self.rope.scaling
             && !(s.factor > 0.0 && s.high_freq_factor > s.low_freq_factor)
         {
-            return Err(
-                "rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor".into(),
-            );
+            return Err(ConfigProblem::RopeScaling);
         }
         if self.eos_token_ids.is_empty() {
-            return Err("no eos_token_id: the model could never finish a reply".into());
+            return Err(ConfigProblem::NoEos);
         }
         Ok(self)
     }
@@ -222,7 +249,7 @@ fn default_rope_theta() -> f32 {
 const LLAMA_ARCHITECTURES: [&str; 1] = ["LlamaForCausalLM"];
 
 impl RawHfConfig {
-    fn validate(self) -> Result<ModelConfig, String> {
+    fn validate(self) -> Result<ModelConfig, ConfigProblem> {
         let arch_ok = if self.architectures.is_empty() {
             self.model_type.as_deref() == Some("llama")
         } else {
@@ -236,11 +263,7 @@ impl RawHfConfig {
             } else {
                 self.architectures.join(", ")
             };
-            return Err(format!(
-                "unsupported architecture {found}: throng runs Llama-architecture models \
-                 (LlamaForCausalLM, e.g. Llama 3.x, SmolLM2); pick one of those or a GGUF file \
-                 whose general.architecture is `llama`"
-            ));
+            return Err(ConfigProblem::UnsupportedArchitecture { found });
         }
         let scaling = match self.rope_scaling {
             None | Some(serde_json::Value::Null) => None,
@@ -248,7 +271,7 @@ impl RawHfConfig {
         };
         let num_kv_heads = self.num_key_value_heads.unwrap_or(self.num_attention_heads);
         if self.num_attention_heads == 0 {
-            return Err("`num_attention_heads` must be positive".into());
+            return Err(ConfigProblem::NotPositive("num_attention_heads"));
         }
         let head_dim = self
             .head_dim
@@ -282,7 +305,9 @@ impl RawHfConfig {
     }
 }
 
-fn parse_rope_scaling(value: serde_json::Value) -> Result<Option<Llama3RopeScaling>, String> {
+fn parse_rope_scaling(
+    value: serde_json::Value,
+) -> Result<Option<Llama3RopeScaling>, ConfigProblem> {
     // Hugging Face has spelled the kind both `rope_type` and `type`.
     let kind = value
         .get("rope_type")
@@ -294,10 +319,8 @@ fn parse_rope_scaling(value: serde_json::Value) -> Result<Option<Llama3RopeScali
         "default" => Ok(None),
         "llama3" => serde_json::from_value(value)
             .map(Some)
-            .map_err(|e| format!("rope_scaling of type llama3: {e}")),
-        other => Err(format!(
-            "rope_scaling type `{other}` is not supported (throng implements `llama3` and none)"
-        )),
+            .map_err(ConfigProblem::Llama3Scaling),
+        other => Err(ConfigProblem::RopeType(other.to_string())),
     }
 }
 
@@ -346,6 +369,10 @@ mod tests {
         let text = llama_3_2_1b().replace("LlamaForCausalLM", "MistralForCausalLM");
         let raw: RawHfConfig = serde_json::from_str(&text).unwrap();
         let err = raw.validate().unwrap_err();
-        assert!(err.contains("MistralForCausalLM"), "{err}");
+        assert!(
+            matches!(&err, ConfigProblem::UnsupportedArchitecture { found } if found == "MistralForCausalLM"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("MistralForCausalLM"), "{err}");
     }
 }

@@ -78,17 +78,14 @@ impl ModelError {
         }
     }
 
-    pub(crate) fn from_config_problem(path: &Path, message: String) -> Self {
-        if message.starts_with("unsupported architecture") {
-            ModelError::UnsupportedArchitecture {
-                path: path.to_path_buf(),
-                message,
+    pub(crate) fn from_config_problem(path: &Path, problem: super::ConfigProblem) -> Self {
+        let path = path.to_path_buf();
+        let message = problem.to_string();
+        match problem {
+            super::ConfigProblem::UnsupportedArchitecture { .. } => {
+                ModelError::UnsupportedArchitecture { path, message }
             }
-        } else {
-            ModelError::Config {
-                path: path.to_path_buf(),
-                message,
-            }
+            _ => ModelError::Config { path, message },
         }
     }
 

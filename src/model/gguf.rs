@@ -176,7 +176,8 @@ impl GgufSource {
                 })?;
             cfg.rope.freq_factors = Some(factors);
         }
-        cfg.check().map_err(|m| ModelError::corrupt(&self.path, m))
+        cfg.check()
+            .map_err(|problem| ModelError::corrupt(&self.path, problem.to_string()))
     }
 }
 

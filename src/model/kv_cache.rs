@@ -105,7 +105,7 @@ impl KvCache {
     pub fn set_attention(&mut self, backend: AttentionBackend) -> Result<(), ModelError> {
         backend
             .check(&self.device, self.dtype, self.head_dim, self.block_size)
-            .map_err(ModelError::InvalidRequest)?;
+            .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
         self.attention = backend;
         Ok(())
     }

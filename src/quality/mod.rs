@@ -23,7 +23,9 @@ pub mod workload;
 
 pub use divergence::{Divergence, Scored};
 
-use crate::engine::{Engine, EngineConfig, EngineError, FinishReason, Request, Response};
+use crate::engine::{
+    Engine, EngineConfig, EngineError, FinishReason, Request, RequestError, Response,
+};
 use crate::model::{LoadOptions, ModelError, WeightFormat, loader};
 use candle_core::Device;
 use serde::Serialize;
@@ -154,7 +156,7 @@ pub struct Decisions {
 
 impl Decisions {
     fn of(
-        results: &[Result<Response, String>],
+        results: &[Result<Response, RequestError>],
         reference: Option<&[Option<serde_json::Value>]>,
     ) -> Self {
         let values = values(results);
@@ -206,7 +208,7 @@ fn p_at_least(k: usize, n: usize) -> f64 {
 }
 
 /// The valid value of each reply, if it has one.
-fn values(results: &[Result<Response, String>]) -> Vec<Option<serde_json::Value>> {
+fn values(results: &[Result<Response, RequestError>]) -> Vec<Option<serde_json::Value>> {
     results
         .iter()
         .map(|r| match r {
@@ -261,7 +263,11 @@ pub struct Reply {
     pub text: String,
 }
 
-fn replies(format: &str, requests: &[Request], results: &[Result<Response, String>]) -> Vec<Reply> {
+fn replies(
+    format: &str,
+    requests: &[Request],
+    results: &[Result<Response, RequestError>],
+) -> Vec<Reply> {
     requests
         .iter()
         .zip(results)
@@ -281,7 +287,7 @@ fn replies(format: &str, requests: &[Request], results: &[Result<Response, Strin
                 Err(e) => Reply {
                     format: format.to_string(),
                     tag,
-                    finish: e.clone(),
+                    finish: e.to_string(),
                     valid: false,
                     text: String::new(),
                 },
@@ -549,13 +555,9 @@ fn decide(
     engine: &mut Engine,
     requests: &[Request],
     reference: Option<&[Option<serde_json::Value>]>,
-) -> (Vec<Result<Response, String>>, Decisions) {
+) -> (Vec<Result<Response, RequestError>>, Decisions) {
     let started = Instant::now();
-    let results: Vec<Result<Response, String>> = engine
-        .generate(requests.to_vec())
-        .into_iter()
-        .map(|r| r.map_err(|e| e.to_string()))
-        .collect();
+    let results: Vec<Result<Response, RequestError>> = engine.generate(requests.to_vec());
     let mut decisions = Decisions::of(&results, reference);
     decisions.seconds = started.elapsed().as_secs_f64();
     (results, decisions)

@@ -42,26 +42,41 @@ pub fn write<T: Serialize>(dir: &Path, value: &T) -> Result<(), RecordError> {
 }
 
 /// Why a checkpoint file cannot be used.
-fn check(bytes: &[u8]) -> Result<&[u8], String> {
+#[derive(Debug, thiserror::Error)]
+enum Damage {
+    #[error("not a throng checkpoint (no header)")]
+    NoHeader,
+    #[error(
+        "checkpoint format {0}, this throng reads format {FORMAT}: resume it with the throng version that wrote it"
+    )]
+    Format(u32),
+    #[error("truncated: {found} of {expected} payload bytes")]
+    Truncated { found: usize, expected: usize },
+    #[error("corrupt: its checksum does not match")]
+    Checksum,
+    /// Whole and checksummed, yet not the layout this build reads.
+    #[error("{0}")]
+    Payload(#[from] postcard::Error),
+}
+
+fn check(bytes: &[u8]) -> Result<&[u8], Damage> {
     if bytes.len() < HEADER || &bytes[..8] != MAGIC {
-        return Err("not a throng checkpoint (no header)".into());
+        return Err(Damage::NoHeader);
     }
     let format = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     if format != FORMAT {
-        return Err(format!(
-            "checkpoint format {format}, this throng reads format {FORMAT}: resume it with the throng version that wrote it"
-        ));
+        return Err(Damage::Format(format));
     }
     let len = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) as usize;
     let payload = &bytes[HEADER..];
     if payload.len() != len {
-        return Err(format!(
-            "truncated: {} of {len} payload bytes",
-            payload.len()
-        ));
+        return Err(Damage::Truncated {
+            found: payload.len(),
+            expected: len,
+        });
     }
     if Sha256::digest(payload).as_slice() != &bytes[20..52] {
-        return Err("corrupt: its checksum does not match".into());
+        return Err(Damage::Checksum);
     }
     Ok(payload)
 }
@@ -86,7 +101,7 @@ pub fn read<T: DeserializeOwned>(dir: &Path) -> Result<Option<Loaded<T>>, Record
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(RecordError::io(&path, e)),
         };
-        match check(&bytes).and_then(|p| postcard::from_bytes::<T>(p).map_err(|e| e.to_string())) {
+        match check(&bytes).and_then(|p| Ok(postcard::from_bytes::<T>(p)?)) {
             Ok(value) => {
                 let warning = (!problems.is_empty()).then(|| {
                     format!(

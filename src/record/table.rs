@@ -41,14 +41,19 @@ pub fn write_csv<W: Write>(
     for row in 0..batch.num_rows() {
         for (field, column) in fields.iter_mut().zip(&columns) {
             field.clear();
-            format_cell(column.as_ref(), row, field).map_err(|m| RecordError::format(path, m))?;
+            format_cell(column.as_ref(), row, field).map_err(|e| RecordError::format(path, e))?;
         }
         writer.write_record(&fields).map_err(bad)?;
     }
     Ok(())
 }
 
-fn format_cell(column: &dyn Array, row: usize, out: &mut String) -> Result<(), String> {
+/// A column whose type has no CSV spelling here: a scenario's row type, not its data.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write a {0} column to CSV")]
+struct NoCsvSpelling(DataType);
+
+fn format_cell(column: &dyn Array, row: usize, out: &mut String) -> Result<(), NoCsvSpelling> {
     if column.is_null(row) {
         return Ok(());
     }
@@ -83,7 +88,7 @@ fn format_cell(column: &dyn Array, row: usize, out: &mut String) -> Result<(), S
         }
         DataType::Utf8 => out.push_str(column.as_string::<i32>().value(row)),
         DataType::LargeUtf8 => out.push_str(column.as_string::<i64>().value(row)),
-        other => return Err(format!("cannot write a {other} column to CSV")),
+        other => return Err(NoCsvSpelling(other.clone())),
     }
     Ok(())
 }

@@ -114,12 +114,10 @@ impl Registry {
         let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
         match self.find(&manifest.scenario) {
             Some(entry) => (entry.report)(dir),
-            None => Err(ReportError::Message(format!(
-                "no report for scenario `{}`: this program knows {} (a study's own scenario is \
-                 reported by the study's own program)",
-                manifest.scenario,
-                self.known()
-            ))),
+            None => Err(ReportError::UnknownScenario {
+                scenario: manifest.scenario,
+                known: self.known(),
+            }),
         }
     }
 }

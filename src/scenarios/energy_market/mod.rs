@@ -562,7 +562,7 @@ impl Scenario for EnergyMarket {
     }
 
     fn report(dir: &std::path::Path) -> Result<String, crate::analysis::ReportError> {
-        Ok(report::write(dir)?)
+        report::write(dir)
     }
 
     fn memory(&self, agents: f64, _steps: f64) -> Vec<MemoryPart> {

@@ -485,7 +485,7 @@ impl Scenario for GuessGame {
     }
 
     fn report(dir: &std::path::Path) -> Result<String, crate::analysis::ReportError> {
-        Ok(report::write(dir)?)
+        report::write(dir)
     }
 
     fn memory(&self, agents: f64, steps: f64) -> Vec<MemoryPart> {

@@ -13,13 +13,16 @@ use crate::analysis::html::{
     esc, figures, headline, notes_html, page, table, unfinished, unfinished_note,
 };
 use crate::analysis::overview::{LevelSpread, level_spreads, level_spreads_html};
-use crate::analysis::plot::{self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines};
+use crate::analysis::plot::{
+    self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines, PlotError,
+};
 use crate::analysis::stats::Summary;
+use crate::analysis::{ColumnProblem, ReportError};
 use crate::record::{self, Manifest, StepRecord};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, UInt64Type};
 use arrow_array::{Array, RecordBatch};
-use arrow_schema::{DataType, FieldRef};
+use arrow_schema::{ArrowError, DataType, FieldRef};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -197,9 +200,9 @@ struct Coded {
     labels: Vec<String>,
 }
 
-fn coded(column: &dyn Array, edges: Option<&Vec<f64>>) -> Result<Coded, String> {
+fn coded(column: &dyn Array, edges: Option<&Vec<f64>>) -> Result<Coded, ArrowError> {
     if let DataType::Float32 | DataType::Float64 = column.data_type() {
-        let values = arrow_cast::cast(column, &DataType::Float64).map_err(|e| e.to_string())?;
+        let values = arrow_cast::cast(column, &DataType::Float64)?;
         let values = values.as_primitive::<Float64Type>();
         return Ok(match edges {
             // Band index by binary search: no text per row.
@@ -230,8 +233,7 @@ fn coded(column: &dyn Array, edges: Option<&Vec<f64>>) -> Result<Coded, String> 
     let dictionary = arrow_cast::cast(
         column,
         &DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8)),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let dictionary = dictionary.as_dictionary::<arrow_array::types::UInt32Type>();
     let values = dictionary.values().as_string::<i32>();
     Ok(Coded {
@@ -247,7 +249,10 @@ fn band(x: f64, edges: &[f64]) -> String {
     crate::sim::population::band_label(x, edges)
 }
 
-fn gather(batches: &[RecordBatch], bands: &BTreeMap<String, Vec<f64>>) -> Result<Gathered, String> {
+fn gather(
+    batches: &[RecordBatch],
+    bands: &BTreeMap<String, Vec<f64>>,
+) -> Result<Gathered, ReportError> {
     const FIXED: [&str; 8] = [
         "arm",
         "population",
@@ -270,19 +275,45 @@ fn gather(batches: &[RecordBatch], bands: &BTreeMap<String, Vec<f64>>) -> Result
                 .map(|n| (n, Vec::new()))
                 .collect();
         }
+        let problem = |name: &str, problem| ReportError::Column {
+            table: "state table",
+            column: name.into(),
+            problem,
+        };
         let col = |name: &str| {
             batch
                 .column_by_name(name)
-                .ok_or_else(|| format!("the state table has no `{name}` column"))
+                .ok_or_else(|| problem(name, ColumnProblem::Missing))
         };
-        let arms = coded(col("arm")?.as_ref(), None)?;
-        let population = col("population")?.as_primitive::<UInt64Type>().clone();
-        let step = col("step")?.as_primitive::<UInt64Type>().clone();
-        let guess = col("guess")?.as_primitive::<Float64Type>().clone();
+        let coded_col = |name: &str, edges| {
+            coded(col(name)?.as_ref(), edges)
+                .map_err(|e| problem(name, ColumnProblem::Unreadable(e)))
+        };
+        // The runner writes these types; another writer's table is refused, not read wrong.
+        let typed = |name: &str, expected: DataType| {
+            let column = col(name)?;
+            match column.data_type() == &expected {
+                true => Ok(column.clone()),
+                false => Err(problem(
+                    name,
+                    ColumnProblem::Type {
+                        found: column.data_type().clone(),
+                        expected,
+                    },
+                )),
+            }
+        };
+        let arms = coded_col("arm", None)?;
+        let population = typed("population", DataType::UInt64)?;
+        let population = population.as_primitive::<UInt64Type>();
+        let step = typed("step", DataType::UInt64)?;
+        let step = step.as_primitive::<UInt64Type>();
+        let guess = typed("guess", DataType::Float64)?;
+        let guess = guess.as_primitive::<Float64Type>();
         let attributes: Vec<Coded> = g
             .attributes
             .iter()
-            .map(|(name, _)| coded(col(name)?.as_ref(), bands.get(name)))
+            .map(|(name, _)| coded_col(name, bands.get(name)))
             .collect::<Result<_, _>>()?;
         // Round 1 sums per (arm key, attribute, group key), merged by label below.
         let mut local: Vec<Vec<Vec<Running>>> = attributes
@@ -453,19 +484,17 @@ fn notes(manifest: &Manifest, attributes: &[(String, Vec<String>)]) -> Vec<Strin
 }
 
 /// Writes the figures, `summary.json` and `report.html` into `dir` and returns the numbers.
-pub fn report(dir: &Path) -> Result<Report, String> {
-    let manifest: Manifest =
-        record::read_json(&dir.join(record::MANIFEST)).map_err(|e| e.to_string())?;
-    let steps: Vec<StepRecord> = record::read_steps(dir).map_err(|e| e.to_string())?;
-    let rows: Vec<RoundRow> =
-        record::read_csv(&dir.join(record::AGGREGATES)).map_err(|e| e.to_string())?;
+pub fn report(dir: &Path) -> Result<Report, ReportError> {
+    let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
+    let steps: Vec<StepRecord> = record::read_steps(dir)?;
+    let rows: Vec<RoundRow> = record::read_csv(&dir.join(record::AGGREGATES))?;
     if rows.is_empty() {
-        return Err(format!(
-            "{} has no finished round yet: run at least one step",
-            dir.display()
-        ));
+        return Err(ReportError::Empty {
+            dir: dir.to_path_buf(),
+            what: "finished round",
+        });
     }
-    let batches = record::read_state(dir).map_err(|e| e.to_string())?;
+    let batches = record::read_state(dir)?;
     let info = attribute_info(dir);
     let mut gathered = gather(&batches, &info.bands)?;
     for (name, order) in gathered.attributes.iter_mut() {
@@ -534,10 +563,10 @@ pub fn report(dir: &Path) -> Result<Report, String> {
         .collect();
 
     let mut figures = Vec::new();
-    let mut save = |name: &str, fig: &dyn Fn(&Path) -> Result<(), String>| -> Result<(), String> {
+    let mut save = |name: &str, fig: &dyn Fn(&Path) -> Result<(), PlotError>| {
         fig(&dir.join(name))?;
         figures.push(name.to_string());
-        Ok(())
+        Ok::<(), PlotError>(())
     };
     let populations: Vec<usize> = {
         let mut p: Vec<usize> = rounds.iter().map(|r| r.population).collect();
@@ -737,9 +766,10 @@ pub fn report(dir: &Path) -> Result<Report, String> {
         levels,
         figures,
     };
-    record::write_json_atomic(&dir.join("summary.json"), &report).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("report.html"), html(&report))
-        .map_err(|e| format!("{}: {e}", dir.join("report.html").display()))?;
+    record::write_json_atomic(&dir.join("summary.json"), &report)?;
+    let page = dir.join("report.html");
+    std::fs::write(&page, html(&report))
+        .map_err(|source| ReportError::Write { path: page, source })?;
     Ok(report)
 }
 
@@ -979,7 +1009,7 @@ fn html(report: &Report) -> String {
 
 /// Writes the report of the run in `dir` and returns its key numbers as text (the
 /// registry's entry).
-pub fn write(dir: &Path) -> Result<String, String> {
+pub fn write(dir: &Path) -> Result<String, ReportError> {
     report(dir).map(|r| text(&r))
 }
 
@@ -1014,5 +1044,46 @@ mod tests {
         let shown = super::within_guess_bounds(t);
         assert_eq!(shown.interval(), Some((0.0, t.ci_high)));
         assert!(t.ci_high < 100.0);
+    }
+
+    /// A state table from another writer (a key column of another type, or none) is refused
+    /// by column, where it used to panic or be read wrong.
+    #[test]
+    fn a_state_table_of_another_writer_is_refused_by_column() {
+        use crate::analysis::{ColumnProblem, ReportError};
+        use arrow_array::{
+            ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, UInt64Array,
+        };
+        use std::sync::Arc;
+        let batch = |population: ArrayRef| {
+            RecordBatch::try_from_iter([
+                ("arm", Arc::new(StringArray::from(vec!["a"])) as ArrayRef),
+                ("population", population),
+                ("step", Arc::new(UInt64Array::from(vec![1]))),
+                ("guess", Arc::new(Float64Array::from(vec![33.0]))),
+            ])
+            .unwrap()
+        };
+        let bands = Default::default();
+        let signed = batch(Arc::new(Int64Array::from(vec![5])));
+        let e = super::gather(&[signed], &bands).err().expect("refused");
+        assert!(
+            matches!(&e, ReportError::Column { column, problem: ColumnProblem::Type { .. }, .. }
+                if column == "population"),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains("`population`") && e.to_string().contains("Int64"),
+            "{e}"
+        );
+        let good = batch(Arc::new(UInt64Array::from(vec![5])));
+        super::gather(std::slice::from_ref(&good), &bands).expect("the runner's types are read");
+        let without = good.project(&[0, 1, 3]).unwrap();
+        let e = super::gather(&[without], &bands).err().expect("refused");
+        assert!(
+            matches!(&e, ReportError::Column { column, problem: ColumnProblem::Missing, .. }
+                if column == "step"),
+            "{e:?}"
+        );
     }
 }

@@ -16,10 +16,32 @@ pub struct Fraction {
     pub den: i64,
 }
 
+/// Why a number cannot be an exact [`Fraction`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FractionError {
+    #[error("{0}/0 divides by zero")]
+    ZeroDenominator(i64),
+    #[error("{0} is not a number")]
+    NotFinite(f64),
+    #[error("`{0}`: the numerator must be a whole number")]
+    Numerator(String),
+    #[error("`{0}`: the denominator must be a whole number")]
+    Denominator(String),
+    /// Neither a decimal nor `a/b`.
+    #[error("`{0}` is not a number or a fraction like 2/3")]
+    NotANumber(String),
+    /// An exponent that is not a whole number (`1e-x`).
+    #[error("`{0}` is not a number")]
+    Exponent(String),
+    /// More than 12 decimal places, or a power of ten past them: no exact i64 fraction.
+    #[error("`{0}` has too many digits for an exact fraction")]
+    TooManyDigits(String),
+}
+
 impl Fraction {
-    pub fn new(num: i64, den: i64) -> Result<Self, String> {
+    pub fn new(num: i64, den: i64) -> Result<Self, FractionError> {
         if den == 0 {
-            return Err(format!("{num}/0 divides by zero"));
+            return Err(FractionError::ZeroDenominator(num));
         }
         let (num, den) = if den < 0 { (-num, -den) } else { (num, den) };
         let g = gcd(num.unsigned_abs(), den.unsigned_abs()).max(1) as i64;
@@ -35,33 +57,33 @@ impl Fraction {
 
     /// From a decimal's shortest spelling (`0.51` -> 51/100), so that what the user wrote is
     /// what is computed.
-    pub fn from_f64(x: f64) -> Result<Self, String> {
+    pub fn from_f64(x: f64) -> Result<Self, FractionError> {
         if !x.is_finite() {
-            return Err(format!("{x} is not a number"));
+            return Err(FractionError::NotFinite(x));
         }
         let mut buffer = ryu::Buffer::new();
         Self::parse(buffer.format(x))
     }
 
     /// `"2/3"`, `"-1/2"`, `"0.51"`, `"5"`, `"1e-2"`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, FractionError> {
         let text = text.trim();
         if let Some((n, d)) = text.split_once('/') {
             let n: i64 = n
                 .trim()
                 .parse()
-                .map_err(|_| format!("`{text}`: the numerator must be a whole number"))?;
+                .map_err(|_| FractionError::Numerator(text.into()))?;
             let d: i64 = d
                 .trim()
                 .parse()
-                .map_err(|_| format!("`{text}`: the denominator must be a whole number"))?;
+                .map_err(|_| FractionError::Denominator(text.into()))?;
             return Self::new(n, d);
         }
         let (mantissa, exponent) = match text.split_once(['e', 'E']) {
             Some((m, e)) => (
                 m,
                 e.parse::<i32>()
-                    .map_err(|_| format!("`{text}` is not a number"))?,
+                    .map_err(|_| FractionError::Exponent(text.into()))?,
             ),
             None => (text, 0),
         };
@@ -69,12 +91,10 @@ impl Fraction {
         let digits = format!("{int}{frac}");
         let num: i64 = digits
             .parse()
-            .map_err(|_| format!("`{text}` is not a number or a fraction like 2/3"))?;
+            .map_err(|_| FractionError::NotANumber(text.into()))?;
         let scale = exponent - frac.len() as i32;
         if scale.abs() > 12 {
-            return Err(format!(
-                "`{text}` has too many digits for an exact fraction"
-            ));
+            return Err(FractionError::TooManyDigits(text.into()));
         }
         if scale >= 0 {
             Self::new(num * 10i64.pow(scale as u32), 1)

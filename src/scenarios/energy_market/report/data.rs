@@ -7,7 +7,8 @@
 
 use super::super::config::{MarketConfig, Role, Rules};
 use super::super::{Row, TRADES, Trade};
-use crate::record::{self, Manifest};
+use crate::analysis::ReportError;
+use crate::record::{self, Manifest, RecordError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -137,29 +138,28 @@ pub struct Run {
 }
 
 impl Run {
-    pub fn read(dir: &Path) -> Result<Self, String> {
-        let manifest: Manifest =
-            record::read_json(&dir.join(record::MANIFEST)).map_err(|e| e.to_string())?;
-        let batches = record::read_state(dir).map_err(|e| e.to_string())?;
-        let rows: Vec<Row> = record::rows_of(&batches, dir).map_err(|e| e.to_string())?;
+    pub fn read(dir: &Path) -> Result<Self, ReportError> {
+        let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
+        let batches = record::read_state(dir)?;
+        let rows: Vec<Row> = record::rows_of(&batches, dir)?;
         drop(batches);
         if rows.is_empty() {
-            return Err(format!(
-                "{} has no state rows yet: run at least one step",
-                dir.display()
-            ));
+            return Err(ReportError::Empty {
+                dir: dir.to_path_buf(),
+                what: "state rows",
+            });
         }
         // Runs from before the trades table, or without a single purchase, have none; one
         // that is damaged, or gone since the run wrote it, is refused like the state.
         let trades: Vec<Trade> = match record::has_table(dir, TRADES) {
             true => {
-                let batches = record::read_table(dir, TRADES).map_err(|e| e.to_string())?;
-                record::rows_of(&batches, dir).map_err(|e| e.to_string())?
+                let batches = record::read_table(dir, TRADES)?;
+                record::rows_of(&batches, dir)?
             }
             false => Vec::new(),
         };
-        let steps = record::read_steps(dir).map_err(|e| e.to_string())?;
-        let described_cells = record::read_cells(dir, usize::MAX).map_err(|e| e.to_string())?;
+        let steps = record::read_steps(dir)?;
+        let described_cells = record::read_cells(dir, usize::MAX)?;
         let first_network = described_cells.first().cloned();
         let described: BTreeMap<String, serde_json::Value> = described_cells
             .into_iter()
@@ -200,7 +200,10 @@ impl Run {
                 .and_then(|d| d.get("market"))
                 .map(|m| serde_json::from_value(m.clone()))
                 .transpose()
-                .map_err(|e| format!("{}: cell {key}: {e}", record::CELLS))?
+                // Named as the run folder names it, as the message always has.
+                .map_err(|e| {
+                    RecordError::format(Path::new(record::CELLS), format!("cell {key}: {e}"))
+                })?
                 .unwrap_or_default();
             let last = rows.iter().map(|r| r.step).max().unwrap_or(0);
             let agents = rows.iter().map(|r| r.agent).max().unwrap_or(0) + 1;
@@ -217,13 +220,17 @@ impl Run {
                         .into_iter()
                         .enumerate()
                         .map(|(a, r)| {
-                            r.ok_or_else(|| {
-                                format!("state: cell {key} has no row for company {a} at step {s}")
+                            r.ok_or_else(|| ReportError::MissingRow {
+                                table: "state",
+                                cell: key.clone(),
+                                role: "company",
+                                agent: a,
+                                step: s,
                             })
                         })
-                        .collect::<Result<Vec<Row>, String>>()
+                        .collect::<Result<Vec<Row>, _>>()
                 })
-                .collect::<Result<Vec<_>, String>>()?;
+                .collect::<Result<Vec<_>, _>>()?;
             let mut trades = vec![Vec::new(); last + 1];
             for t in trades_by_cell
                 .remove(&(arm.clone(), population, replicate))

@@ -3,7 +3,7 @@
 
 use super::data::{Cell, Run};
 use super::{mix, profit, share, weighted};
-use crate::analysis::plot::{self, Band, Grid, Lines, Network};
+use crate::analysis::plot::{self, Band, Grid, Lines, Network, PlotError};
 use crate::analysis::stats::{Method, Summary};
 use crate::record;
 use crate::scenarios::energy_market::Row;
@@ -103,12 +103,12 @@ pub fn profit_by_persona(run: &Run) -> Grid {
 }
 
 /// Draws every figure into `dir`; returns their names.
-pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, String> {
+pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
     let mut names = Vec::new();
-    let mut save = |name: &str, fig: &dyn Fn(&Path) -> Result<(), String>| {
+    let mut save = |name: &str, fig: &dyn Fn(&Path) -> Result<(), PlotError>| {
         fig(&dir.join(name))?;
         names.push(name.to_string());
-        Ok::<(), String>(())
+        Ok::<(), PlotError>(())
     };
     let grid_columns = run.populations.len().clamp(1, COLUMNS);
 

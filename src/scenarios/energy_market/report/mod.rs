@@ -19,8 +19,8 @@ pub use data::{Cell, CellSettings, Run};
 
 use super::Row;
 use super::config::Role;
-use crate::analysis::caveats;
 use crate::analysis::stats::{Method, Nested, Summary, Welch, holm, replicate_means, welch};
+use crate::analysis::{ReportError, caveats};
 use crate::record::{Manifest, StepRecord};
 use dynamics::Dynamics;
 use serde::Serialize;
@@ -490,7 +490,7 @@ fn notes(run: &Run, groups: &[GroupStats]) -> Vec<String> {
 }
 
 /// Writes the figures, `summary.json` and `report.html` into `dir` and returns the numbers.
-pub fn report(dir: &Path) -> Result<Report, String> {
+pub fn report(dir: &Path) -> Result<Report, ReportError> {
     let run = Run::read(dir)?;
     let groups: Vec<GroupStats> = run
         .groups()
@@ -508,10 +508,10 @@ pub fn report(dir: &Path) -> Result<Report, String> {
         figures,
         manifest: run.manifest,
     };
-    crate::record::write_json_atomic(&dir.join("summary.json"), &report)
-        .map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("report.html"), render::html(&report))
-        .map_err(|e| format!("{}: {e}", dir.join("report.html").display()))?;
+    crate::record::write_json_atomic(&dir.join("summary.json"), &report)?;
+    let page = dir.join("report.html");
+    std::fs::write(&page, render::html(&report))
+        .map_err(|source| ReportError::Write { path: page, source })?;
     Ok(report)
 }
 
@@ -522,6 +522,6 @@ pub fn text(report: &Report) -> String {
 
 /// Writes the report of the run in `dir` and returns its key numbers as text (the
 /// registry's entry).
-pub fn write(dir: &Path) -> Result<String, String> {
+pub fn write(dir: &Path) -> Result<String, ReportError> {
     report(dir).map(|r| text(&r))
 }
