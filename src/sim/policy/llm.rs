@@ -122,21 +122,17 @@ impl Llm {
         let prefixes: Vec<SharedPrefix> = systems
             .iter()
             .map(|s| SharedPrefix::new(self.engine.chat_template(), self.engine.tokenizer(), s))
-            .collect::<Result<_, _>>()
-            .map_err(|e| PolicyError::Engine(format!("the system prompt: {e}")))?;
+            .collect::<Result<_, _>>()?;
         let sizes = turns
             .par_iter()
             .map(|t| {
                 let prefix = &prefixes[prefix_of[t.cell]];
                 let p = self.prepare(cells, prefix, t)?;
-                let request = p
-                    .request
-                    .map_err(|e| PolicyError::Engine(format!("a first-step prompt: {e}")))?;
+                let request = p.request?;
                 let Prompt::Tokens(tokens) = &request.prompt else {
-                    return Err(PolicyError::Engine("a prompt was not tokenized".into()));
+                    unreachable!("invariant: prepared prompts are tokens")
                 };
-                let total = tokens.len();
-                Ok((prefix.shared_tokens().len(), total))
+                Ok((prefix.shared_tokens().len(), tokens.len()))
             })
             .collect::<Result<Vec<_>, PolicyError>>()?;
         Ok(PromptSizes {
@@ -224,8 +220,7 @@ impl<S: Scenario> Policy<S> for Llm {
         let prefixes: Vec<SharedPrefix> = systems
             .iter()
             .map(|s| SharedPrefix::new(self.engine.chat_template(), self.engine.tokenizer(), s))
-            .collect::<Result<_, _>>()
-            .map_err(|e| PolicyError::Engine(format!("the system prompt: {e}")))?;
+            .collect::<Result<_, _>>()?;
         self.times.template += started.elapsed();
 
         let mut results: Vec<Option<Decided<S::Decision>>> =
