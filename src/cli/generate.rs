@@ -2,7 +2,7 @@
 //! as an offline batch-inference tool.
 
 use super::ModelArgs;
-use crate::engine::{Engine, Message, Prompt, Request, Response, SamplingParams};
+use crate::engine::{Engine, Message, Prompt, Request, Response, SamplingParams, Schema};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -234,7 +234,7 @@ fn parse_line(
                     .seed
                     .unwrap_or_else(|| crate::seed::derive(sampling.seed, &[index as u64])),
             });
-        request.json_schema = r.json_schema;
+        request.json_schema = r.json_schema.map(Schema::new);
         request.stop = r.stop;
         request.tag = r.tag;
         Ok(request)
@@ -300,7 +300,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             let mut template = Request::new(prompt)
                 .with_max_tokens(args.max_tokens)
                 .with_sampling(sampling);
-            template.json_schema = schema.clone();
+            template.json_schema = schema.clone().map(Schema::new);
             Source::Copies {
                 template,
                 n: args.n,

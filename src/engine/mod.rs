@@ -17,6 +17,7 @@ pub mod tokenizer;
 
 pub use block_manager::CacheStats;
 pub use chat::{ChatTemplate, Message};
+pub use constraint::{Schema, SchemaId};
 pub use handle::{EngineHandle, Pending};
 pub use llm_engine::{
     Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, StepOutput, default_kv_memory,

@@ -6,13 +6,15 @@
 use super::{AgentTurn, CellView, Decided, LlmTrace, Policy, PolicyError, PromptTimes};
 use crate::engine::{
     Engine, FinishReason, Message, Prompt, PromptCost, Request, RequestError, SamplingParams,
-    SharedPrefix,
+    Schema, SharedPrefix,
 };
 use crate::sim::population::{PersonaConfig, Population};
 use crate::sim::prompt::PromptBook;
 use crate::sim::scenario::{CellInfo, Scenario};
 use rayon::prelude::*;
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Past turns of one agent: (prompt, reply).
@@ -29,6 +31,33 @@ pub struct Llm {
     /// Requests in flight at most.
     wave: usize,
     times: PromptTimes,
+    schemas: Schemas,
+}
+
+/// Schemas most remembered; past it they are forgotten together, as the engine's compiled
+/// grammars are.
+const MAX_SCHEMAS: usize = 64;
+
+/// The engine's form of each scenario schema, by the address of the scenario's `Arc`: turns of
+/// one role share one `Arc`, so a step of a million turns makes a handful ready, not a
+/// million. Holding the `Arc` keeps its address from naming another schema.
+#[derive(Default)]
+struct Schemas(HashMap<usize, (Arc<Value>, Schema)>);
+
+impl Schemas {
+    fn get(&mut self, value: &Arc<Value>) -> Schema {
+        let key = Arc::as_ptr(value) as usize;
+        if let Some((_, schema)) = self.0.get(&key) {
+            return schema.clone();
+        }
+        // Schemas that change every step (a cap that follows demand) come in new `Arc`s.
+        if self.0.len() >= MAX_SCHEMAS {
+            self.0.clear();
+        }
+        let schema = Schema::new((**value).clone());
+        self.0.insert(key, (value.clone(), schema.clone()));
+        schema
+    }
 }
 
 fn history_key(cell: &CellInfo, agent: usize) -> String {
@@ -57,7 +86,10 @@ pub struct PromptSizes {
 
 /// A turn made ready for the engine.
 struct Prepared {
+    /// Without its schema: the engine's form of it is looked up as the request is submitted,
+    /// one at a time, rather than by the threads that prepare.
     request: Result<Request, RequestError>,
+    schema: Arc<Value>,
     user: String,
     hash: String,
     cost: PromptCost,
@@ -72,6 +104,7 @@ impl Llm {
             histories: HashMap::new(),
             wave: wave.max(1),
             times: PromptTimes::default(),
+            schemas: Schemas::default(),
         }
     }
 
@@ -174,7 +207,6 @@ impl Llm {
         let request = tokens.map(|(tokens, c)| {
             cost += c;
             Request::new(Prompt::Tokens(tokens))
-                .with_schema((*turn.schema).clone())
                 .with_max_tokens(cell.llm.max_tokens)
                 .with_sampling(SamplingParams {
                     temperature: cell.llm.temperature,
@@ -185,6 +217,7 @@ impl Llm {
         });
         Ok(Prepared {
             request,
+            schema: turn.schema,
             user,
             hash,
             cost,
@@ -255,7 +288,10 @@ impl<S: Scenario> Policy<S> for Llm {
                 for (offset, p) in prepared.into_iter().enumerate() {
                     let i = next + offset;
                     let t = &turns[i];
-                    let submitted = p.request.and_then(|r| self.engine.submit(&r));
+                    let submitted = p.request.and_then(|r| {
+                        let r = r.with_schema(self.schemas.get(&p.schema));
+                        self.engine.submit(&r)
+                    });
                     match submitted {
                         Ok(id) => {
                             pending.insert(id, (i, p.user, p.hash));
