@@ -5,7 +5,10 @@ mod common;
 
 use common::TinyLlama;
 use serde_json::json;
-use throng::engine::{Engine, EngineConfig, EngineHandle, Message, Request, Response};
+use throng::engine::{
+    Client, Engine, EngineConfig, EngineHandle, Fill, Message, Queue, Request, RequestError,
+    Response,
+};
 use throng::model::WeightFormat;
 
 fn requests(n: usize) -> Vec<Request> {
@@ -26,7 +29,7 @@ fn requests(n: usize) -> Vec<Request> {
         .collect()
 }
 
-fn tokens(results: Vec<Result<Response, throng::engine::RequestError>>) -> Vec<Vec<u32>> {
+fn tokens(results: Vec<Result<Response, RequestError>>) -> Vec<Vec<u32>> {
     results.into_iter().map(|r| r.unwrap().token_ids).collect()
 }
 
@@ -67,19 +70,44 @@ fn outputs_do_not_depend_on_who_shares_the_batch(weights: WeightFormat) {
             ..EngineConfig::default()
         },
     );
-    let mut pending: Vec<Request> = requests(n);
-    let mut ids = Vec::new();
-    let mut done = std::collections::HashMap::new();
-    while !pending.is_empty() || staggered.has_work() {
-        for r in pending.drain(..pending.len().min(3)) {
-            ids.push(staggered.submit(&r).unwrap());
-        }
-        for (id, r) in staggered.step().finished {
-            done.insert(id, r.unwrap().token_ids);
-        }
-    }
-    let staggered: Vec<Vec<u32>> = ids.iter().map(|id| done.remove(id).unwrap()).collect();
+    let mut arrivals = Staggered {
+        pending: requests(n).into_iter().enumerate().collect(),
+        done: vec![None; n],
+    };
+    staggered.run(usize::MAX, &mut arrivals).unwrap();
+    let staggered: Vec<Vec<u32>> = arrivals.done.into_iter().map(Option::unwrap).collect();
     assert_eq!(staggered, all_at_once, "{weights:?}");
+}
+
+/// Three more requests before every step, whatever is running.
+struct Staggered {
+    pending: std::collections::VecDeque<(usize, Request)>,
+    done: Vec<Option<Vec<u32>>>,
+}
+
+impl Client for Staggered {
+    type Key = usize;
+    type Error = RequestError;
+
+    fn fill(&mut self, queue: &mut Queue<'_, usize>) -> Result<Fill, RequestError> {
+        for (i, r) in self.pending.drain(..self.pending.len().min(3)) {
+            queue.submit(i, r).map_err(|refused| refused.error)?;
+        }
+        Ok(if self.pending.is_empty() {
+            Fill::Done
+        } else {
+            Fill::More
+        })
+    }
+
+    fn finished(
+        &mut self,
+        i: usize,
+        r: Result<Response, RequestError>,
+    ) -> Result<(), RequestError> {
+        self.done[i] = Some(r?.token_ids);
+        Ok(())
+    }
 }
 
 #[test]

@@ -15,6 +15,7 @@ pub use workload::Workload;
 
 use crate::engine::{
     Engine, EngineConfig, EngineError, FinishReason, Prompt, Request, RequestError, SamplingParams,
+    Schema,
 };
 use crate::model::loader::{ChatSpec, LoadedModel};
 use crate::model::synthetic::{Shape, activation_dtype, random_llama};
@@ -222,7 +223,10 @@ impl Bench {
     /// Runs the next simulation step: every agent's prompt in one continuous batch.
     pub fn step(&mut self) -> Result<&StepReport, BenchError> {
         let (step, prompts) = self.workload.next_prompts();
-        let schema = self.spec.constrained.then(BenchSpec::decision_schema);
+        let schema = self
+            .spec
+            .constrained
+            .then(|| Schema::new(BenchSpec::decision_schema()));
         let requests: Vec<Request> = prompts
             .into_iter()
             .enumerate()

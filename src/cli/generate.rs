@@ -2,10 +2,13 @@
 //! as an offline batch-inference tool.
 
 use super::ModelArgs;
-use crate::engine::{Engine, Message, Prompt, Request, Response, SamplingParams};
+use crate::engine::{
+    Client, Engine, Fill, Message, Prompt, Queue, Request, RequestError, Response, SamplingParams,
+    Schema,
+};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -234,7 +237,7 @@ fn parse_line(
                     .seed
                     .unwrap_or_else(|| crate::seed::derive(sampling.seed, &[index as u64])),
             });
-        request.json_schema = r.json_schema;
+        request.json_schema = r.json_schema.map(Schema::new);
         request.stop = r.stop;
         request.tag = r.tag;
         Ok(request)
@@ -300,7 +303,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             let mut template = Request::new(prompt)
                 .with_max_tokens(args.max_tokens)
                 .with_sampling(sampling);
-            template.json_schema = schema.clone();
+            template.json_schema = schema.clone().map(Schema::new);
             Source::Copies {
                 template,
                 n: args.n,
@@ -382,12 +385,6 @@ struct Counts {
 fn stream(engine: &mut Engine, source: &mut Source, unordered: bool) -> Result<Counts> {
     // Requests in flight at most: enough to fill the batch, few enough to bound memory.
     let window = 4 * engine.max_seqs().max(64);
-    let mut stdout = std::io::stdout().lock();
-    let mut pending: HashMap<u64, (usize, u64)> = HashMap::new();
-    // Finished lines waiting for an earlier one, by index.
-    let mut ready: BTreeMap<usize, String> = BTreeMap::new();
-    let (mut next_out, mut total, mut failed) = (0, 0, 0);
-    let mut exhausted = false;
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -395,76 +392,135 @@ fn stream(engine: &mut Engine, source: &mut Source, unordered: bool) -> Result<C
         )
         .expect("invariant: a valid template"),
     );
-    let line =
-        |index: usize, seed: Option<u64>, result: Result<&Response, (String, Option<&str>)>| {
-            let (response, error, tag) = match result {
-                Ok(r) => (Some(r), None, None),
-                Err((e, tag)) => (None, Some(e), tag),
-            };
-            serde_json::to_string(&ResponseLine {
-                index,
-                seed,
-                response,
-                tag,
-                error,
-            })
-            .expect("invariant: response lines serialise")
+    let mut batch = Batch {
+        source,
+        unordered,
+        stdout: std::io::stdout().lock(),
+        ready: BTreeMap::new(),
+        next_out: 0,
+        total: 0,
+        failed: 0,
+        bar,
+    };
+    engine.run(window, &mut batch)?;
+    batch.bar.finish_and_clear();
+    Ok(Counts {
+        total: batch.total,
+        failed: batch.failed,
+    })
+}
+
+/// A request in the engine: its index in the input and its seed, for its line.
+struct Line {
+    index: usize,
+    seed: u64,
+}
+
+/// The requests of a batch, and their response lines on their way to stdout.
+struct Batch<'a> {
+    source: &'a mut Source,
+    unordered: bool,
+    stdout: std::io::StdoutLock<'static>,
+    /// Finished lines waiting for an earlier one, by index.
+    ready: BTreeMap<usize, String>,
+    next_out: usize,
+    total: usize,
+    failed: usize,
+    bar: indicatif::ProgressBar,
+}
+
+impl Batch<'_> {
+    fn line(
+        index: usize,
+        seed: Option<u64>,
+        result: Result<&Response, (String, Option<&str>)>,
+    ) -> String {
+        let (response, error, tag) = match result {
+            Ok(r) => (Some(r), None, None),
+            Err((e, tag)) => (None, Some(e), tag),
         };
-    while !exhausted || !pending.is_empty() {
-        let mut finished_lines: Vec<(usize, String, bool)> = Vec::new();
-        while !exhausted && pending.len() < window {
-            let Some(item) = source.next_item()? else {
-                exhausted = true;
-                break;
-            };
-            total += 1;
-            let seed = item.request.as_ref().ok().map(|r| r.sampling.seed);
-            let submitted = item
-                .request
-                .and_then(|r| engine.submit(&r).map_err(|e| e.to_string()));
-            match submitted {
-                Ok(id) => {
-                    pending.insert(id, (item.index, seed.unwrap_or_default()));
-                }
-                Err(e) => {
-                    let l = line(item.index, seed, Err((e, item.tag.as_deref())));
-                    finished_lines.push((item.index, l, false));
-                }
-            }
-        }
-        if engine.has_work() {
-            for (id, result) in engine.step().finished {
-                let (index, seed) = pending
-                    .remove(&id)
-                    .expect("invariant: every finished id was submitted");
-                let ok = result.is_ok();
-                let l = match &result {
-                    Ok(r) => line(index, Some(seed), Ok(r)),
-                    Err(e) => line(index, Some(seed), Err((e.to_string(), None))),
-                };
-                finished_lines.push((index, l, ok));
-            }
-        }
-        for (index, l, ok) in finished_lines {
-            failed += (!ok) as usize;
-            bar.inc(1);
-            if unordered {
-                writeln!(stdout, "{l}")?;
-            } else {
-                ready.insert(index, l);
-            }
-        }
-        while let Some(l) = ready.remove(&next_out) {
-            writeln!(stdout, "{l}")?;
-            next_out += 1;
-        }
-        stdout.flush()?;
-        if failed > 0 {
-            bar.set_message(format!("{failed} failed"));
-        }
+        serde_json::to_string(&ResponseLine {
+            index,
+            seed,
+            response,
+            tag,
+            error,
+        })
+        .expect("invariant: response lines serialise")
     }
-    bar.finish_and_clear();
-    Ok(Counts { total, failed })
+
+    /// Writes a finished line, or keeps it until every earlier one is written.
+    fn write(&mut self, index: usize, line: String, ok: bool) -> Result<()> {
+        self.failed += (!ok) as usize;
+        self.bar.inc(1);
+        if self.unordered {
+            writeln!(self.stdout, "{line}")?;
+        } else {
+            self.ready.insert(index, line);
+        }
+        while let Some(l) = self.ready.remove(&self.next_out) {
+            writeln!(self.stdout, "{l}")?;
+            self.next_out += 1;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.stdout.flush()?;
+        if self.failed > 0 {
+            self.bar.set_message(format!("{} failed", self.failed));
+        }
+        Ok(())
+    }
+}
+
+impl Client for Batch<'_> {
+    type Key = Line;
+    type Error = anyhow::Error;
+
+    fn fill(&mut self, queue: &mut Queue<'_, Line>) -> Result<Fill> {
+        let mut wrote = false;
+        while queue.room() > 0 {
+            let Some(item) = self.source.next_item()? else {
+                if wrote {
+                    self.flush()?;
+                }
+                return Ok(Fill::Done);
+            };
+            self.total += 1;
+            let seed = item.request.as_ref().ok().map(|r| r.sampling.seed);
+            let key = Line {
+                index: item.index,
+                seed: seed.unwrap_or_default(),
+            };
+            let submitted = item.request.and_then(|r| {
+                queue
+                    .submit(key, r)
+                    .map_err(|refused| refused.error.to_string())
+            });
+            if let Err(e) = submitted {
+                let l = Self::line(item.index, seed, Err((e, item.tag.as_deref())));
+                self.write(item.index, l, false)?;
+                wrote = true;
+            }
+        }
+        if wrote {
+            self.flush()?;
+        }
+        Ok(Fill::More)
+    }
+
+    fn finished(&mut self, key: Line, result: Result<Response, RequestError>) -> Result<()> {
+        let l = match &result {
+            Ok(r) => Self::line(key.index, Some(key.seed), Ok(r)),
+            Err(e) => Self::line(key.index, Some(key.seed), Err((e.to_string(), None))),
+        };
+        self.write(key.index, l, result.is_ok())
+    }
+
+    fn stepped(&mut self, _finished: usize) -> Result<()> {
+        self.flush()
+    }
 }
 
 /// One line on what the engine did: throughput, prefix cache, where the time went.

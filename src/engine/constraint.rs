@@ -5,6 +5,7 @@
 use super::tokenizer::Tokenizer;
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Arc;
 use toktrie::SimpleVob;
@@ -15,14 +16,87 @@ fn default_json_options() -> serde_json::Value {
     serde_json::json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "})
 }
 
+/// Names a schema by its content: equal schemas, however they were built, share one
+/// compiled grammar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SchemaId(u128);
+
+/// A JSON schema for constrained decoding, made ready once: the engine's default JSON
+/// options filled in and its content fingerprinted. Cloning shares it, so that a million
+/// requests with one schema neither copy nor serialise it again.
+#[derive(Clone)]
+pub struct Schema(Arc<SchemaInner>);
+
+struct SchemaInner {
+    value: serde_json::Value,
+    id: SchemaId,
+}
+
+/// Feeds serialised JSON straight into the hash, without building the text.
+struct HashWriter(Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Schema {
+    pub fn new(mut value: serde_json::Value) -> Self {
+        // Anything but an object is refused when a request uses it, where the error belongs
+        // to that request.
+        if value.is_object() && value.get("x-guidance").is_none() {
+            value["x-guidance"] = default_json_options();
+        }
+        let mut hash = HashWriter(Sha256::new());
+        serde_json::to_writer(&mut hash, &value).expect("invariant: a JSON value serialises");
+        let digest = hash.0.finalize();
+        let id = SchemaId(u128::from_le_bytes(
+            digest[..16].try_into().expect("invariant: 32-byte digest"),
+        ));
+        Self(Arc::new(SchemaInner { value, id }))
+    }
+
+    /// The schema as the grammar sees it (with the default JSON options).
+    pub fn value(&self) -> &serde_json::Value {
+        &self.0.value
+    }
+
+    pub fn id(&self) -> SchemaId {
+        self.0.id
+    }
+}
+
+impl From<serde_json::Value> for Schema {
+    fn from(value: serde_json::Value) -> Self {
+        Self::new(value)
+    }
+}
+
+impl PartialEq for Schema {
+    fn eq(&self, other: &Self) -> bool {
+        self.id() == other.id()
+    }
+}
+
+impl std::fmt::Debug for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Schema({})", self.0.value)
+    }
+}
+
 /// Distinct schemas kept compiled at most.
 const MAX_COMPILED: usize = 512;
 
 /// Compiles schemas for one tokenizer and hands out matchers.
 pub struct Grammars {
     factory: Arc<ParserFactory>,
-    /// Canonical schema text -> a fresh matcher to clone.
-    compiled: HashMap<String, Matcher>,
+    /// A fresh matcher to clone per schema.
+    compiled: HashMap<SchemaId, Matcher>,
 }
 
 impl std::fmt::Debug for Grammars {
@@ -71,15 +145,14 @@ impl Grammars {
     }
 
     /// A matcher for `schema`, compiled on first sight of that schema.
-    pub fn constraint(&mut self, schema: &serde_json::Value) -> Result<Constraint, String> {
-        let mut schema = schema.clone();
-        if !schema.is_object() {
-            return Err(format!("a JSON schema must be an object, got {schema}"));
+    pub fn constraint(&mut self, schema: &Schema) -> Result<Constraint, String> {
+        if !schema.value().is_object() {
+            return Err(format!(
+                "a JSON schema must be an object, got {}",
+                schema.value()
+            ));
         }
-        if schema.get("x-guidance").is_none() {
-            schema["x-guidance"] = default_json_options();
-        }
-        let key = schema.to_string();
+        let key = schema.id();
         if let Some(m) = self.compiled.get(&key) {
             return Ok(Constraint {
                 matcher: Box::new(m.clone()),
@@ -87,7 +160,7 @@ impl Grammars {
         }
         let parser = self
             .factory
-            .create_parser(TopLevelGrammar::from_json_schema(schema))
+            .create_parser(TopLevelGrammar::from_json_schema(schema.value().clone()))
             .map_err(|e| e.to_string())?;
         let matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {

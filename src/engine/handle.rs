@@ -2,10 +2,10 @@
 //! engine on its own thread, and cloneable handles send it requests over a channel, each with
 //! its own reply channel. Requests from every thread join the same continuous batch.
 
+use super::drive::{Client, Fill, Queue, Refused};
 use super::llm_engine::Engine;
 use super::request::{Request, RequestError, Response};
-use super::sequence::SeqId;
-use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
@@ -58,50 +58,48 @@ impl EngineHandle {
     }
 }
 
-fn serve(mut engine: Engine, rx: mpsc::Receiver<(Request, Reply)>) -> Engine {
-    let mut replies: HashMap<SeqId, Reply> = HashMap::new();
-    let mut open = true;
-    while open || engine.has_work() {
+/// The actor's side: requests from the channel, answers down each one's reply channel.
+struct Actor(mpsc::Receiver<(Request, Reply)>);
+
+impl Client for Actor {
+    type Key = Reply;
+    type Error = Infallible;
+
+    fn fill(&mut self, queue: &mut Queue<'_, Reply>) -> Result<Fill, Infallible> {
+        let accept = |queue: &mut Queue<'_, Reply>, (request, reply): (Request, Reply)| {
+            if let Err(Refused { key, error }) = queue.submit(reply, request) {
+                let _ = key.send(Err(error));
+            }
+        };
         // Block only when there is nothing to run; otherwise take whatever has arrived so it
         // joins the next step.
-        if !engine.has_work() {
-            match rx.recv() {
-                Ok(msg) => accept(&mut engine, &mut replies, msg),
-                Err(_) => open = false,
+        if queue.idle() {
+            match self.0.recv() {
+                Ok(msg) => accept(queue, msg),
+                Err(_) => return Ok(Fill::Done),
             }
         }
         loop {
-            match rx.try_recv() {
-                Ok(msg) => accept(&mut engine, &mut replies, msg),
-                Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    open = false;
-                    break;
-                }
-            }
-        }
-        if engine.has_work() {
-            for (id, result) in engine.step().finished {
-                if let Some(reply) = replies.remove(&id) {
-                    let _ = reply.send(result);
-                }
+            match self.0.try_recv() {
+                Ok(msg) => accept(queue, msg),
+                Err(mpsc::TryRecvError::Empty) => return Ok(Fill::More),
+                Err(mpsc::TryRecvError::Disconnected) => return Ok(Fill::Done),
             }
         }
     }
-    engine
+
+    fn finished(
+        &mut self,
+        reply: Reply,
+        result: Result<Response, RequestError>,
+    ) -> Result<(), Infallible> {
+        // A caller that stopped waiting is no error of the engine's.
+        let _ = reply.send(result);
+        Ok(())
+    }
 }
 
-fn accept(
-    engine: &mut Engine,
-    replies: &mut HashMap<SeqId, Reply>,
-    (request, reply): (Request, Reply),
-) {
-    match engine.submit(&request) {
-        Ok(id) => {
-            replies.insert(id, reply);
-        }
-        Err(e) => {
-            let _ = reply.send(Err(e));
-        }
-    }
+fn serve(mut engine: Engine, rx: mpsc::Receiver<(Request, Reply)>) -> Engine {
+    let Ok(()) = engine.run(usize::MAX, &mut Actor(rx));
+    engine
 }

@@ -17,7 +17,6 @@ use super::tokenizer::Tokenizer;
 use crate::model::{AttentionBackend, CausalLm, KvCache, LoadedModel, ModelError};
 use candle_core::Tensor;
 use rayon::prelude::*;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -135,7 +134,7 @@ impl EngineTotals {
 
 /// What a step produced.
 #[derive(Debug, Default)]
-pub struct StepOutput {
+pub(super) struct StepOutput {
     /// New text per sequence (streaming).
     pub deltas: Vec<(SeqId, String)>,
     pub finished: Vec<(SeqId, Result<Response, RequestError>)>,
@@ -348,13 +347,31 @@ impl Engine {
     }
 
     /// Whether any request is waiting or running.
-    pub fn has_work(&self) -> bool {
+    pub(super) fn has_work(&self) -> bool {
         !self.scheduler.is_idle()
     }
 
     /// Token ids of a request's prompt.
     pub fn prompt_tokens(&self, prompt: &Prompt) -> Result<Vec<u32>, RequestError> {
         let tokens = match prompt {
+            Prompt::Tokens(tokens) => tokens.clone(),
+            other => self.encode_prompt(other)?,
+        };
+        self.check_prompt(tokens)
+    }
+
+    /// As [`Engine::prompt_tokens`], keeping given tokens rather than copying them.
+    fn take_prompt_tokens(&self, prompt: Prompt) -> Result<Vec<u32>, RequestError> {
+        let tokens = match prompt {
+            Prompt::Tokens(tokens) => tokens,
+            other => self.encode_prompt(&other)?,
+        };
+        self.check_prompt(tokens)
+    }
+
+    /// Renders and tokenizes a prompt given as messages or text.
+    fn encode_prompt(&self, prompt: &Prompt) -> Result<Vec<u32>, RequestError> {
+        match prompt {
             Prompt::Messages(messages) => {
                 if messages.is_empty() {
                     return Err(RequestError::EmptyMessages);
@@ -371,14 +388,17 @@ impl Engine {
                     .map_err(|e| RequestError::Template(e.to_string()))?;
                 self.tokenizer
                     .encode(&text, false)
-                    .map_err(|e| RequestError::Tokenizer(e.to_string()))?
+                    .map_err(|e| RequestError::Tokenizer(e.to_string()))
             }
             Prompt::Text(text) => self
                 .tokenizer
                 .encode(text, true)
-                .map_err(|e| RequestError::Tokenizer(e.to_string()))?,
-            Prompt::Tokens(tokens) => tokens.clone(),
-        };
+                .map_err(|e| RequestError::Tokenizer(e.to_string())),
+            Prompt::Tokens(tokens) => Ok(tokens.clone()),
+        }
+    }
+
+    fn check_prompt(&self, tokens: Vec<u32>) -> Result<Vec<u32>, RequestError> {
         if tokens.is_empty() {
             return Err(RequestError::EmptyPrompt);
         }
@@ -393,7 +413,7 @@ impl Engine {
 
     /// Validates `request` and queues it; the id names it in [`StepOutput`]. Errors (a bad
     /// schema, a prompt too long) are reported here, before anything runs.
-    pub fn submit(&mut self, request: &Request) -> Result<SeqId, RequestError> {
+    pub(super) fn submit(&mut self, request: Request) -> Result<SeqId, RequestError> {
         if request.max_tokens == 0 {
             return Err(RequestError::ZeroMaxTokens);
         }
@@ -418,7 +438,7 @@ impl Engine {
                 )
             }
         };
-        let tokens = self.prompt_tokens(&request.prompt)?;
+        let tokens = self.take_prompt_tokens(request.prompt)?;
         if tokens.len() >= self.max_context {
             return Err(RequestError::PromptTooLong {
                 tokens: tokens.len(),
@@ -440,8 +460,8 @@ impl Engine {
             Sampler::new(request.sampling),
             request.max_tokens,
         );
-        seq.stop = request.stop.clone();
-        seq.tag = request.tag.clone();
+        seq.stop = request.stop;
+        seq.tag = request.tag;
         seq.constraint = constraint;
         if self.fast_forward {
             // Tokens the grammar forces at the start ride along with the prompt's prefill.
@@ -458,45 +478,6 @@ impl Engine {
         Ok(id)
     }
 
-    /// Runs `requests` to completion, all in one continuous batch; one result per request, in
-    /// order. A refused request does not stop the others.
-    pub fn generate(&mut self, requests: Vec<Request>) -> Vec<Result<Response, RequestError>> {
-        self.generate_with(requests, |_, _| {})
-    }
-
-    /// As [`Engine::generate`], calling `on_text(request_index, new_text)` as text arrives.
-    pub fn generate_with(
-        &mut self,
-        requests: Vec<Request>,
-        mut on_text: impl FnMut(usize, &str),
-    ) -> Vec<Result<Response, RequestError>> {
-        let mut results: Vec<Option<Result<Response, RequestError>>> =
-            Vec::with_capacity(requests.len());
-        let mut index_of: HashMap<SeqId, usize> = HashMap::new();
-        for (i, request) in requests.iter().enumerate() {
-            match self.submit(request) {
-                Ok(id) => {
-                    index_of.insert(id, i);
-                    results.push(None);
-                }
-                Err(e) => results.push(Some(Err(e))),
-            }
-        }
-        while self.has_work() {
-            let out = self.step();
-            for (id, text) in &out.deltas {
-                on_text(index_of[id], text);
-            }
-            for (id, result) in out.finished {
-                results[index_of[&id]] = Some(result);
-            }
-        }
-        results
-            .into_iter()
-            .map(|r| r.expect("invariant: every admitted sequence finishes or fails"))
-            .collect()
-    }
-
     /// One scheduling step: plan, forward (with grammar masks alongside), sample, retire.
     /// A failure of the forward pass fails the requests in flight, not the engine.
     ///
@@ -509,7 +490,7 @@ impl Engine {
     /// instead. With `EngineConfig::profile` the device is also synchronised after the inputs,
     /// after the forward pass and before the download, so that each phase's time is its own,
     /// and attention is timed with CUDA events read after the step's wait.
-    pub fn step(&mut self) -> StepOutput {
+    pub(super) fn step(&mut self) -> StepOutput {
         let plan = self.scheduler.schedule();
         if plan.is_empty() {
             return self
@@ -681,6 +662,11 @@ impl Engine {
             attention: batch.attention_time()?,
             mask_time,
         })
+    }
+
+    /// Drops every request in flight, unanswered: their caller gave up on them.
+    pub(super) fn abandon(&mut self) {
+        self.scheduler.drain();
     }
 
     /// Ends every request in flight with `message`.

@@ -5,6 +5,7 @@ mod block_manager;
 pub mod chat;
 pub mod constraint;
 pub mod device_sampling;
+mod drive;
 mod handle;
 mod llm_engine;
 mod model_runner;
@@ -17,9 +18,11 @@ pub mod tokenizer;
 
 pub use block_manager::CacheStats;
 pub use chat::{ChatTemplate, Message};
+pub use constraint::{Schema, SchemaId};
+pub use drive::{Client, Fill, Queue, Refused};
 pub use handle::{EngineHandle, Pending};
 pub use llm_engine::{
-    Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, StepOutput, default_kv_memory,
+    Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, default_kv_memory,
 };
 pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
 pub use sampler::SamplingParams;

@@ -1,6 +1,7 @@
 //! What callers hand the engine and what they get back.
 
 use super::chat::Message;
+use super::constraint::Schema;
 use super::sampler::SamplingParams;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -20,7 +21,7 @@ pub enum Prompt {
 pub struct Request {
     pub prompt: Prompt,
     /// A JSON schema the reply must satisfy (constrained decoding).
-    pub json_schema: Option<serde_json::Value>,
+    pub json_schema: Option<Schema>,
     pub sampling: SamplingParams,
     /// Most tokens to generate.
     pub max_tokens: usize,
@@ -56,8 +57,9 @@ impl Request {
         self
     }
 
-    pub fn with_schema(mut self, schema: serde_json::Value) -> Self {
-        self.json_schema = Some(schema);
+    /// Build a [`Schema`] once and pass clones of it when many requests share one.
+    pub fn with_schema(mut self, schema: impl Into<Schema>) -> Self {
+        self.json_schema = Some(schema.into());
         self
     }
 

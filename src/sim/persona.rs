@@ -108,13 +108,18 @@ pub fn write(
         .filter(|&a| !known.contains_key(&keys[a]))
         .collect();
     if !missing.is_empty() {
-        std::fs::create_dir_all(cache_dir)
-            .map_err(|e| PolicyError::Engine(format!("{}: {e}", cache_dir.display())))?;
+        std::fs::create_dir_all(cache_dir).map_err(|source| PolicyError::Io {
+            path: cache_dir.to_path_buf(),
+            source,
+        })?;
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|e| PolicyError::Engine(format!("{}: {e}", path.display())))?;
+            .map_err(|source| PolicyError::Io {
+                path: path.clone(),
+                source,
+            })?;
         for chunk in missing.chunks(1024) {
             let requests = chunk
                 .iter()
@@ -139,11 +144,7 @@ pub fn write(
                 .collect::<Result<Vec<_>, PolicyError>>()?;
             let mut lines = String::new();
             for (&agent, result) in chunk.iter().zip(engine.generate(requests)) {
-                let persona = result
-                    .map_err(|e| PolicyError::Engine(format!("writing a persona: {e}")))?
-                    .text
-                    .trim()
-                    .to_string();
+                let persona = result?.text.trim().to_string();
                 let line = serde_json::to_string(&Entry {
                     key: keys[agent].clone(),
                     persona: persona.clone(),
@@ -153,8 +154,10 @@ pub fn write(
                 lines.push('\n');
                 known.insert(keys[agent].clone(), persona);
             }
-            append_entries(&mut file, &lines)
-                .map_err(|e| PolicyError::Engine(format!("{}: {e}", path.display())))?;
+            append_entries(&mut file, &lines).map_err(|source| PolicyError::Io {
+                path: path.clone(),
+                source,
+            })?;
         }
     }
     Ok(keys

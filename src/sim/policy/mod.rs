@@ -14,6 +14,7 @@ use super::config::LlmConfig;
 use super::population::Population;
 use super::prompt::PromptError;
 use super::scenario::{CellInfo, Scenario};
+use crate::engine::RequestError;
 use crate::record::Counters;
 use serde_json::Value;
 use std::time::Duration;
@@ -90,8 +91,14 @@ pub enum PolicyError {
     Prompt(#[from] PromptError),
     #[error("cannot restore the policy from the checkpoint: {0}")]
     Checkpoint(String),
-    #[error("{0}")]
-    Engine(String),
+    #[error("the engine: {0}")]
+    Engine(#[from] RequestError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 pub trait Policy<S: Scenario> {
