@@ -80,14 +80,44 @@ pub struct Timing {
 
 /// A state table's rows flattened: per row its keys, its breakdown labels and its numbers.
 struct Table {
-    arm: Vec<String>,
-    population: Vec<usize>,
-    replicate: Vec<usize>,
-    step: Vec<usize>,
-    /// Breakdowns: (name, label per row).
-    by: Vec<(String, Vec<String>)>,
+    /// Labels coded per column, so that a million agents' rows hold numbers, not strings.
+    arm: Coded,
+    population: Vec<u32>,
+    replicate: Vec<u32>,
+    step: Vec<u32>,
+    /// Breakdowns: (name, labels).
+    by: Vec<(String, Coded)>,
     /// (column, value per row; NaN where missing).
     numbers: Vec<(String, Vec<f64>)>,
+}
+
+/// A text column as a code per row into its distinct labels.
+#[derive(Default)]
+struct Coded {
+    labels: Vec<String>,
+    codes: Vec<u32>,
+    index: std::collections::HashMap<String, u32>,
+}
+
+impl Coded {
+    fn extend(&mut self, column: &dyn Array) -> Option<()> {
+        let utf8 = arrow_cast::cast(column, &DataType::Utf8).ok()?;
+        let s = utf8.as_string::<i32>();
+        for i in 0..s.len() {
+            let label = if s.is_valid(i) { s.value(i) } else { "-" };
+            let code = match self.index.get(label) {
+                Some(&c) => c,
+                None => {
+                    let c = self.labels.len() as u32;
+                    self.labels.push(label.to_string());
+                    self.index.insert(label.to_string(), c);
+                    c
+                }
+            };
+            self.codes.push(code);
+        }
+        Some(())
+    }
 }
 
 fn texts(column: &dyn Array) -> Option<Vec<String>> {
@@ -115,7 +145,7 @@ fn whole(column: &dyn Array) -> Option<Vec<usize>> {
 /// Reads the rows of `batches` (one scenario's state table).
 fn flatten(batches: &[RecordBatch], levels: &[String]) -> Result<Table, ReportError> {
     let mut t = Table {
-        arm: Vec::new(),
+        arm: Coded::default(),
         population: Vec::new(),
         replicate: Vec::new(),
         step: Vec::new(),
@@ -147,28 +177,36 @@ fn flatten(batches: &[RecordBatch], levels: &[String]) -> Result<Table, ReportEr
             dt,
             DataType::Dictionary(..) | DataType::Utf8 | DataType::LargeUtf8
         ) {
-            t.by.push((name.clone(), Vec::new()));
+            t.by.push((name.clone(), Coded::default()));
         }
     }
+    let unreadable = |name: &str| ReportError::Column {
+        table: "state table",
+        column: name.into(),
+        problem: ColumnProblem::MissingFromPart,
+    };
     for batch in batches {
-        let col = |name: &str| batch.column_by_name(name).cloned();
         let get = |name: &str| {
-            col(name).ok_or_else(|| ReportError::Column {
-                table: "state table",
-                column: name.into(),
-                problem: ColumnProblem::MissingFromPart,
-            })
+            batch
+                .column_by_name(name)
+                .cloned()
+                .ok_or_else(|| unreadable(name))
         };
-        t.arm
-            .extend(texts(get("arm")?.as_ref()).unwrap_or_default());
-        t.population
-            .extend(whole(get("population")?.as_ref()).unwrap_or_default());
-        t.replicate
-            .extend(whole(get("replicate")?.as_ref()).unwrap_or_default());
-        t.step
-            .extend(whole(get("step")?.as_ref()).unwrap_or_default());
-        for (name, values) in &mut t.by {
-            values.extend(texts(get(name)?.as_ref()).unwrap_or_default());
+        t.arm.extend(get("arm")?.as_ref());
+        for (name, into) in [
+            ("population", &mut t.population),
+            ("replicate", &mut t.replicate),
+            ("step", &mut t.step),
+        ] {
+            into.extend(
+                whole(get(name)?.as_ref())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|v| v as u32),
+            );
+        }
+        for (name, coded) in &mut t.by {
+            coded.extend(get(name)?.as_ref());
         }
         for (name, values) in &mut t.numbers {
             let c = arrow_cast::cast(get(name)?.as_ref(), &DataType::Float64).map_err(|e| {
@@ -184,24 +222,20 @@ fn flatten(batches: &[RecordBatch], levels: &[String]) -> Result<Table, ReportEr
     }
     // Breakdowns with one label (nothing to compare) or a label per agent (names) say
     // nothing as means: keep those with 2 to 24 labels.
-    t.by.retain(|(_, labels)| {
-        let distinct: std::collections::BTreeSet<&String> = labels.iter().collect();
-        (2..=24).contains(&distinct.len())
-    });
+    t.by.retain(|(_, coded)| (2..=24).contains(&coded.labels.len()));
     Ok(t)
 }
 
 /// Means per (arm, population, breakdown, value, step, column), each over its replicates.
 fn means(t: &Table) -> Vec<Mean> {
-    // (arm, population, by, value, step, column) -> replicate -> (sum, count)
-    type Key = (String, usize, String, String, usize, usize);
-    let mut acc: BTreeMap<Key, BTreeMap<usize, (f64, usize)>> = BTreeMap::new();
-    let breakdowns: Vec<(&str, Option<&Vec<String>>)> = std::iter::once(("all", None))
-        .chain(t.by.iter().map(|(n, v)| (n.as_str(), Some(v))))
-        .collect();
-    for row in 0..t.arm.len() {
-        for (by, labels) in &breakdowns {
-            let value = labels.map_or("all".to_string(), |l| l[row].clone());
+    // (arm, population, breakdown, value, step, column) -> replicate -> (sum, count), all as
+    // codes: the rows of a million agents build no string.
+    type Key = (u32, u32, u32, u32, u32, u32);
+    let mut acc: BTreeMap<Key, BTreeMap<u32, (f64, usize)>> = BTreeMap::new();
+    for row in 0..t.arm.codes.len() {
+        // Breakdown 0 is the whole cell.
+        let labels = std::iter::once(0).chain(t.by.iter().map(|(_, c)| c.codes[row]));
+        for (b, value) in labels.enumerate() {
             for (c, (_, values)) in t.numbers.iter().enumerate() {
                 let v = values[row];
                 if v.is_nan() {
@@ -209,12 +243,12 @@ fn means(t: &Table) -> Vec<Mean> {
                 }
                 let e = acc
                     .entry((
-                        t.arm[row].clone(),
+                        t.arm.codes[row],
                         t.population[row],
-                        by.to_string(),
-                        value.clone(),
+                        b as u32,
+                        value,
                         t.step[row],
-                        c,
+                        c as u32,
                     ))
                     .or_default()
                     .entry(t.replicate[row])
@@ -224,25 +258,44 @@ fn means(t: &Table) -> Vec<Mean> {
             }
         }
     }
-    acc.into_iter()
-        .filter_map(|((arm, population, by, value, step, c), reps)| {
+    let mut means: Vec<Mean> = acc
+        .into_iter()
+        .filter_map(|((arm, population, b, value, step, c), reps)| {
             let per: Vec<f64> = reps.values().map(|(s, n)| s / *n as f64).collect();
             let s = Summary::of(&per)?;
             let (ci_low, ci_high) = s.interval().unzip();
+            let (by, value) = match b {
+                0 => ("all".to_string(), "all".to_string()),
+                b => {
+                    let (name, coded) = &t.by[b as usize - 1];
+                    (name.clone(), coded.labels[value as usize].clone())
+                }
+            };
             Some(Mean {
-                arm,
-                population,
+                arm: t.arm.labels[arm as usize].clone(),
+                population: population as usize,
                 by,
                 value,
-                step,
-                column: t.numbers[c].0.clone(),
+                step: step as usize,
+                column: t.numbers[c as usize].0.clone(),
                 replicates: per.len(),
                 mean: s.mean,
                 ci_low,
                 ci_high,
             })
         })
-        .collect()
+        .collect();
+    // In the order a reader scans them: arm, size, breakdown and value by name, step, column.
+    means.sort_by(|a, b| {
+        (&a.arm, a.population, &a.by, &a.value, a.step).cmp(&(
+            &b.arm,
+            b.population,
+            &b.by,
+            &b.value,
+            b.step,
+        ))
+    });
+    means
 }
 
 fn timing(dir: &Path) -> Timing {
@@ -315,7 +368,7 @@ pub fn write(dir: &Path, options: &Options) -> Result<Overview, ReportError> {
     let figures_dir = dir.join("figures");
     std::fs::create_dir_all(&figures_dir)?;
     let mut figures = Vec::new();
-    let last_step = table.step.iter().copied().max().unwrap_or(0);
+    let last_step = table.step.iter().copied().max().unwrap_or(0) as usize;
     for column in &columns {
         let mut series: BTreeMap<String, Vec<(f64, f64, f64, f64)>> = BTreeMap::new();
         for m in means
@@ -355,10 +408,13 @@ pub fn write(dir: &Path, options: &Options) -> Result<Overview, ReportError> {
             .find(|(n, _)| n == column)
             .expect("a column")
             .1;
-        let arms: std::collections::BTreeSet<&String> = table.arm.iter().collect();
-        for arm in arms {
-            let xs: Vec<f64> = (0..table.arm.len())
-                .filter(|&r| &table.arm[r] == arm && table.step[r] == last_step)
+        let mut arms: Vec<(usize, &String)> = table.arm.labels.iter().enumerate().collect();
+        arms.sort_by_key(|(_, label)| *label);
+        for (code, arm) in arms {
+            let xs: Vec<f64> = (0..table.arm.codes.len())
+                .filter(|&r| {
+                    table.arm.codes[r] as usize == code && table.step[r] as usize == last_step
+                })
                 .map(|r| values[r])
                 .filter(|v| v.is_finite())
                 .collect();
