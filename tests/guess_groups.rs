@@ -130,6 +130,9 @@ fn each_group_plays_its_own_game() {
     );
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("Group levels at step 3"), "report.html");
+    // A group index is no attribute: guesses are broken down by education, not by team.
+    assert!(out.join("fig_by_education.svg").is_file());
+    assert!(!out.join("fig_by_team.svg").exists() && !out.join("fig_by_league.svg").exists());
 }
 
 // Guards against a `group` that names no level being ignored: the whole cell would then play

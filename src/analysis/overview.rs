@@ -453,7 +453,8 @@ pub fn write(dir: &Path, options: &Options) -> Result<Overview, ReportError> {
     Ok(overview)
 }
 
-pub(crate) fn level_names(groups: &[RecordBatch]) -> Vec<String> {
+/// The group levels of a run, innermost first, from its `groups.parquet` batches.
+pub fn level_names(groups: &[RecordBatch]) -> Vec<String> {
     let mut names = Vec::new();
     for b in groups {
         if let Some(levels) = b.column_by_name("level").and_then(|c| texts(c.as_ref())) {

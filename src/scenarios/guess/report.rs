@@ -249,9 +249,13 @@ fn band(x: f64, edges: &[f64]) -> String {
     crate::sim::population::band_label(x, edges)
 }
 
+/// Reads the state's guesses, by round and by every population attribute; the runner's keys
+/// and the group levels (`levels`: a group index is no attribute to break guesses down by)
+/// are skipped.
 fn gather(
     batches: &[RecordBatch],
     bands: &BTreeMap<String, Vec<f64>>,
+    levels: &[String],
 ) -> Result<Gathered, ReportError> {
     const FIXED: [&str; 8] = [
         "arm",
@@ -271,7 +275,7 @@ fn gather(
                 .fields()
                 .iter()
                 .map(|f| f.name().clone())
-                .filter(|n| !FIXED.contains(&n.as_str()))
+                .filter(|n| !FIXED.contains(&n.as_str()) && !levels.contains(n))
                 .map(|n| (n, Vec::new()))
                 .collect();
         }
@@ -496,7 +500,12 @@ pub fn report(dir: &Path) -> Result<Report, ReportError> {
     }
     let batches = record::read_state(dir)?;
     let info = attribute_info(dir);
-    let mut gathered = gather(&batches, &info.bands)?;
+    let group_tables = record::read_table(dir, record::GROUPS).unwrap_or_default();
+    let mut gathered = gather(
+        &batches,
+        &info.bands,
+        &crate::analysis::overview::level_names(&group_tables),
+    )?;
     for (name, order) in gathered.attributes.iter_mut() {
         if let Some(declared) = info.categories.get(name) {
             order.sort_by_key(|c| declared.iter().position(|d| d == c).unwrap_or(usize::MAX));
@@ -740,7 +749,7 @@ pub fn report(dir: &Path) -> Result<Report, ReportError> {
     }
 
     let last_round = rounds.iter().map(|r| r.round).max().unwrap_or(0);
-    let levels = level_spreads(&record::read_table(dir, record::GROUPS).unwrap_or_default())
+    let levels = level_spreads(&group_tables)
         .into_iter()
         .filter(|s| s.step == last_round)
         .collect();
