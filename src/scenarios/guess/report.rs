@@ -1075,7 +1075,9 @@ mod tests {
         };
         let bands = Default::default();
         let signed = batch(Arc::new(Int64Array::from(vec![5])));
-        let e = super::gather(&[signed], &bands).err().expect("refused");
+        let e = super::gather(&[signed], &bands, &[])
+            .err()
+            .expect("refused");
         assert!(
             matches!(&e, ReportError::Column { column, problem: ColumnProblem::Type { .. }, .. }
                 if column == "population"),
@@ -1086,9 +1088,12 @@ mod tests {
             "{e}"
         );
         let good = batch(Arc::new(UInt64Array::from(vec![5])));
-        super::gather(std::slice::from_ref(&good), &bands).expect("the runner's types are read");
+        super::gather(std::slice::from_ref(&good), &bands, &[])
+            .expect("the runner's types are read");
         let without = good.project(&[0, 1, 3]).unwrap();
-        let e = super::gather(&[without], &bands).err().expect("refused");
+        let e = super::gather(&[without], &bands, &[])
+            .err()
+            .expect("refused");
         assert!(
             matches!(&e, ReportError::Column { column, problem: ColumnProblem::Missing, .. }
                 if column == "step"),
