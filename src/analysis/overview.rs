@@ -2,7 +2,10 @@
 //! intervals over replicates (by arm, and broken down by role, policy, population attribute
 //! and group level), their distributions at the last step, the headline table, the caveats
 //! of a scripted or mixed policy or a small model, and the run's timing. A scenario's own
-//! report adds its figures on top of this one ([`write`] returns what it found).
+//! report adds its own sections, figures and numbers on top of this one through
+//! [`write_with`] and [`Own`]: the base places them on its page, in `summary.json` and at the
+//! terminal, so that every report has the same top (the unfinished-run and caveat notes, the
+//! run in one paragraph), the same breakdowns of every column, and the same timing.
 //!
 //! Files, in the run folder: `report.html`, `summary.json`, `means.csv` (every mean with its
 //! interval, long format, for one's own analysis), and `figures/<column>.svg|png`.
@@ -61,8 +64,47 @@ pub struct Overview {
     pub means: Vec<Mean>,
     pub notes: Vec<String>,
     pub timing: Timing,
+    /// Every figure of the page, the scenario's first (paths under the run folder, without
+    /// their extension).
+    pub figures: Vec<String>,
     #[serde(skip)]
     pub summary: String,
+}
+
+/// A scenario's own part of its report, which [`write_with`] places on the base's page, in its
+/// `summary.json` and at the terminal.
+#[derive(Debug, Default)]
+pub struct Own {
+    /// The notes a reader must see first, when the scenario words them itself (they replace
+    /// the caveats the base would write from [`Options`]).
+    pub notes: Option<Vec<String>>,
+    /// Its sections of `report.html`, shown after the run's paragraph and before the base's
+    /// breakdowns of every column.
+    pub html: String,
+    /// Its figures, already drawn (paths under the run folder, without their extension).
+    pub figures: Vec<String>,
+    /// Its numbers: the fields of this object sit at the top of `summary.json`, beside the
+    /// base's (`columns`, `means`, `notes`, `timing`, `figures`, which win a clash).
+    pub summary: serde_json::Map<String, serde_json::Value>,
+    /// Its lines for the terminal, in place of the base's table of means.
+    pub text: Option<String>,
+}
+
+impl Own {
+    /// `numbers` as the scenario's part of `summary.json` (they must serialize as an object).
+    pub fn summary_of(
+        numbers: &impl Serialize,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, ReportError> {
+        match serde_json::to_value(numbers) {
+            Ok(serde_json::Value::Object(map)) => Ok(map),
+            Ok(other) => Err(ReportError::Message(format!(
+                "a scenario's report numbers must be a JSON object for summary.json, not {other}"
+            ))),
+            Err(e) => Err(ReportError::Message(format!(
+                "a scenario's report numbers could not be written as JSON: {e}"
+            ))),
+        }
+    }
 }
 
 /// How long the run took and how fast it decided.
@@ -356,6 +398,11 @@ fn number(x: f64) -> String {
 
 /// Writes the base report into `dir` (see the module's documentation).
 pub fn write(dir: &Path, options: &Options) -> Result<Overview, ReportError> {
+    write_with(dir, options, Own::default())
+}
+
+/// Writes the base report into `dir` with a scenario's own part in it.
+pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, ReportError> {
     let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
     let groups = record::read_table(dir, record::GROUPS).unwrap_or_default();
     let levels: Vec<String> = level_names(&groups);
@@ -363,7 +410,10 @@ pub fn write(dir: &Path, options: &Options) -> Result<Overview, ReportError> {
     let table = flatten(&state, &levels)?;
     let means = means(&table);
     let columns: Vec<String> = table.numbers.iter().map(|(n, _)| n.clone()).collect();
-    let notes = notes(&manifest, options);
+    let notes = match own.notes {
+        Some(notes) => notes,
+        None => notes(&manifest, options),
+    };
     let timing = timing(dir);
     let figures_dir = dir.join("figures");
     std::fs::create_dir_all(&figures_dir)?;
@@ -440,17 +490,46 @@ pub fn write(dir: &Path, options: &Options) -> Result<Overview, ReportError> {
         }
     }
     write_csv(&dir.join("means.csv"), &means)?;
+    let base_figures = figures.len();
+    let figures: Vec<String> = own.figures.into_iter().chain(figures).collect();
     let overview = Overview {
-        summary: summary_text(&manifest, &notes, &means, &timing, last_step),
+        summary: own
+            .text
+            .unwrap_or_else(|| summary_text(&manifest, &notes, &means, &timing, last_step)),
         columns,
         means,
         notes,
         timing,
+        figures,
     };
-    record::write_json_atomic(&dir.join("summary.json"), &overview)?;
-    let page = page(&manifest, options, &overview, &figures, &groups, last_step);
-    std::fs::write(dir.join("report.html"), page)?;
+    let mut summary = own.summary;
+    summary.extend(Own::summary_of(&overview)?);
+    record::write_json_atomic(&dir.join("summary.json"), &summary)?;
+    let (own_figures, base_figures) = overview
+        .figures
+        .split_at(overview.figures.len() - base_figures);
+    let page = page(
+        &manifest,
+        options,
+        &overview,
+        Sections {
+            own: &own.html,
+            own_figures,
+            base_figures,
+        },
+        &groups,
+        last_step,
+    );
+    let path = dir.join("report.html");
+    std::fs::write(&path, page).map_err(|source| ReportError::Write { path, source })?;
     Ok(overview)
+}
+
+/// What goes on the page besides the base's numbers.
+struct Sections<'a> {
+    own: &'a str,
+    own_figures: &'a [String],
+    base_figures: &'a [String],
 }
 
 /// The group levels of a run, innermost first, from its `groups.parquet` batches.
@@ -579,7 +658,7 @@ fn page(
     manifest: &Manifest,
     options: &Options,
     o: &Overview,
-    figures: &[String],
+    sections: Sections<'_>,
     groups: &[RecordBatch],
     last_step: usize,
 ) -> String {
@@ -587,15 +666,79 @@ fn page(
         .title
         .clone()
         .unwrap_or_else(|| format!("{} ({})", manifest.name, manifest.scenario));
-    let mut body = format!("<h1>{}</h1>", esc(&title));
-    if let Some(u) = html::unfinished(manifest) {
-        let _ = write!(body, "<p class=\"note\">{}</p>", esc(&u));
-    }
+    let mut body = html::unfinished_note(manifest);
     body.push_str(&html::notes_html(&o.notes));
-    body.push_str(&html::headline(manifest));
-    let cell = with_interval;
+    let _ = write!(body, "<h1>{}</h1>", esc(&title));
+    body.push_str(&run_paragraph(manifest));
+    body.push_str(sections.own);
+    if !sections.own_figures.is_empty() {
+        body.push_str("<h2>Figures</h2>");
+        body.push_str(&html::figures(sections.own_figures));
+    }
+    // A scenario's own sections come first; its every-column breakdowns fold away under
+    // them, where a reader looking for one column finds it.
+    let own = !sections.own.is_empty();
+    body.push_str(&level_spreads_html(&level_spreads(groups), last_step));
+    let columns = columns_html(o, last_step);
+    if own {
+        let _ = write!(
+            body,
+            "<details><summary><b>Every numeric column</b>: means per step with 95% intervals \
+             over replicates, by arm and breakdown (<code>means.csv</code> has them all)\
+             </summary>{columns}"
+        );
+    } else {
+        body.push_str(&columns);
+    }
+    if !sections.base_figures.is_empty() {
+        body.push_str(if own {
+            "<h3>Every column's figures</h3>"
+        } else {
+            "<h2>Figures</h2>"
+        });
+        body.push_str(&html::figures(sections.base_figures));
+    }
+    if own {
+        body.push_str("</details>");
+    }
+    let t = &o.timing;
     let _ = write!(
         body,
+        "<h2>Timing</h2><p>{} steps in {:.1} s; {} decisions, {:.1} per second; {} prompt \
+         tokens, {:.0}% of them from the prefix cache.</p>",
+        t.steps,
+        t.seconds,
+        t.decisions,
+        t.decisions_per_second,
+        t.prompt_tokens,
+        t.prefix_hit_rate * 100.0
+    );
+    html::page(&title, &body)
+}
+
+/// The run in one paragraph: what ran it, and what became of its decisions.
+fn run_paragraph(m: &Manifest) -> String {
+    format!(
+        "<p>Scenario <b>{}</b>, policy <b>{}</b>, model <b>{}</b>, seed {}, {} replicate{}, {} \
+         steps; {} decisions in {:.1} s, {} fell back (no valid reply), {} clamped.</p>",
+        esc(&m.scenario),
+        esc(&m.policy),
+        esc(m.model.as_deref().unwrap_or("-")),
+        m.seed,
+        m.replicates,
+        if m.replicates == 1 { "" } else { "s" },
+        m.steps,
+        m.counters.decisions,
+        m.counters.seconds,
+        m.counters.fallbacks,
+        m.counters.clamped
+    )
+}
+
+/// The means of every numeric column at the last step, whole and by each breakdown.
+fn columns_html(o: &Overview, last_step: usize) -> String {
+    let cell = with_interval;
+    let mut body = format!(
         "<h2>At step {last_step}</h2><p>Mean over agents, 95% interval over replicates.</p>"
     );
     body.push_str(&html::table(
@@ -640,22 +783,7 @@ fn page(
                 }),
         ));
     }
-    body.push_str(&level_spreads_html(&level_spreads(groups), last_step));
-    let t = &o.timing;
-    let _ = write!(
-        body,
-        "<h2>Timing</h2><p>{} steps in {:.1} s; {} decisions, {:.1} per second; {} prompt \
-         tokens, {:.0}% of them from the prefix cache.</p>",
-        t.steps,
-        t.seconds,
-        t.decisions,
-        t.decisions_per_second,
-        t.prompt_tokens,
-        t.prefix_hit_rate * 100.0
-    );
-    body.push_str("<h2>Figures</h2>");
-    body.push_str(&html::figures(figures));
-    html::page(&title, &body)
+    body
 }
 
 /// How the groups of one level differ at one step: the spread of their members' means of one

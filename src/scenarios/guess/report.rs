@@ -9,10 +9,8 @@
 
 use super::rules;
 use crate::analysis::caveats;
-use crate::analysis::html::{
-    esc, figures, headline, notes_html, page, table, unfinished, unfinished_note,
-};
-use crate::analysis::overview::{LevelSpread, level_spreads, level_spreads_html};
+use crate::analysis::html::{esc, headline, table, unfinished};
+use crate::analysis::overview::{self, LevelSpread, Own, level_spreads};
 use crate::analysis::plot::{
     self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines, PlotError,
 };
@@ -487,7 +485,8 @@ fn notes(manifest: &Manifest, attributes: &[(String, Vec<String>)]) -> Vec<Strin
     caveats::notes(manifest, &STUDY, &scripted, String::new)
 }
 
-/// Writes the figures, `summary.json` and `report.html` into `dir` and returns the numbers.
+/// Writes the report into `dir` on the base report ([`overview`]): the game's figures, its
+/// sections and numbers, then every column's breakdowns; returns the game's numbers.
 pub fn report(dir: &Path) -> Result<Report, ReportError> {
     let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
     let steps: Vec<StepRecord> = record::read_steps(dir)?;
@@ -775,10 +774,18 @@ pub fn report(dir: &Path) -> Result<Report, ReportError> {
         levels,
         figures,
     };
-    record::write_json_atomic(&dir.join("summary.json"), &report)?;
-    let page = dir.join("report.html");
-    std::fs::write(&page, html(&report))
-        .map_err(|source| ReportError::Write { path: page, source })?;
+    let own = Own {
+        notes: Some(report.notes.clone()),
+        html: html(&report),
+        figures: report.figures.clone(),
+        summary: Own::summary_of(&report)?,
+        text: Some(text(&report)),
+    };
+    let options = overview::Options {
+        title: Some(report.manifest.name.clone()),
+        ..Default::default()
+    };
+    overview::write_with(dir, &options, own)?;
     Ok(report)
 }
 
@@ -915,24 +922,11 @@ pub fn text(report: &Report) -> String {
 /// What a round with two winning numbers means, under the tables that show one.
 const TIES: &str = "Where guesses on both sides of the target were equally close (a target of 22.5, guesses 22 and 23), every one of them won: both winning numbers are shown, all their agents count as winners, and aggregates.csv has the higher in `tied_winning_number`.";
 
+/// The game's sections of `report.html`: the base report ([`crate::analysis::overview`]) puts
+/// the run's notes and paragraph above them, and the game's figures, every column's breakdowns
+/// and the group levels below.
 fn html(report: &Report) -> String {
-    let m = &report.manifest;
-    let mut body = unfinished_note(m);
-    body.push_str(&notes_html(&report.notes));
-    let _ = write!(
-        body,
-        "<h1>{}</h1><p>Scenario <b>guess</b>, policy <b>{}</b>, model <b>{}</b>, seed {}, {} replicates, {} rounds; \
-         {} decisions in {:.1} s, {} fell back (no guess).</p>",
-        esc(&m.name),
-        esc(&m.policy),
-        esc(m.model.as_deref().unwrap_or("-")),
-        m.seed,
-        m.replicates,
-        m.steps,
-        m.counters.decisions,
-        m.counters.seconds,
-        m.counters.fallbacks,
-    );
+    let mut body = String::new();
     body.push_str(
         "<h2>Rounds</h2><p>Each statistic is the mean over replicates (one game each); the interval of \
          the mean guess is a 95% CI over games (Student's t, cut at 0 and 100), shown when there are \
@@ -1008,12 +1002,7 @@ fn html(report: &Report) -> String {
             }),
         ));
     }
-    body.push_str("<h2>Figures</h2>");
-    if let Some(step) = report.levels.first().map(|s| s.step) {
-        body.push_str(&level_spreads_html(&report.levels, step));
-    }
-    body.push_str(&figures(&report.figures));
-    page(&m.name, &body)
+    body
 }
 
 /// Writes the report of the run in `dir` and returns its key numbers as text (the

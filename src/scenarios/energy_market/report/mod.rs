@@ -19,6 +19,7 @@ pub use data::{Cell, CellSettings, Run};
 
 use super::Row;
 use super::config::Role;
+use crate::analysis::overview::{self, Own};
 use crate::analysis::stats::{Method, Nested, Summary, Welch, holm, replicate_means, welch};
 use crate::analysis::{ReportError, caveats};
 use crate::record::{Manifest, StepRecord};
@@ -489,8 +490,13 @@ fn notes(run: &Run, groups: &[GroupStats]) -> Vec<String> {
     })
 }
 
-/// Writes the figures, `summary.json` and `report.html` into `dir` and returns the numbers.
+/// Writes the report into `dir` on the base report ([`overview`]): the study's figures, its
+/// sections and numbers, then every column's breakdowns; returns the study's numbers.
 pub fn report(dir: &Path) -> Result<Report, ReportError> {
+    report_and_text(dir).map(|(report, _)| report)
+}
+
+fn report_and_text(dir: &Path) -> Result<(Report, String), ReportError> {
     let run = Run::read(dir)?;
     let groups: Vec<GroupStats> = run
         .groups()
@@ -508,20 +514,24 @@ pub fn report(dir: &Path) -> Result<Report, ReportError> {
         figures,
         manifest: run.manifest,
     };
-    crate::record::write_json_atomic(&dir.join("summary.json"), &report)?;
-    let page = dir.join("report.html");
-    std::fs::write(&page, render::html(&report))
-        .map_err(|source| ReportError::Write { path: page, source })?;
-    Ok(report)
-}
-
-/// The key numbers as text lines, for the terminal.
-pub fn text(report: &Report) -> String {
-    render::text(report)
+    drop(run.cells);
+    let own = Own {
+        notes: Some(report.notes.clone()),
+        html: render::html(&report),
+        figures: report.figures.clone(),
+        summary: Own::summary_of(&report)?,
+        text: Some(render::text(&report)),
+    };
+    let options = overview::Options {
+        title: Some(report.manifest.name.clone()),
+        ..Default::default()
+    };
+    let text = overview::write_with(dir, &options, own)?.summary;
+    Ok((report, text))
 }
 
 /// Writes the report of the run in `dir` and returns its key numbers as text (the
 /// registry's entry).
 pub fn write(dir: &Path) -> Result<String, ReportError> {
-    report(dir).map(|r| text(&r))
+    report_and_text(dir).map(|(_, text)| text)
 }

@@ -2,8 +2,7 @@
 
 use super::{GroupStats, Report, TestRow};
 use crate::analysis::html::{
-    esc, figures, fmt, fmt_nested, fmt_p, fmt_seconds, headline, notes_html, page, table,
-    unfinished, unfinished_note,
+    esc, fmt, fmt_nested, fmt_p, fmt_seconds, headline, table, unfinished,
 };
 use crate::scenarios::energy_market::config::Role;
 use std::fmt::Write as _;
@@ -91,26 +90,11 @@ fn share_text(k: usize, n: usize) -> String {
     }
 }
 
+/// The study's sections of `report.html`: the base report ([`crate::analysis::overview`])
+/// puts the run's notes and paragraph above them, and the study's figures and every column's
+/// breakdowns below.
 pub fn html(report: &Report) -> String {
-    let m = &report.manifest;
-    let mut body = unfinished_note(m);
-    body.push_str(&notes_html(&report.notes));
-    let _ = write!(
-        body,
-        "<h1>{}</h1><p>Scenario <b>{}</b>, policy <b>{}</b>, model <b>{}</b>, seed {}, {} replicates, {} steps; \
-         {} decisions in {:.1} s, {} fell back to no change, {} clamped.</p>",
-        esc(&m.name),
-        esc(&m.scenario),
-        esc(&m.policy),
-        esc(m.model.as_deref().unwrap_or("-")),
-        m.seed,
-        m.replicates,
-        m.steps,
-        m.counters.decisions,
-        m.counters.seconds,
-        m.counters.fallbacks,
-        m.counters.clamped
-    );
+    let mut body = String::new();
     let _ = write!(
         body,
         "<h2>How to read these numbers</h2><p>{}</p>",
@@ -344,9 +328,7 @@ pub fn html(report: &Report) -> String {
             ]
         }),
     ));
-    body.push_str("<h2>Figures</h2>");
-    body.push_str(&figures(&report.figures));
-    page(&report.manifest.name, &body)
+    body
 }
 
 pub fn text(report: &Report) -> String {
