@@ -332,6 +332,13 @@ impl Engine {
         self.scheduler.config().max_seqs
     }
 
+    /// KV-cache memory the running sequences hold now (free blocks that still hold a cached
+    /// prefix not counted).
+    pub fn kv_bytes_in_use(&self) -> u64 {
+        let blocks = &self.scheduler.blocks;
+        ((blocks.num_blocks() - blocks.num_free()) * self.runner.kv().block_bytes()) as u64
+    }
+
     pub fn num_kv_blocks(&self) -> usize {
         self.scheduler.blocks.num_blocks()
     }

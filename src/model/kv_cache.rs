@@ -78,6 +78,15 @@ impl KvCache {
         })
     }
 
+    /// Bytes one block takes on the device: keys and values of every layer.
+    pub fn block_bytes(&self) -> usize {
+        2 * self.layers.len()
+            * self.block_size
+            * self.kv_heads
+            * self.head_dim
+            * self.dtype.size_in_bytes()
+    }
+
     pub fn block_size(&self) -> usize {
         self.block_size
     }

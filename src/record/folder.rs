@@ -74,6 +74,33 @@ pub struct RunFolder {
     made: Vec<PathBuf>,
 }
 
+/// Who holds a run folder's lock: the lock file names the writer's pid on its first line and
+/// its machine on the second (a file of an older throng has the pid alone), so that a watcher
+/// on a shared file system can tell a writer of its own machine from another's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolder {
+    pub pid: Option<u32>,
+    pub host: Option<String>,
+}
+
+impl LockHolder {
+    pub fn parse(text: &str) -> Self {
+        let mut lines = text.lines().map(str::trim);
+        LockHolder {
+            pid: lines.next().and_then(|p| p.parse().ok()),
+            host: lines.next().filter(|h| !h.is_empty()).map(str::to_string),
+        }
+    }
+}
+
+/// This machine's name, as lock files record it.
+pub fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
 fn lock(dir: &Path) -> Result<File, FolderError> {
     let path = dir.join(LOCK);
     let mut file = std::fs::OpenOptions::new()
@@ -86,15 +113,15 @@ fn lock(dir: &Path) -> Result<File, FolderError> {
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
-            let mut pid = String::new();
-            let _ = file.read_to_string(&mut pid);
-            let pid = pid.trim();
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            let holder = LockHolder::parse(&text);
             return Err(FolderError::Locked {
                 dir: dir.to_path_buf(),
-                pid: if pid.is_empty() {
-                    "unknown".into()
-                } else {
-                    pid.to_string()
+                pid: match (holder.pid, holder.host) {
+                    (None, _) => "unknown".into(),
+                    (Some(pid), Some(h)) if h != host() => format!("{pid} on {h}"),
+                    (Some(pid), _) => pid.to_string(),
                 },
             });
         }
@@ -102,7 +129,7 @@ fn lock(dir: &Path) -> Result<File, FolderError> {
     }
     file.set_len(0)
         .and_then(|_| file.seek(SeekFrom::Start(0)))
-        .and_then(|_| write!(file, "{}", std::process::id()))
+        .and_then(|_| write!(file, "{}\n{}\n", std::process::id(), host()))
         .and_then(|_| file.flush())
         .map_err(|e| RecordError::io(&path, e))?;
     Ok(file)

@@ -15,11 +15,13 @@ pub mod table;
 mod writer;
 
 pub use decision::{DecisionLog, DecisionRecord};
-pub use folder::{CONFIG_ORIGINAL, FolderError, LOCK, RunFolder, lock_for_report, never_started};
+pub use folder::{
+    CONFIG_ORIGINAL, FolderError, LOCK, LockHolder, RunFolder, host, lock_for_report, never_started,
+};
 pub use manifest::{Counters, FileSum, Manifest, Status, peak_rss_bytes};
 pub use seal::{checksums, record_files, verify};
 pub use writer::{
-    StepRecord, StepWriter, merge_parts, reset as writer_reset, rewind as writer_rewind,
+    KeptPrompt, StepRecord, StepWriter, merge_parts, reset as writer_reset, rewind as writer_rewind,
 };
 
 use serde::Serialize;
@@ -43,6 +45,8 @@ pub const PERSONAS: &str = "personas";
 pub const GROUPS: &str = "groups";
 pub const STATE_PARQUET: &str = "state.parquet";
 pub const DECISIONS: &str = "decisions.jsonl";
+/// The whole prompts of logged model decisions, once per distinct prompt (`{hash, text}`).
+pub const PROMPTS: &str = "prompts.jsonl";
 pub const STEPS: &str = "steps.csv";
 pub const AGGREGATES: &str = "aggregates.csv";
 

@@ -2,8 +2,8 @@
 //! lengths so that a resumed run can cut away a half-written step.
 
 use super::{
-    AGGREGATES, CELLS, CellRecord, DECISIONS, DecisionRecord, RecordError, STATE, STATE_CSV, STEPS,
-    table,
+    AGGREGATES, CELLS, CellRecord, DECISIONS, DecisionRecord, PROMPTS, RecordError, STATE,
+    STATE_CSV, STEPS, table,
 };
 use arrow_array::RecordBatch;
 use arrow_schema::Schema;
@@ -45,10 +45,33 @@ pub struct StepRecord {
     /// Of `seconds`: waiting for and exchanging the other ranks' parts of the step.
     #[serde(default)]
     pub exchange_seconds: f64,
+    /// Decisions changed to fit the rules.
+    #[serde(default)]
+    pub clamped: usize,
+    /// Of `seconds`: the engine's forward passes, and its constrained decoder's token masks.
+    #[serde(default)]
+    pub forward_seconds: f64,
+    #[serde(default)]
+    pub mask_seconds: f64,
+    /// The most KV-cache memory the step held at once.
+    #[serde(default)]
+    pub kv_bytes: u64,
+    /// Each rank's own time for the step, space-separated (empty without MPI): a slow rank
+    /// stands out against the others.
+    #[serde(default)]
+    pub rank_seconds: String,
 }
 
 fn one() -> usize {
     1
+}
+
+/// One line of `prompts.jsonl`: the whole prompt of a logged decision, by its hash (the
+/// `prompt_hash` of `decisions.jsonl`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeptPrompt {
+    pub hash: String,
+    pub text: String,
 }
 
 /// The run's appended files.
@@ -59,12 +82,13 @@ pub struct StepWriter {
     /// `None`: the scenario keeps no aggregates, and the run has no `aggregates.csv`.
     aggregates: Option<CsvAppender>,
     decisions: BufWriter<File>,
+    prompts: BufWriter<File>,
     cells: BufWriter<File>,
     steps: csv::Writer<BufWriter<File>>,
 }
 
 /// Every file a run appends to (the Parquet parts aside).
-const APPENDED: [&str; 5] = [DECISIONS, STEPS, AGGREGATES, CELLS, STATE_CSV];
+const APPENDED: [&str; 6] = [DECISIONS, PROMPTS, STEPS, AGGREGATES, CELLS, STATE_CSV];
 
 /// A CSV file written from record batches: the header goes into an empty file only.
 struct CsvAppender {
@@ -145,6 +169,7 @@ impl StepWriter {
                 .map(|schema| CsvAppender::open_with_header(dir.join(AGGREGATES), schema))
                 .transpose()?,
             decisions: BufWriter::new(append(&dir.join(DECISIONS))?),
+            prompts: BufWriter::new(append(&dir.join(PROMPTS))?),
             cells: BufWriter::new(append(&dir.join(CELLS))?),
             steps: csv::WriterBuilder::new()
                 .has_headers(fresh)
@@ -203,6 +228,14 @@ impl StepWriter {
         records: impl IntoIterator<Item = DecisionRecord>,
     ) -> Result<(), RecordError> {
         json_lines(&mut self.decisions, &self.dir.join(DECISIONS), records)
+    }
+
+    /// Appends prompts of logged decisions (`prompts.jsonl`), one line each.
+    pub fn prompts(
+        &mut self,
+        prompts: impl IntoIterator<Item = KeptPrompt>,
+    ) -> Result<(), RecordError> {
+        json_lines(&mut self.prompts, &self.dir.join(PROMPTS), prompts)
     }
 
     /// Appends the fixed data of cells (`cells.jsonl`), one line each.

@@ -3,7 +3,7 @@
 //! wave at a time, as the engine has room, so that memory stays bounded whatever the number
 //! of agents.
 
-use super::{AgentTurn, CellView, Decided, LlmTrace, Policy, PolicyError, PromptTimes};
+use super::{AgentTurn, CellView, Decided, LlmTrace, Policy, PolicyError, PolicyTimes};
 use crate::engine::{
     ChatTemplate, Client, Engine, Fill, FinishReason, Message, Prompt, PromptCost, Queue, Refused,
     Request, RequestError, Response, SamplingParams, Schema, SharedPrefix, Tokenizer,
@@ -30,7 +30,7 @@ pub struct Llm {
     histories: HashMap<String, History>,
     /// Requests in flight at most.
     wave: usize,
-    times: PromptTimes,
+    times: PolicyTimes,
     schemas: Schemas,
 }
 
@@ -92,6 +92,8 @@ struct Prepared {
     schema: Arc<Value>,
     user: String,
     hash: String,
+    /// The whole prompt, for a turn the decisions log keeps.
+    prompt: Option<String>,
     cost: PromptCost,
 }
 
@@ -111,7 +113,7 @@ impl Llm {
             keep,
             histories: HashMap::new(),
             wave: wave.max(1),
-            times: PromptTimes::default(),
+            times: PolicyTimes::default(),
             schemas: Schemas::default(),
         }
     }
@@ -217,6 +219,7 @@ fn prepare<S: Scenario>(
     }
     own.push(Message::user(user.clone()));
     let hash = prefix.hash(&own);
+    let prompt = t.logged.then(|| transcript(prefix.system(), &own));
     let tokens = prefix.tokens(prep.chat, prep.tokenizer, &own);
     let mut cost = PromptCost {
         template: rendered,
@@ -238,8 +241,18 @@ fn prepare<S: Scenario>(
         schema: turn.schema,
         user,
         hash,
+        prompt,
         cost,
     })
+}
+
+/// A prompt as its messages, for a reader: each under its role.
+fn transcript(system: &str, own: &[Message]) -> String {
+    let mut out = format!("[system]\n{system}\n");
+    for m in own {
+        out.push_str(&format!("\n[{}]\n{}\n", m.role, m.content));
+    }
+    out
 }
 
 impl<S: Scenario> Policy<S> for Llm {
@@ -287,7 +300,12 @@ impl<S: Scenario> Policy<S> for Llm {
             results: (0..turns.len()).map(|_| None).collect(),
             done,
         };
-        self.engine.run(self.wave, &mut step)?;
+        let before = self.engine.totals();
+        let ran = self.engine.run(self.wave, &mut step);
+        let after = self.engine.totals();
+        step.times.forward += after.forward.saturating_sub(before.forward);
+        step.times.masks += after.masks.saturating_sub(before.masks);
+        ran?;
         Ok(step
             .results
             .into_iter()
@@ -295,7 +313,7 @@ impl<S: Scenario> Policy<S> for Llm {
             .collect())
     }
 
-    fn take_prompt_times(&mut self) -> PromptTimes {
+    fn take_times(&mut self) -> PolicyTimes {
         std::mem::take(&mut self.times)
     }
 
@@ -322,6 +340,7 @@ struct InFlight {
     /// The agent's own prompt, for its history.
     user: String,
     prompt_hash: String,
+    prompt: Option<String>,
 }
 
 /// One step's turns through the engine: prepared a wave at a time as the engine has room, so
@@ -336,7 +355,7 @@ struct Step<'a, 'c, S: Scenario> {
     histories: &'a mut HashMap<String, History>,
     keep: usize,
     schemas: &'a mut Schemas,
-    times: &'a mut PromptTimes,
+    times: &'a mut PolicyTimes,
     /// Turns before it have been submitted.
     next: usize,
     results: Vec<Option<Decided<S::Decision>>>,
@@ -362,6 +381,8 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
     type Error = PolicyError;
 
     fn fill(&mut self, queue: &mut Queue<'_, InFlight>) -> Result<Fill, PolicyError> {
+        let in_use = queue.engine().kv_bytes_in_use();
+        self.times.kv_peak_bytes = self.times.kv_peak_bytes.max(in_use);
         let take = queue.room().min(self.turns.len() - self.next);
         if take > 0 {
             let batch = &self.turns[self.next..self.next + take];
@@ -397,6 +418,7 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
                     turn: self.next + offset,
                     user: p.user,
                     prompt_hash: p.hash,
+                    prompt: p.prompt,
                 };
                 let submitted = match p.request {
                     Ok(request) => {
@@ -408,6 +430,7 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
                 if let Err(Refused { key, error }) = submitted {
                     let trace = LlmTrace {
                         prompt_hash: key.prompt_hash,
+                        prompt: key.prompt,
                         ..LlmTrace::default()
                     };
                     self.fall_back(key.turn, format!("refused: {error}"), trace);
@@ -433,6 +456,7 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
         let cell = &self.cells[t.cell];
         let mut trace = LlmTrace {
             prompt_hash: key.prompt_hash,
+            prompt: key.prompt,
             ..LlmTrace::default()
         };
         let parsed = match result {

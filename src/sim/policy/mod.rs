@@ -38,12 +38,17 @@ pub struct AgentTurn {
     pub agent: usize,
     /// Seeds the agent's draws this step (its sampling, or the scripted rules' noise).
     pub seed: u64,
+    /// Whether the decisions log keeps this turn: a model then keeps its whole prompt too.
+    pub logged: bool,
 }
 
 /// What the model did for one decision, for the decisions log.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LlmTrace {
     pub prompt_hash: String,
+    /// The whole prompt, message by message, for a turn the decisions log keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
     pub text: Option<String>,
     pub value: Option<Value>,
     pub prompt_tokens: usize,
@@ -78,11 +83,17 @@ impl<D> Decided<D> {
     }
 }
 
-/// Time a policy spent preparing prompts during a step.
+/// Where a policy's time went during a step, and the most KV memory it held.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct PromptTimes {
+pub struct PolicyTimes {
+    /// Preparing prompts: rendering templates, and tokenizing.
     pub template: Duration,
     pub tokenize: Duration,
+    /// In the engine: forward passes, and the constrained decoder's token masks.
+    pub forward: Duration,
+    pub masks: Duration,
+    /// The most KV-cache memory in use at once, as the policy saw it between waves.
+    pub kv_peak_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,9 +120,9 @@ pub trait Policy<S: Scenario> {
         turns: &[AgentTurn],
         done: &mut dyn FnMut(usize),
     ) -> Result<Vec<Decided<S::Decision>>, PolicyError>;
-    /// Prompt preparation time since the last call.
-    fn take_prompt_times(&mut self) -> PromptTimes {
-        PromptTimes::default()
+    /// Where the time went since the last call.
+    fn take_times(&mut self) -> PolicyTimes {
+        PolicyTimes::default()
     }
     /// State to carry over a restart (chat histories), as bytes.
     fn checkpoint(&self) -> Vec<u8> {

@@ -249,12 +249,17 @@ pub fn run<S: Scenario>(
             fault::point(group * cfg.steps.0 + step + 1, fault::HANG);
             let started = Instant::now();
             let mut decided = |n| progress(Progress::Decided(n));
-            let (decisions, resolve_time, exchange) = if ranks.size() == 1 {
+            let (decisions, resolve_time, exchange, rank_seconds) = if ranks.size() == 1 {
                 let turns = step::turns(exp, arms, &cells, step)?;
                 let decisions =
                     step::decide(exp, arms, &cells, step, turns, policies, &mut decided)?;
                 let resolve = step::resolve(exp, arms, &mut cells, step, &decisions, |_| true);
-                (Some(decisions), resolve, std::time::Duration::ZERO)
+                (
+                    Some(decisions),
+                    resolve,
+                    std::time::Duration::ZERO,
+                    Vec::new(),
+                )
             } else {
                 let stepped = share::step(
                     exp,
@@ -268,7 +273,12 @@ pub fn run<S: Scenario>(
                     &mut decided,
                 )?;
                 paused = stepped.stop;
-                (stepped.decisions, stepped.resolve, stepped.exchange)
+                (
+                    stepped.decisions,
+                    stepped.resolve,
+                    stepped.exchange,
+                    stepped.rank_seconds,
+                )
             };
             let global_step = group * cfg.steps.0 + step + 1;
             fault::point(global_step, "decided");
@@ -277,6 +287,7 @@ pub fn run<S: Scenario>(
                 resolve_seconds: resolve_time.as_secs_f64(),
                 exchange_seconds: exchange.as_secs_f64(),
                 ranks: ranks.size(),
+                rank_seconds,
             };
             let recorded = match (recorder.as_mut(), &decisions) {
                 (Some(recorder), Some(decisions)) => {
@@ -293,7 +304,7 @@ pub fn run<S: Scenario>(
                             group,
                             step,
                             decisions,
-                            timing,
+                            timing.clone(),
                             policy_state,
                         )
                         .and_then(|_| {

@@ -6,8 +6,8 @@ use super::RunError;
 use super::cells::Cells;
 use super::step::Decisions;
 use crate::record::{
-    self, CellRecord, Counters, DecisionLog, DecisionRecord, MANIFEST, Manifest, StepRecord,
-    StepWriter, checkpoint,
+    self, CellRecord, Counters, DecisionLog, DecisionRecord, KeptPrompt, MANIFEST, Manifest,
+    StepRecord, StepWriter, checkpoint,
 };
 use crate::sim::experiment::Experiment;
 use crate::sim::policy::count;
@@ -56,6 +56,8 @@ pub struct Recorder {
     writer: StepWriter,
     parts: Vec<String>,
     pub counters: Counters,
+    /// Hashes of the prompts `prompts.jsonl` holds: each is written once.
+    prompts_kept: std::collections::HashSet<String>,
 }
 
 impl Recorder {
@@ -79,11 +81,19 @@ impl Recorder {
                 (Vec::new(), Counters::default())
             }
         };
+        // A resumed run keeps the prompts written before its checkpoint.
+        let prompts_kept = std::fs::read_to_string(dir.join(record::PROMPTS))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<KeptPrompt>(l).ok())
+            .map(|k| k.hash)
+            .collect();
         Ok(Self {
             dir: dir.to_path_buf(),
             writer: StepWriter::open(dir, state_csv, aggregates)?,
             parts,
             counters,
+            prompts_kept,
         })
     }
 
@@ -276,6 +286,24 @@ impl Recorder {
                 }
             });
         self.writer.decisions(records)?;
+        // The whole prompts of the logged model decisions, each distinct one once.
+        let kept: Vec<KeptPrompt> = decisions
+            .turns
+            .iter()
+            .zip(&decisions.decided)
+            .filter(|(t, _)| t.logged)
+            .filter_map(|(_, d)| {
+                let trace = d.llm.as_deref()?;
+                let text = trace.prompt.clone()?;
+                self.prompts_kept
+                    .insert(trace.prompt_hash.clone())
+                    .then(|| KeptPrompt {
+                        hash: trace.prompt_hash.clone(),
+                        text,
+                    })
+            })
+            .collect();
+        self.writer.prompts(kept)?;
         let n = decisions.turns.len();
         self.writer.step(&StepRecord {
             population: cells.infos.first().map_or(0, |c| c.population),
@@ -294,6 +322,16 @@ impl Recorder {
             record_seconds: started.elapsed().as_secs_f64(),
             ranks: timing.ranks,
             exchange_seconds: timing.exchange_seconds,
+            clamped: counters.clamped as usize,
+            forward_seconds: decisions.prompts.forward.as_secs_f64(),
+            mask_seconds: decisions.prompts.masks.as_secs_f64(),
+            kv_bytes: decisions.prompts.kv_peak_bytes,
+            rank_seconds: timing
+                .rank_seconds
+                .iter()
+                .map(|s| format!("{s:.6}"))
+                .collect::<Vec<_>>()
+                .join(" "),
         })?;
         self.counters.add(&counters);
         super::fault::point(global_step, "records");
@@ -329,11 +367,13 @@ impl Recorder {
 }
 
 /// How long a step's phases took.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct StepTiming {
     pub seconds: f64,
     pub resolve_seconds: f64,
     /// Of `seconds`: exchanging the step with the other ranks.
     pub exchange_seconds: f64,
     pub ranks: usize,
+    /// Under MPI, each rank's own time for its part (empty alone).
+    pub rank_seconds: Vec<f64>,
 }

@@ -16,7 +16,7 @@ use super::step::{self, Decisions, Policies};
 use crate::cluster::Ranks;
 use crate::sim::config::Split;
 use crate::sim::experiment::Experiment;
-use crate::sim::policy::{AgentTurn, Decided, PromptTimes};
+use crate::sim::policy::{AgentTurn, Decided, PolicyTimes};
 use crate::sim::scenario::Scenario;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -94,6 +94,11 @@ struct Work {
     worlds: Vec<(u32, Vec<u8>)>,
     template_ns: u64,
     tokenize_ns: u64,
+    forward_ns: u64,
+    masks_ns: u64,
+    kv_peak_bytes: u64,
+    /// The rank's own time for its part of the step, before the exchange.
+    own_ns: u64,
 }
 
 /// What rank 0 tells every rank once the step is recorded.
@@ -119,6 +124,16 @@ fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], rank: usize) -> Result<T
     })
 }
 
+/// Adds a rank's times to the step's; KV memory adds up too, since each rank has its own
+/// cache.
+fn add(to: &mut PolicyTimes, rank: &PolicyTimes) {
+    to.template += rank.template;
+    to.tokenize += rank.tokenize;
+    to.forward += rank.forward;
+    to.masks += rank.masks;
+    to.kv_peak_bytes += rank.kv_peak_bytes;
+}
+
 /// A step as this rank sees it once the parts are back together.
 pub struct Stepped<D> {
     /// At rank 0: every turn's decision, in one process's order. Elsewhere: `None`.
@@ -128,6 +143,8 @@ pub struct Stepped<D> {
     pub exchange: Duration,
     /// Whether any rank was asked to stop.
     pub stop: bool,
+    /// At rank 0: each rank's own time for its part of the step, before the exchange.
+    pub rank_seconds: Vec<f64>,
 }
 
 /// Decides and resolves this rank's part of `step`, and exchanges the parts.
@@ -143,6 +160,7 @@ pub fn step<S: Scenario>(
     stop: bool,
     done: &mut dyn FnMut(usize),
 ) -> Result<Stepped<S::Decision>, RunError> {
+    let began = Instant::now();
     let all = step::turns(exp, arms, cells, step)?;
     let local = step::decide(exp, arms, cells, step, share.mine(&all), policies, done);
     let mut resolve = Duration::ZERO;
@@ -164,10 +182,15 @@ pub fn step<S: Scenario>(
                 },
                 template_ns: d.prompts.template.as_nanos() as u64,
                 tokenize_ns: d.prompts.tokenize.as_nanos() as u64,
+                forward_ns: d.prompts.forward.as_nanos() as u64,
+                masks_ns: d.prompts.masks.as_nanos() as u64,
+                kv_peak_bytes: d.prompts.kv_peak_bytes,
+                own_ns: began.elapsed().as_nanos() as u64,
             }),
             Err(e) => Err(e.to_string()),
         },
     };
+    let own = began.elapsed();
     let started = Instant::now();
     let mut bytes = encode(&part);
     let parts: Option<Vec<Vec<u8>>> = match share.split {
@@ -187,12 +210,14 @@ pub fn step<S: Scenario>(
             resolve,
             exchange: started.elapsed(),
             stop,
+            rank_seconds: Vec::new(),
         });
     };
     let mut local = Some(local);
     let mut decided: Vec<Option<std::vec::IntoIter<Decided<S::Decision>>>> = Vec::new();
-    let mut prompts = PromptTimes::default();
+    let mut prompts = PolicyTimes::default();
     let mut any_stop = false;
+    let mut rank_seconds = Vec::with_capacity(parts.len());
     for (rank, bytes) in parts.iter().enumerate() {
         if rank == share.rank {
             any_stop |= stop;
@@ -201,8 +226,8 @@ pub fn step<S: Scenario>(
                 rank,
                 message: e.to_string(),
             })?;
-            prompts.template += mine.prompts.template;
-            prompts.tokenize += mine.prompts.tokenize;
+            add(&mut prompts, &mine.prompts);
+            rank_seconds.push(own.as_secs_f64());
             decided.push(Some(mine.decided.into_iter()));
             continue;
         }
@@ -219,8 +244,17 @@ pub fn step<S: Scenario>(
         for (c, world) in work.worlds {
             cells.worlds[c as usize] = decode(&world, rank)?;
         }
-        prompts.template += Duration::from_nanos(work.template_ns);
-        prompts.tokenize += Duration::from_nanos(work.tokenize_ns);
+        add(
+            &mut prompts,
+            &PolicyTimes {
+                template: Duration::from_nanos(work.template_ns),
+                tokenize: Duration::from_nanos(work.tokenize_ns),
+                forward: Duration::from_nanos(work.forward_ns),
+                masks: Duration::from_nanos(work.masks_ns),
+                kv_peak_bytes: work.kv_peak_bytes,
+            },
+        );
+        rank_seconds.push(Duration::from_nanos(work.own_ns).as_secs_f64());
         decided.push(Some(list.into_iter()));
     }
     // Back into one process's order: split by cells, each turn's from its cell's owner in
@@ -259,6 +293,7 @@ pub fn step<S: Scenario>(
         resolve,
         exchange,
         stop: any_stop,
+        rank_seconds,
     })
 }
 
@@ -298,6 +333,7 @@ mod tests {
                 cell,
                 agent: i,
                 seed: i as u64,
+                logged: false,
             })
             .collect()
     }

@@ -5,7 +5,7 @@ use super::cells::Cells;
 use super::{AGENT, RESOLVE, RunError};
 use crate::sim::config::PolicyKind;
 use crate::sim::experiment::Experiment;
-use crate::sim::policy::{AgentTurn, Decided, Llm, Policy, PromptTimes, Scripted};
+use crate::sim::policy::{AgentTurn, Decided, Llm, Policy, PolicyTimes, Scripted};
 use crate::sim::scenario::Scenario;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -38,7 +38,7 @@ pub struct Decisions<D> {
     pub decided: Vec<Decided<D>>,
     /// The policy of each turn (index into the plan's kinds).
     pub policy_of: Option<Vec<u8>>,
-    pub prompts: PromptTimes,
+    pub prompts: PolicyTimes,
 }
 
 /// The agents of every cell that take a turn at `step`, cell by cell, in agent order: the
@@ -85,6 +85,7 @@ pub fn turns<S: Scenario>(
                     cell: c,
                     agent,
                     seed,
+                    logged: cells.logged(exp, c, agent),
                 });
             }
         }
@@ -124,12 +125,12 @@ pub fn decide<S: Scenario>(
     let views = cells.views(exp, arms, step);
     let kinds = exp.policies.kinds();
     let policy_of = policy_of(exp, cells, &turns);
-    let mut prompts = PromptTimes::default();
+    let mut prompts = PolicyTimes::default();
     let decided = match &policy_of {
         None => {
             let policy = policies.get::<S>(kinds[0])?;
             let decided = policy.decide(&views, &turns, done)?;
-            prompts = policy.take_prompt_times();
+            prompts = policy.take_times();
             decided
         }
         Some(policy_of) => {
@@ -149,9 +150,12 @@ pub fn decide<S: Scenario>(
                 for (i, d) in index.into_iter().zip(policy.decide(&views, &subset, done)?) {
                     slots[i] = Some(d);
                 }
-                let t = policy.take_prompt_times();
+                let t = policy.take_times();
                 prompts.template += t.template;
                 prompts.tokenize += t.tokenize;
+                prompts.forward += t.forward;
+                prompts.masks += t.masks;
+                prompts.kv_peak_bytes = prompts.kv_peak_bytes.max(t.kv_peak_bytes);
             }
             slots
                 .into_iter()
