@@ -16,4 +16,5 @@ pub mod quality;
 pub mod record;
 pub mod scenarios;
 pub mod seed;
+pub mod serve;
 pub mod sim;

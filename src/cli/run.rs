@@ -60,6 +60,12 @@ pub struct RunArgs {
     /// running then (or a second signal) stops the run at once, paused at its last checkpoint.
     #[arg(long, default_value_t = 300)]
     pub stop_timeout: u64,
+    /// Serve this run's live page at ADDR (default 127.0.0.1:8787) while it runs.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = super::serve::DEFAULT_ADDR)]
+    pub serve: Option<std::net::SocketAddr>,
+    /// With --serve: allow an address other machines can reach (controls still need the token).
+    #[arg(long, requires = "serve")]
+    pub public: bool,
     /// Where and how to load the model (for the `llm` policy); --model overrides the config's.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -263,6 +269,9 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
     } else {
         dir
     };
+    if let (true, Some(addr)) = (root, args.serve) {
+        super::serve::serve_run(&dir, addr, args.public)?;
+    }
     let resume = args.resume.is_some();
     let started = match resume {
         true => Some(StartedWith::read(&dir)?),

@@ -1,0 +1,82 @@
+//! `throng serve` and `throng run --serve`: the live pages of run folders.
+
+use crate::serve::{ServeOptions, Server};
+use anyhow::{Context, Result};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The address served when none is given.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8787";
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// The folder whose run folders are listed (they may be written by other processes, or
+    /// other machines on a shared file system).
+    #[arg(default_value = "runs")]
+    pub dir: PathBuf,
+    /// Where to listen; port 0 picks a free one.
+    #[arg(long, default_value = DEFAULT_ADDR)]
+    pub addr: SocketAddr,
+    /// Allow an address other machines can reach (controls still need the token).
+    #[arg(long)]
+    pub public: bool,
+    /// No controls: pages only.
+    #[arg(long)]
+    pub read_only: bool,
+}
+
+fn exe() -> Result<PathBuf> {
+    std::env::current_exe().context("finding the throng binary, which a resume runs")
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let server = Server::bind(ServeOptions {
+        root: args.dir.clone(),
+        addr: args.addr,
+        public: args.public,
+        read_only: args.read_only,
+        token: None,
+        exe: exe()?,
+    })?;
+    out!(
+        "throng serve: the runs under {} at\n  {}\n{}(Ctrl-C stops the server, not the runs)",
+        args.dir.display(),
+        server.url(),
+        if args.read_only {
+            "read-only: no controls. "
+        } else {
+            "Controls (pause, resume, delete) need the token in that address. "
+        }
+    )?;
+    server.serve()?;
+    Ok(())
+}
+
+/// Serves the page of the run in `dir` from a thread of its own while this process runs it.
+pub fn serve_run(dir: &Path, addr: SocketAddr, public: bool) -> Result<()> {
+    let root = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let server = Server::bind(ServeOptions {
+        root,
+        addr,
+        public,
+        read_only: false,
+        token: None,
+        exe: exe()?,
+    })?;
+    eprintln!(
+        "throng: this run's live page (it stops with the run; `throng serve` shows it after):\n  {}",
+        server.run_url(dir)
+    );
+    std::thread::Builder::new()
+        .name("throng-serve".into())
+        .spawn(move || {
+            if let Err(e) = server.serve_until(std::future::pending()) {
+                eprintln!("throng: the live page stopped: {e}");
+            }
+        })
+        .context("starting the live page's thread")?;
+    Ok(())
+}

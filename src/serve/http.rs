@@ -1,0 +1,575 @@
+//! The server: its routes, the token control actions need, and the binding rules (loopback
+//! unless asked, controls off with `read_only`).
+
+use super::assets;
+use super::control::{self, Child, ControlError};
+use super::decisions::{self, LogIndex, Query};
+use super::detail::{self, RunDetail};
+use super::folders::{self, Read, RunSummary};
+use super::replay;
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, Query as UrlQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::Stream;
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often a live page's folder is looked at.
+const POLL: Duration = Duration::from_millis(250);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "{addr} is not a loopback address: serving on it lets other machines read the runs. Pass --public to do so knowingly (controls still need the token), or bind 127.0.0.1"
+    )]
+    NotLoopback { addr: SocketAddr },
+    #[error(
+        "cannot listen on {addr}: {source} (is another server on that port? try --addr 127.0.0.1:0 for a free one)"
+    )]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0} is not a folder: give the folder that holds run folders (default runs/)")]
+    NoRoot(PathBuf),
+    #[error("the server stopped: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// How to serve.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The folder whose run folders are listed.
+    pub root: PathBuf,
+    pub addr: SocketAddr,
+    /// Allow a non-loopback `addr`.
+    pub public: bool,
+    /// No control actions at all.
+    pub read_only: bool,
+    /// The token control actions need (a random one when `None`).
+    pub token: Option<String>,
+    /// The `throng` binary a resume runs.
+    pub exe: PathBuf,
+}
+
+struct App {
+    root: PathBuf,
+    token: String,
+    read_only: bool,
+    exe: PathBuf,
+    index: Mutex<std::collections::BTreeMap<String, PathBuf>>,
+    logs: Mutex<HashMap<String, LogIndex>>,
+    children: Mutex<HashMap<String, Arc<Child>>>,
+}
+
+/// A bound server, not yet serving.
+pub struct Server {
+    app: Arc<App>,
+    listener: std::net::TcpListener,
+}
+
+impl Server {
+    /// Checks the binding rules and binds `options.addr`.
+    pub fn bind(options: ServeOptions) -> Result<Self, ServeError> {
+        if !options.addr.ip().is_loopback() && !options.public {
+            return Err(ServeError::NotLoopback { addr: options.addr });
+        }
+        if !options.root.is_dir() {
+            return Err(ServeError::NoRoot(options.root));
+        }
+        let listener =
+            std::net::TcpListener::bind(options.addr).map_err(|source| ServeError::Bind {
+                addr: options.addr,
+                source,
+            })?;
+        listener.set_nonblocking(true)?;
+        let token = options.token.unwrap_or_else(|| {
+            let bytes: [u8; 24] = rand::random();
+            bytes.iter().map(|b| format!("{b:02x}")).collect()
+        });
+        Ok(Server {
+            app: Arc::new(App {
+                index: Mutex::new(folders::scan(&options.root)),
+                root: options.root,
+                token,
+                read_only: options.read_only,
+                exe: options.exe,
+                logs: Mutex::default(),
+                children: Mutex::default(),
+            }),
+            listener,
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn token(&self) -> &str {
+        &self.app.token
+    }
+
+    /// The index page's address, with the token (as Jupyter prints it).
+    pub fn url(&self) -> String {
+        let addr = self.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        format!("http://{addr}/?token={}", self.app.token)
+    }
+
+    /// The address of the page of the run in `dir`, with the token.
+    pub fn run_url(&self, dir: &std::path::Path) -> String {
+        let addr = self.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        let id = folders::id_of(&self.app.root, dir);
+        format!("http://{addr}/runs/{id}?token={}", self.app.token)
+    }
+
+    /// Serves until `stop` resolves (on a runtime of its own; call from a plain thread).
+    pub fn serve_until(
+        self,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("throng-serve")
+            .build()?;
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(self.listener)?;
+            axum::serve(listener, router(self.app))
+                .with_graceful_shutdown(stop)
+                .await
+        })?;
+        Ok(())
+    }
+
+    /// Serves until Ctrl-C.
+    pub fn serve(self) -> Result<(), ServeError> {
+        self.serve_until(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+    }
+}
+
+fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(|| async { assets::page("index.html") }))
+        .route("/runs/{id}", get(run_page))
+        .route("/runs/{id}/files/{*name}", get(run_file))
+        .route("/assets/{*file}", get(asset))
+        .route("/api/server", get(server_info))
+        .route("/api/runs", get(runs))
+        .route("/api/events", get(index_events))
+        .route("/api/runs/{id}", get(run_detail))
+        .route("/api/runs/{id}/events", get(run_events))
+        .route("/api/runs/{id}/decisions", get(run_decisions))
+        .route("/api/runs/{id}/prompts/{hash}", get(run_prompt))
+        .route("/api/runs/{id}/steps/{n}", get(run_step))
+        .route("/api/runs/{id}/pause", post(pause))
+        .route("/api/runs/{id}/resume", post(resume))
+        .route("/api/runs/{id}/delete", post(delete))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such page") })
+        .with_state(app)
+}
+
+fn error(status: StatusCode, words: impl std::fmt::Display) -> Response {
+    (status, Json(json!({ "error": words.to_string() }))).into_response()
+}
+
+/// Blocking work (reading run folders) off the async workers.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+impl App {
+    /// The folder of run `id`, looking again under the root when it is not known yet. Only
+    /// ids the index gave are looked up: a client's string never becomes a path.
+    fn dir(&self, id: &str) -> Option<PathBuf> {
+        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(dir) = index.get(id) {
+            return Some(dir.clone());
+        }
+        *index = folders::scan(&self.root);
+        index.get(id).cloned()
+    }
+
+    fn summaries(&self) -> Vec<RunSummary> {
+        let found = folders::scan(&self.root);
+        let mut list: Vec<RunSummary> = found
+            .values()
+            .map(|dir| Read::of(dir).summary(&self.root))
+            .collect();
+        *self.index.lock().unwrap_or_else(|p| p.into_inner()) = found;
+        // Newest first.
+        list.sort_by(|a, b| b.started.cmp(&a.started).then(a.path.cmp(&b.path)));
+        list
+    }
+
+    fn child(&self, id: &str) -> Option<Arc<Child>> {
+        self.children
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    fn detail(&self, id: &str, dir: &std::path::Path) -> RunDetail {
+        let read = Read::of(dir);
+        detail::detail(
+            &read,
+            &self.root,
+            self.child(id).map(|c| c.view()),
+            self.read_only,
+        )
+    }
+
+    /// Checks the token a control action carries: the refusal, if it is refused.
+    fn refused(&self, headers: &HeaderMap) -> Option<Response> {
+        if self.read_only {
+            return Some(error(
+                StatusCode::FORBIDDEN,
+                "this server is read-only (--read-only): controls are off",
+            ));
+        }
+        let given = headers
+            .get("x-throng-token")
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| {
+                headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+            });
+        match given {
+            Some(t) if constant_time_eq(t.as_bytes(), self.token.as_bytes()) => None,
+            Some(_) => Some(error(StatusCode::FORBIDDEN, "wrong token")),
+            None => Some(error(
+                StatusCode::UNAUTHORIZED,
+                "control actions need the token the server printed at start (header X-Throng-Token)",
+            )),
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn run_page(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Response {
+    if blocking(move || app.dir(&id)).await.is_none() {
+        return error(
+            StatusCode::NOT_FOUND,
+            "no run with that id under this server's folder",
+        );
+    }
+    assets::page("run.html")
+}
+
+async fn asset(UrlPath(file): UrlPath<String>) -> Response {
+    assets::file(&file)
+}
+
+async fn run_file(
+    State(app): State<Arc<App>>,
+    UrlPath((id, name)): UrlPath<(String, String)>,
+) -> Response {
+    blocking(move || {
+        let Some(dir) = app.dir(&id) else {
+            return error(StatusCode::NOT_FOUND, "no such run");
+        };
+        // The name must be one the folder listing gave; the path is built from that entry.
+        let files = detail::report_files(&dir);
+        let Some(known) = files.iter().find(|f| **f == name) else {
+            return error(StatusCode::NOT_FOUND, "no such report file in this run");
+        };
+        let path = known
+            .split('/')
+            .fold(dir.clone(), |p, component| p.join(component));
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let mime = assets::mime(known);
+                let mut r = Response::new(Body::from(bytes));
+                r.headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
+                r
+            }
+            Err(e) => error(StatusCode::NOT_FOUND, e),
+        }
+    })
+    .await
+}
+
+async fn server_info(State(app): State<Arc<App>>) -> Response {
+    Json(json!({
+        "read_only": app.read_only,
+        "root": app.root.display().to_string(),
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+    .into_response()
+}
+
+async fn runs(State(app): State<Arc<App>>) -> Response {
+    let list = blocking(move || app.summaries()).await;
+    Json(json!({ "runs": list })).into_response()
+}
+
+fn sse(stream: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
+        .into_response()
+}
+
+async fn index_events(State(app): State<Arc<App>>) -> Response {
+    let stream = futures_util::stream::unfold(
+        (app, None::<String>, true),
+        |(app, last, first)| async move {
+            loop {
+                if !first {
+                    tokio::time::sleep(POLL * 4).await;
+                }
+                let a = Arc::clone(&app);
+                let list = blocking(move || a.summaries()).await;
+                let data = json!({ "runs": list }).to_string();
+                if last.as_deref() != Some(data.as_str()) {
+                    let event = Event::default().event("runs").data(data.clone());
+                    return Some((Ok(event), (app, Some(data), false)));
+                }
+                if first {
+                    // Unreachable: the first look always differs from none.
+                    continue;
+                }
+            }
+        },
+    );
+    sse(stream)
+}
+
+async fn run_detail(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Response {
+    blocking(move || match app.dir(&id) {
+        Some(dir) => Json(app.detail(&id, &dir)).into_response(),
+        None => error(StatusCode::NOT_FOUND, "no such run"),
+    })
+    .await
+}
+
+async fn run_events(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Response {
+    let Some(dir) = ({
+        let (app, id) = (Arc::clone(&app), id.clone());
+        blocking(move || app.dir(&id)).await
+    }) else {
+        return error(StatusCode::NOT_FOUND, "no such run");
+    };
+    type Seen = Option<(Vec<(u64, Option<std::time::SystemTime>)>, String)>;
+    let stream = futures_util::stream::unfold(
+        (app, id, dir, None::<Seen>, false),
+        |(app, id, dir, seen, gone)| async move {
+            if gone {
+                return None;
+            }
+            let mut seen = seen.flatten();
+            loop {
+                let (a, i, d) = (Arc::clone(&app), id.clone(), dir.clone());
+                let looked = blocking(move || {
+                    if !d.is_dir() {
+                        return None;
+                    }
+                    let fp = folders::fingerprint(&d);
+                    let child = a.child(&i).map(|c| c.view());
+                    let writer = format!("{:?}{:?}", folders::writer(&d), child);
+                    Some((fp, writer, a, i, d))
+                })
+                .await;
+                let Some((fp, writer, a, i, d)) = looked else {
+                    let event = Event::default().event("gone").data("{}");
+                    return Some((Ok(event), (app, id, dir, None, true)));
+                };
+                let changed = seen.as_ref().is_none_or(|(f, w)| *f != fp || *w != writer);
+                if changed {
+                    let detail = blocking(move || a.detail(&i, &d)).await;
+                    let data = serde_json::to_string(&detail).unwrap_or_default();
+                    let event = Event::default().event("run").data(data);
+                    seen = Some((fp, writer));
+                    return Some((Ok(event), (app, id, dir, Some(seen), false)));
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        },
+    );
+    sse(stream)
+}
+
+async fn run_decisions(
+    State(app): State<Arc<App>>,
+    UrlPath(id): UrlPath<String>,
+    UrlQuery(q): UrlQuery<Query>,
+) -> Response {
+    blocking(move || {
+        let Some(dir) = app.dir(&id) else {
+            return error(StatusCode::NOT_FOUND, "no such run");
+        };
+        let steps = folders::read_steps_lenient(&dir).unwrap_or_default();
+        let index = {
+            let mut logs = app.logs.lock().unwrap_or_else(|p| p.into_inner());
+            let index = logs.entry(id).or_default();
+            index.update(&dir);
+            index.clone()
+        };
+        Json(decisions::answer(&dir, &steps, &index, &q)).into_response()
+    })
+    .await
+}
+
+async fn run_prompt(
+    State(app): State<Arc<App>>,
+    UrlPath((id, hash)): UrlPath<(String, String)>,
+) -> Response {
+    blocking(move || {
+        let Some(dir) = app.dir(&id) else {
+            return error(StatusCode::NOT_FOUND, "no such run");
+        };
+        match decisions::prompt(&dir, &hash) {
+            Some(text) => Json(json!({ "hash": hash, "text": text })).into_response(),
+            None => error(
+                StatusCode::NOT_FOUND,
+                "this run did not keep that prompt (scripted decisions have none)",
+            ),
+        }
+    })
+    .await
+}
+
+async fn run_step(
+    State(app): State<Arc<App>>,
+    UrlPath((id, n)): UrlPath<(String, usize)>,
+) -> Response {
+    blocking(move || {
+        let Some(dir) = app.dir(&id) else {
+            return error(StatusCode::NOT_FOUND, "no such run");
+        };
+        let steps = folders::read_steps_lenient(&dir).unwrap_or_default();
+        match replay::step(&dir, &steps, n) {
+            Some(view) => Json(view).into_response(),
+            None => error(
+                StatusCode::NOT_FOUND,
+                format!("the run has {} steps so far", steps.len()),
+            ),
+        }
+    })
+    .await
+}
+
+fn control_error(e: ControlError) -> Response {
+    let status = match e {
+        ControlError::Unconfirmed { .. } => StatusCode::BAD_REQUEST,
+        ControlError::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::CONFLICT,
+    };
+    error(status, e)
+}
+
+async fn pause(
+    State(app): State<Arc<App>>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refusal) = app.refused(&headers) {
+        return refusal;
+    }
+    blocking(move || {
+        let Some(dir) = app.dir(&id) else {
+            return error(StatusCode::NOT_FOUND, "no such run");
+        };
+        match control::pause(&Read::of(&dir)) {
+            Ok(()) => (
+                StatusCode::ACCEPTED,
+                Json(json!({ "ok": true, "message": "pausing: the step in progress finishes, a checkpoint is written, and the run exits resumable" })),
+            )
+                .into_response(),
+            Err(e) => control_error(e),
+        }
+    })
+    .await
+}
+
+async fn resume(
+    State(app): State<Arc<App>>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refusal) = app.refused(&headers) {
+        return refusal;
+    }
+    blocking(move || {
+        let Some(dir) = app.dir(&id) else {
+            return error(StatusCode::NOT_FOUND, "no such run");
+        };
+        let running = app.child(&id).is_some_and(|c| c.running());
+        match control::resume(&Read::of(&dir), &app.exe, running) {
+            Ok(child) => {
+                app.children
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id, child);
+                (
+                    StatusCode::ACCEPTED,
+                    Json(json!({ "ok": true, "message": "resuming: `throng run --resume` started; its output follows" })),
+                )
+                    .into_response()
+            }
+            Err(e) => control_error(e),
+        }
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+struct Confirm {
+    confirm: String,
+}
+
+async fn delete(
+    State(app): State<Arc<App>>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Some(refusal) = app.refused(&headers) {
+        return refusal;
+    }
+    let Ok(Confirm { confirm }) = serde_json::from_slice(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "to delete a run, send {\"confirm\": \"<its name>\"}",
+        );
+    };
+    blocking(move || {
+        let Some(dir) = app.dir(&id) else {
+            return error(StatusCode::NOT_FOUND, "no such run");
+        };
+        let running = app.child(&id).is_some_and(|c| c.running());
+        match control::delete(&Read::of(&dir), &confirm, running) {
+            Ok(dir) => {
+                app.index
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                Json(json!({ "ok": true, "message": format!("deleted {}", dir.display()) }))
+                    .into_response()
+            }
+            Err(e) => control_error(e),
+        }
+    })
+    .await
+}
