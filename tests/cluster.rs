@@ -168,6 +168,17 @@ fn scripted_records_are_identical_under_one_two_and_three_ranks() {
             );
             let steps = throng::record::read_steps(&dir).unwrap();
             assert!(steps.iter().all(|s| s.ranks == n), "{}", text(&out));
+            // Each rank's own step time, for the live page to show a slow one (one process
+            // alone has no ranks to compare).
+            for s in &steps {
+                let times: Vec<f64> = s
+                    .rank_seconds
+                    .split_whitespace()
+                    .map(|t| t.parse().unwrap())
+                    .collect();
+                assert_eq!(times.len(), if n == 1 { 0 } else { n }, "{s:?}");
+                assert!(times.iter().all(|t| t.is_finite() && *t >= 0.0), "{s:?}");
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Guards the layering the README's Architecture section promises, which the compiler does
-//! not: `record` imports nothing of the layers above it, and `sim` nothing of the model, of
-//! any scenario or of the CLI (it may use the engine's request types). A path into a layer
-//! above, written in code under `src/sim/` or `src/record/`, fails here with its file and line.
+//! not: `record` imports nothing of the layers above it, `sim` nothing of the model, of any
+//! scenario or of the CLI (it may use the engine's request types), and `serve` reads run
+//! folders through `record` alone. A path into a layer above, written in code under
+//! `src/sim/`, `src/record/` or `src/serve/`, fails here with its file and line.
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +20,21 @@ const RULES: &[(&str, &[&str])] = &[
             "analysis",
             "bench",
             "quality",
+            "serve",
+        ],
+    ),
+    (
+        "serve",
+        &[
+            "sim",
+            "engine",
+            "model",
+            "scenarios",
+            "cli",
+            "analysis",
+            "bench",
+            "quality",
+            "cluster",
         ],
     ),
 ];

@@ -198,6 +198,14 @@ fn the_index_lists_runs_in_every_status_and_survives_damaged_folders() {
         "population,step\nx,y,z\n\u{1}\n",
     )
     .unwrap();
+    // A writer on another machine of a shared file system: running while its folder changes.
+    copy_dir(&root.join("paused"), &root.join("elsewhere"));
+    set_status(&root.join("elsewhere"), "running");
+    std::fs::write(
+        root.join("elsewhere/.throng.lock"),
+        "4242\nsome-other-host\n",
+    )
+    .unwrap();
     let stuck = start_stuck(&root.join("running"));
 
     let s = serve(root, &[]);
@@ -212,6 +220,16 @@ fn the_index_lists_runs_in_every_status_and_survives_damaged_folders() {
     assert_eq!(status("interrupted"), "interrupted");
     assert_eq!(status("failed"), "failed");
     assert_eq!(status("running"), "running");
+    assert_eq!(status("elsewhere"), "running");
+    let elsewhere = run_named(&s, "elsewhere")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let controls = &get_json(&s, &format!("/api/runs/{elsewhere}"))["controls"];
+    assert_eq!(
+        controls["pause"], false,
+        "another machine's writer cannot be signalled"
+    );
     for damaged in ["half", "garbage", "bad-steps"] {
         let r = run_named(&s, damaged);
         assert_eq!(r["status"], "damaged", "{r}");
@@ -244,6 +262,30 @@ fn the_index_lists_runs_in_every_status_and_survives_damaged_folders() {
     assert_eq!(code, 200);
     let (code, js) = get(&s, "/assets/vendor/uplot/uPlot.iife.min.js");
     assert!(code == 200 && js.len() > 10_000);
+    // Its page plots the mean of every numeric state column per arm, step by step, and the
+    // scenario's aggregates.
+    let detail = get_json(
+        &s,
+        &format!("/api/runs/{}", finished["id"].as_str().unwrap()),
+    );
+    let names: Vec<&str> = detail["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"mean guess (two-thirds)"), "{names:?}");
+    let guess = detail["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "mean guess (two-thirds)")
+        .unwrap();
+    assert_eq!(
+        guess["points"].as_array().unwrap().len(),
+        detail["steps"].as_array().unwrap().len(),
+        "a point per step"
+    );
     // A finished run steps through its steps: state summaries, aggregates, decisions.
     let step = get_json(&s, &format!("/api/runs/{id}/steps/2"));
     assert_eq!(step["step"], 2);
@@ -457,17 +499,25 @@ fn pause_resume_and_delete_through_the_server() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("runs");
     std::fs::create_dir_all(&root).unwrap();
+    // Long enough that the pause lands before the end, whatever the machine's speed.
+    let long = [&LONG[..4], &["200", "--no-report"]].concat();
     let whole = tmp.path().join("whole");
-    run_to_end(&LONG, &whole);
+    run_to_end(&long, &whole);
     let s = serve(&root, &[]);
     let out = root.join("steered");
-    let run = Watched::spawn(throng().arg("run").args(LONG).arg("--out").arg(&out));
+    let run = Watched::spawn(throng().arg("run").args(&long).arg("--out").arg(&out));
+    let mut id = String::new();
     wait_for("a step done", Duration::from_secs(120), || {
-        runs(&s)
-            .iter()
-            .any(|r| r["path"].as_str().unwrap().ends_with("steered") && r["steps_done"] == 1)
+        runs(&s).iter().any(|r| {
+            let found = r["path"].as_str().unwrap().ends_with("steered")
+                && r["status"] == "running"
+                && r["steps_done"].as_u64().unwrap() >= 1;
+            if found {
+                id = r["id"].as_str().unwrap().to_string();
+            }
+            found
+        })
     });
-    let id = run_named(&s, "steered")["id"].as_str().unwrap().to_string();
     let detail = get_json(&s, &format!("/api/runs/{id}"));
     assert_eq!(detail["controls"]["pause"], true, "{}", detail["controls"]);
     let (code, body) = post(&s, &format!("/api/runs/{id}/pause"), Some(&s.token), "");
@@ -517,9 +567,11 @@ fn pause_resume_and_delete_through_the_server() {
 fn a_run_serves_its_own_page() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("self");
+    // Long enough that the pause lands before the end.
     let mut child = throng()
         .arg("run")
-        .args(LONG)
+        .args(&LONG[..4])
+        .args(["200", "--no-report"])
         .arg("--out")
         .arg(&out)
         .args(["--serve", "127.0.0.1:0"])
@@ -560,4 +612,95 @@ fn a_run_serves_its_own_page() {
     let m: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(m["status"], "paused");
+}
+
+// A model's decisions keep their whole prompt for the page (`prompts.jsonl`), each distinct
+// prompt once; a step whose log is too long to read whole says so.
+#[test]
+fn a_logged_decision_opens_to_its_whole_prompt() {
+    let model = common::tiny_model(&common::TinyLlama::default());
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("runs");
+    let out = root.join("llm");
+    let Ran { ok, text, .. } = output(
+        throng()
+            .args(["run", "tests/fixtures/guess-resume.toml", "--no-report"])
+            .args([
+                "--policy",
+                "llm",
+                "--agents",
+                "6",
+                "--replicates",
+                "1",
+                "--steps",
+                "2",
+            ])
+            .arg("--model")
+            .arg(model.path())
+            .arg("--out")
+            .arg(&out),
+    );
+    assert!(ok, "{text}");
+    let s = serve(&root, &["--read-only"]);
+    let id = run_named(&s, "llm")["id"].as_str().unwrap().to_string();
+    let answer = get_json(&s, &format!("/api/runs/{id}/decisions?step=2"));
+    let decisions = answer["decisions"].as_array().unwrap();
+    assert!(!decisions.is_empty(), "{answer}");
+    for d in decisions {
+        let hash = d["prompt_hash"].as_str().expect("a model decision's hash");
+        let prompt = get_json(&s, &format!("/api/runs/{id}/prompts/{hash}"));
+        let text = prompt["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("[system]\n") && text.contains("\n[user]\n"),
+            "{text}"
+        );
+        assert_eq!(d["role"], "player");
+    }
+    let kept = std::fs::read_to_string(out.join("prompts.jsonl")).unwrap();
+    assert!(kept.lines().count() > 0);
+    let mut seen = std::collections::HashSet::new();
+    for l in kept.lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        assert!(
+            seen.insert(v["hash"].as_str().unwrap().to_string()),
+            "kept twice: {l}"
+        );
+    }
+    // A scripted decision has no prompt.
+    let (code, _) = get(&s, &format!("/api/runs/{id}/prompts/0000000000000000"));
+    assert_eq!(code, 404);
+}
+
+// A step whose every one of many decisions was logged is filtered over its first 20,000
+// lines, and the answer says so, rather than reading a million lines per page refresh.
+#[test]
+fn a_huge_step_log_is_read_in_part_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("runs");
+    let config = tmp.path().join("all.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "name = \"all\"\nseed = 1\nsteps = 1\npolicy = \"scripted\"\nagents = 25000\n\
+             templates = {:?}\n[scenario]\nname = \"guess\"\n",
+            common::cli::repo()
+                .join("templates/guess")
+                .display()
+                .to_string()
+        ),
+    )
+    .unwrap();
+    run_to_end(
+        &[config.to_str().unwrap(), "--no-report"],
+        &root.join("all"),
+    );
+    let s = serve(&root, &["--read-only"]);
+    let id = run_named(&s, "all")["id"].as_str().unwrap().to_string();
+    let answer = get_json(
+        &s,
+        &format!("/api/runs/{id}/decisions?fallback=none&limit=5"),
+    );
+    assert_eq!(answer["truncated"], true, "{}", answer["total"]);
+    assert_eq!(answer["total"], 20_000);
+    assert_eq!(answer["decisions"].as_array().unwrap().len(), 5);
 }

@@ -19,6 +19,10 @@ use std::path::Path;
 /// Decisions sent at most in one answer.
 pub const MOST: usize = 1000;
 
+/// Lines of one step read at most for one answer: a step whose every one of a million
+/// decisions was logged is filtered over its first this many, and the answer says so.
+pub const SCANNED: usize = 20_000;
+
 /// Where each step's lines lie in `decisions.jsonl`, as far as it has been read.
 #[derive(Debug, Default, Clone)]
 pub struct LogIndex {
@@ -69,26 +73,37 @@ impl LogIndex {
         self.len += start as u64;
     }
 
-    fn lines(&self, dir: &Path, key: (usize, usize)) -> Vec<Value> {
+    /// The step's first [`SCANNED`] lines, and whether it has more.
+    fn lines(&self, dir: &Path, key: (usize, usize)) -> (Vec<Value>, bool) {
         let Some(ranges) = self.ranges.get(&key) else {
-            return Vec::new();
+            return (Vec::new(), false);
         };
-        let Ok(mut file) = std::fs::File::open(dir.join(DECISIONS)) else {
-            return Vec::new();
+        let Ok(file) = std::fs::File::open(dir.join(DECISIONS)) else {
+            return (Vec::new(), false);
         };
+        let mut reader = std::io::BufReader::new(file);
         let mut out = Vec::new();
+        let mut line = Vec::new();
         for &(a, b) in ranges {
-            let mut bytes = vec![0; (b - a) as usize];
-            if file.seek(SeekFrom::Start(a)).is_err() || file.read_exact(&mut bytes).is_err() {
+            if reader.seek(SeekFrom::Start(a)).is_err() {
                 continue;
             }
-            out.extend(
-                bytes
-                    .split(|&c| c == b'\n')
-                    .filter_map(|l| serde_json::from_slice::<Value>(l).ok()),
-            );
+            let mut at = a;
+            while at < b {
+                if out.len() == SCANNED {
+                    return (out, true);
+                }
+                line.clear();
+                match std::io::BufRead::read_until(&mut reader, b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => at += n as u64,
+                }
+                if let Ok(v) = serde_json::from_slice::<Value>(&line) {
+                    out.push(v);
+                }
+            }
         }
-        out
+        (out, false)
     }
 }
 
@@ -114,6 +129,9 @@ pub struct Answer {
     pub roles: Vec<String>,
     pub attributes: BTreeMap<String, Vec<String>>,
     pub total: usize,
+    /// Whether the step has more logged decisions than were read (see [`SCANNED`]): `total`
+    /// then counts the matches among the first of them.
+    pub truncated: bool,
     pub decisions: Vec<Value>,
 }
 
@@ -135,6 +153,7 @@ pub fn answer(dir: &Path, steps: &[StepRecord], index: &LogIndex, q: &Query) -> 
         roles: Vec::new(),
         attributes: BTreeMap::new(),
         total: 0,
+        truncated: false,
         decisions: Vec::new(),
     };
     let Some((key, _)) = chosen else {
@@ -151,7 +170,8 @@ pub fn answer(dir: &Path, steps: &[StepRecord], index: &LogIndex, q: &Query) -> 
         })
         .find(|(p, _)| *p == key.0)
         .map_or(0, |(_, g)| g);
-    let mut lines = index.lines(dir, key);
+    let (mut lines, truncated) = index.lines(dir, key);
+    answer.truncated = truncated;
     let agents = Agents::of(dir, group, key, &lines);
     let mut roles = std::collections::BTreeSet::new();
     for d in &mut lines {

@@ -4,10 +4,17 @@
 
 use super::control::ChildView;
 use super::folders::{Read, RunStatus, RunSummary, Writer};
-use crate::record::{AGGREGATES, StepRecord};
+use super::replay::{self, Sums};
+use crate::record::{AGGREGATES, STATE, STATE_PARQUET, StepRecord};
 use serde::Serialize;
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// The sums of the state files read so far, by path, with the size and time they had: a
+/// step's part is read once, however often the page is sent.
+pub type SumsCache = Mutex<HashMap<PathBuf, (u64, Option<SystemTime>, Arc<Sums>)>>;
 
 /// Headline series shown at most: beyond them, `aggregates.csv` has the rest.
 const SERIES: usize = 12;
@@ -103,14 +110,24 @@ impl StepRow {
 }
 
 /// Builds the page data of the run `read` describes.
-pub fn detail(read: &Read, root: &Path, child: Option<ChildView>, read_only: bool) -> RunDetail {
+pub fn detail(
+    read: &Read,
+    root: &Path,
+    child: Option<ChildView>,
+    read_only: bool,
+    cache: &SumsCache,
+) -> RunDetail {
     let summary = read.summary(root);
     let steps: Vec<StepRow> = read.steps.iter().cloned().map(StepRow::of).collect();
     let child_running = child.as_ref().is_some_and(|c| c.running);
+    let error = read.manifest.as_ref().ok().and_then(|m| m.error.clone());
+    let mut series = state_series(&read.dir, &read.steps, cache);
+    series.extend(aggregate_series(&read.dir, &read.steps));
+    series.truncate(SERIES);
     RunDetail {
         controls: Controls::of(summary.status, read.writer, child_running, read_only),
-        series: series(&read.dir, &read.steps),
-        ranks: ranks(&steps, summary.status),
+        series,
+        ranks: ranks(&steps, summary.status, error.as_deref()),
         files: report_files(&read.dir),
         child,
         summary,
@@ -119,8 +136,8 @@ pub fn detail(read: &Read, root: &Path, child: Option<ChildView>, read_only: boo
 }
 
 /// Per rank, its last step time, and whether it stands out: slow (well above the ranks'
-/// median), or lost (the run stopped without finishing while the others were done).
-fn ranks(steps: &[StepRow], status: RunStatus) -> Vec<RankView> {
+/// median), or lost (the run failed naming it: it stopped answering, or failed itself).
+fn ranks(steps: &[StepRow], status: RunStatus, error: Option<&str>) -> Vec<RankView> {
     let Some(last) = steps.last() else {
         return Vec::new();
     };
@@ -132,7 +149,9 @@ fn ranks(steps: &[StepRow], status: RunStatus) -> Vec<RankView> {
         .enumerate()
         .map(|(rank, &s)| RankView {
             rank,
-            status: if !s.is_finite() {
+            status: if !s.is_finite()
+                || (status == RunStatus::Failed && error.is_some_and(|e| names_rank(e, rank)))
+            {
                 "lost"
             } else if sorted.len() > 1 && s > SLOW * median && s > median + 0.01 {
                 "slow"
@@ -147,9 +166,94 @@ fn ranks(steps: &[StepRow], status: RunStatus) -> Vec<RankView> {
         .collect()
 }
 
-/// The scenario's headline series: each numeric column of `aggregates.csv`, per arm and
+/// Whether a run's error names rank `rank` (`rank 3: ...`, `rank 3 did not answer`).
+fn names_rank(error: &str, rank: usize) -> bool {
+    let word = format!("rank {rank}");
+    error.match_indices(&word).any(|(at, _)| {
+        !error[at + word.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
+    })
+}
+
+/// The generic headline series: the mean of every numeric state column over the agents of
+/// each arm, at each step. Each state file is read once (see [`SumsCache`]).
+pub fn state_series(dir: &Path, steps: &[StepRecord], cache: &SumsCache) -> Vec<Series> {
+    let joined = dir.join(STATE_PARQUET);
+    let files: Vec<PathBuf> = if joined.is_file() {
+        vec![joined]
+    } else {
+        let mut parts: Vec<PathBuf> = std::fs::read_dir(dir.join(format!("{STATE}.parts")))
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        parts.sort();
+        parts
+    };
+    let position: BTreeMap<(usize, usize), usize> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ((s.population, s.step), i + 1))
+        .collect();
+    let mut by: BTreeMap<(String, String), BTreeMap<usize, (f64, usize)>> = BTreeMap::new();
+    for file in files {
+        let Ok(meta) = std::fs::metadata(&file) else {
+            continue;
+        };
+        let stamp = (meta.len(), meta.modified().ok());
+        let known = cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&file)
+            .filter(|(len, time, _)| (*len, *time) == stamp)
+            .map(|(_, _, sums)| Arc::clone(sums));
+        let sums = match known {
+            Some(sums) => sums,
+            None => {
+                let Some(sums) = replay::sums(&file) else {
+                    continue;
+                };
+                let sums = Arc::new(sums);
+                cache
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(file.clone(), (stamp.0, stamp.1, Arc::clone(&sums)));
+                sums
+            }
+        };
+        for ((population, step, arm, column), (sum, n)) in sums.iter() {
+            if let Some(&at) = position.get(&(*population, *step)) {
+                let e = by
+                    .entry((column.clone(), arm.clone()))
+                    .or_default()
+                    .entry(at)
+                    .or_default();
+                e.0 += sum;
+                e.1 += n;
+            }
+        }
+    }
+    by.into_iter()
+        .map(|((column, arm), points)| Series {
+            name: format!("mean {column} ({arm})"),
+            points: points
+                .into_iter()
+                .filter(|(_, (_, n))| *n > 0)
+                .map(|(at, (sum, n))| (at, sum / n as f64))
+                .collect(),
+        })
+        .collect()
+}
+
+/// The scenario's own series: each numeric column of `aggregates.csv`, per arm and
 /// population, its mean over replicates at each step.
-pub fn series(dir: &Path, steps: &[StepRecord]) -> Vec<Series> {
+pub fn aggregate_series(dir: &Path, steps: &[StepRecord]) -> Vec<Series> {
     let Ok(bytes) = std::fs::read(dir.join(AGGREGATES)) else {
         return Vec::new();
     };

@@ -71,6 +71,7 @@ struct App {
     index: Mutex<std::collections::BTreeMap<String, PathBuf>>,
     logs: Mutex<HashMap<String, LogIndex>>,
     children: Mutex<HashMap<String, Arc<Child>>>,
+    sums: detail::SumsCache,
 }
 
 /// A bound server, not yet serving.
@@ -107,6 +108,7 @@ impl Server {
                 exe: options.exe,
                 logs: Mutex::default(),
                 children: Mutex::default(),
+                sums: Mutex::default(),
             }),
             listener,
         })
@@ -232,6 +234,7 @@ impl App {
             &self.root,
             self.child(id).map(|c| c.view()),
             self.read_only,
+            &self.sums,
         )
     }
 

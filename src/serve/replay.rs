@@ -41,6 +41,72 @@ pub struct AggregateRow {
     pub values: BTreeMap<String, serde_json::Value>,
 }
 
+/// Per (population, step, arm, column): the sum and count of a numeric state column over
+/// the agents of a Parquet file of the state table (a step's part, or the joined table).
+pub type Sums = BTreeMap<(usize, usize, String, String), (f64, usize)>;
+
+/// Sums every numeric state column of the file at `path`, a batch at a time (none when it
+/// cannot be read, as while it is being written).
+pub fn sums(path: &Path) -> Option<Sums> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).ok()?)
+        .ok()?
+        .with_batch_size(65536)
+        .build()
+        .ok()?;
+    let mut out = Sums::new();
+    for batch in reader {
+        let batch = batch.ok()?;
+        let whole = |name: &str| {
+            let c = arrow_cast::cast(batch.column_by_name(name)?, &DataType::UInt64).ok()?;
+            Some(c.as_primitive::<UInt64Type>().values().to_vec())
+        };
+        let arms = batch
+            .column_by_name("arm")
+            .and_then(|c| arrow_cast::cast(c, &DataType::Utf8).ok());
+        let (Some(pops), Some(steps), Some(arms)) = (whole("population"), whole("step"), arms)
+        else {
+            continue;
+        };
+        let arms = arms.as_string::<i32>();
+        for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+            let dt = field.data_type();
+            if KEYS.contains(&field.name().as_str())
+                || !(dt.is_numeric() || dt == &DataType::Boolean)
+            {
+                continue;
+            }
+            let Ok(c) = arrow_cast::cast(column, &DataType::Float64) else {
+                continue;
+            };
+            let c = c.as_primitive::<Float64Type>();
+            // Rows come in runs of one (population, step, arm): one map entry per run.
+            let mut r = 0;
+            while r < batch.num_rows() {
+                let key = (pops[r], steps[r], arms.value(r));
+                let (mut sum, mut n) = (0.0, 0usize);
+                while r < batch.num_rows() && (pops[r], steps[r], arms.value(r)) == key {
+                    if c.is_valid(r) && c.value(r).is_finite() {
+                        sum += c.value(r);
+                        n += 1;
+                    }
+                    r += 1;
+                }
+                let e = out
+                    .entry((
+                        key.0 as usize,
+                        key.1 as usize,
+                        key.2.to_string(),
+                        field.name().clone(),
+                    ))
+                    .or_default();
+                e.0 += sum;
+                e.1 += n;
+            }
+        }
+    }
+    Some(out)
+}
+
 /// Key columns, not measurements.
 const KEYS: &[&str] = &["population", "replicate", "step", "agent"];
 

@@ -529,6 +529,12 @@
       series.push(ser);
     });
 
+    // Wide enough for the longest tick label, so that labels like 4,000,000 never run under
+    // the axis title.
+    function yAxisSize(u, values) {
+      const longest = (values || []).reduce((m, v) => Math.max(m, String(v).length), 0);
+      return Math.max(48, 24 + 7 * longest);
+    }
     const axes = [{
       label: def.plainX ? (def.xAxisLabel || 'step') : (chartCtx.multiPop ? 'step row (#)' : 'step'),
       incrs: INT_INCRS,
@@ -537,7 +543,7 @@
     }];
     const yAxes = def.axes && def.axes.length ? def.axes : [{}];
     yAxes.forEach((a, i) => {
-      axes.push(Object.assign({ scale: 'y', size: 60 }, a, i > 0 ? { grid: { show: false } } : {}));
+      axes.push(Object.assign({ scale: 'y', size: yAxisSize }, a, i > 0 ? { grid: { show: false } } : {}));
     });
 
     const scales = { x: { time: false } };
@@ -922,7 +928,8 @@
     const list = Array.isArray(r.decisions) ? r.decisions : [];
     const total = isNum(r.total) ? r.total : list.length;
     $('decisions-count').textContent = (isNum(r.step) ? 'step ' + r.step + ' · ' : '') +
-      (list.length < total ? 'showing ' + list.length + ' of ' + total : total + ' shown');
+      (list.length < total ? 'showing ' + list.length + ' of ' + total : total + ' shown') +
+      (r.truncated ? ' (of the step\'s first 20,000 logged decisions)' : '');
 
     const tbody = document.querySelector('#decisions tbody');
     const rows = [];
