@@ -641,6 +641,15 @@ fn a_logged_decision_opens_to_its_whole_prompt() {
             .arg(&out),
     );
     assert!(ok, "{text}");
+    // Its steps say where the time went and the KV memory it held.
+    for step in throng::record::read_steps(&out).unwrap() {
+        assert!(
+            step.forward_seconds > 0.0 && step.forward_seconds <= step.seconds,
+            "{step:?}"
+        );
+        assert!(step.mask_seconds > 0.0, "{step:?}");
+        assert!(step.kv_bytes > 0, "{step:?}");
+    }
     let s = serve(&root, &["--read-only"]);
     let id = run_named(&s, "llm")["id"].as_str().unwrap().to_string();
     let answer = get_json(&s, &format!("/api/runs/{id}/decisions?step=2"));

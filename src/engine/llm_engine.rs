@@ -156,6 +156,8 @@ pub struct Engine {
     history: Vec<StepMetrics>,
     /// Time to compute one grammar mask, in nanoseconds.
     mask_times: hdrhistogram::Histogram<u64>,
+    /// The most KV blocks held at the end of a step since the last `take_kv_peak_bytes`.
+    kv_peak_blocks: usize,
 }
 
 /// Default KV budget on the CPU: a quarter of the memory available, at most 16 GiB.
@@ -280,6 +282,7 @@ impl Engine {
             history: Vec::new(),
             mask_times: hdrhistogram::Histogram::new(3)
                 .expect("invariant: 3 significant digits is valid"),
+            kv_peak_blocks: 0,
         })
     }
 
@@ -332,11 +335,12 @@ impl Engine {
         self.scheduler.config().max_seqs
     }
 
-    /// KV-cache memory the running sequences hold now (free blocks that still hold a cached
-    /// prefix not counted).
-    pub fn kv_bytes_in_use(&self) -> u64 {
-        let blocks = &self.scheduler.blocks;
-        ((blocks.num_blocks() - blocks.num_free()) * self.runner.kv().block_bytes()) as u64
+    /// The most KV-cache memory held at once (at the end of a step, before finished
+    /// sequences let go of theirs) since the last call; free blocks that still hold a cached
+    /// prefix are not counted.
+    pub fn take_kv_peak_bytes(&mut self) -> u64 {
+        let peak = std::mem::take(&mut self.kv_peak_blocks);
+        (peak * self.runner.kv().block_bytes()) as u64
     }
 
     pub fn num_kv_blocks(&self) -> usize {
@@ -596,6 +600,7 @@ impl Engine {
     }
 
     fn record(&mut self, m: StepMetrics) {
+        self.kv_peak_blocks = self.kv_peak_blocks.max(m.blocks_used);
         self.last_step = m;
         self.history.push(m);
         let t = &mut self.totals;

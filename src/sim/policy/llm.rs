@@ -301,10 +301,14 @@ impl<S: Scenario> Policy<S> for Llm {
             done,
         };
         let before = self.engine.totals();
+        // The step's own peak, not one of earlier work (personas, an earlier policy's step).
+        self.engine.take_kv_peak_bytes();
         let ran = self.engine.run(self.wave, &mut step);
         let after = self.engine.totals();
         step.times.forward += after.forward.saturating_sub(before.forward);
         step.times.masks += after.masks.saturating_sub(before.masks);
+        let peak = self.engine.take_kv_peak_bytes();
+        step.times.kv_peak_bytes = step.times.kv_peak_bytes.max(peak);
         ran?;
         Ok(step
             .results
@@ -381,8 +385,6 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
     type Error = PolicyError;
 
     fn fill(&mut self, queue: &mut Queue<'_, InFlight>) -> Result<Fill, PolicyError> {
-        let in_use = queue.engine().kv_bytes_in_use();
-        self.times.kv_peak_bytes = self.times.kv_peak_bytes.max(in_use);
         let take = queue.room().min(self.turns.len() - self.next);
         if take > 0 {
             let batch = &self.turns[self.next..self.next + take];

@@ -92,7 +92,7 @@ pub struct PolicyTimes {
     /// In the engine: forward passes, and the constrained decoder's token masks.
     pub forward: Duration,
     pub masks: Duration,
-    /// The most KV-cache memory in use at once, as the policy saw it between waves.
+    /// The most KV-cache memory in use at once.
     pub kv_peak_bytes: u64,
 }
 
