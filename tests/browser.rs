@@ -28,7 +28,7 @@ const RECORDS: [&str; 4] = [
 const LONG: [&str; 6] = [
     "experiments/guess-1m-dummy.toml",
     "--agents",
-    "1000000",
+    "500000",
     "--steps",
     "30",
     "--no-report",
@@ -207,6 +207,8 @@ fn the_pages_load_follow_a_run_and_pause_it_resumably() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(seen.windows(2).all(|w| w[1] > w[0]), "{seen:?}");
+        // The latest sampled decisions fill their table, and the replay shows a step's state.
+        wait_for_element(&c, "#decisions tbody tr.decision", Duration::from_secs(30)).await;
 
         // What the page weighs and how soon it drew, as the browser measured it.
         let timing = c

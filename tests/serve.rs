@@ -500,7 +500,7 @@ fn pause_resume_and_delete_through_the_server() {
     let root = tmp.path().join("runs");
     std::fs::create_dir_all(&root).unwrap();
     // Long enough that the pause lands before the end, whatever the machine's speed.
-    let long = [&LONG[..4], &["200", "--no-report"]].concat();
+    let long = [&LONG[..4], &["100", "--no-report"]].concat();
     let whole = tmp.path().join("whole");
     run_to_end(&long, &whole);
     let s = serve(&root, &[]);
@@ -571,7 +571,7 @@ fn a_run_serves_its_own_page() {
     let mut child = throng()
         .arg("run")
         .args(&LONG[..4])
-        .args(["200", "--no-report"])
+        .args(["100", "--no-report"])
         .arg("--out")
         .arg(&out)
         .args(["--serve", "127.0.0.1:0"])

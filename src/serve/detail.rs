@@ -4,17 +4,13 @@
 
 use super::control::ChildView;
 use super::folders::{Read, RunStatus, RunSummary, Writer};
-use super::replay::{self, Sums};
+use super::replay;
 use crate::record::{AGGREGATES, STATE, STATE_PARQUET, StepRecord};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
-/// The sums of the state files read so far, by path, with the size and time they had: a
-/// step's part is read once, however often the page is sent.
-pub type SumsCache = Mutex<HashMap<PathBuf, (u64, Option<SystemTime>, Arc<Sums>)>>;
+pub use super::replay::SumsCache;
 
 /// Headline series shown at most: beyond them, `aggregates.csv` has the rest.
 const SERIES: usize = 12;
@@ -203,39 +199,18 @@ pub fn state_series(dir: &Path, steps: &[StepRecord], cache: &SumsCache) -> Vec<
         .collect();
     let mut by: BTreeMap<(String, String), BTreeMap<usize, (f64, usize)>> = BTreeMap::new();
     for file in files {
-        let Ok(meta) = std::fs::metadata(&file) else {
+        let Some(sums) = replay::cached_sums(&file, cache) else {
             continue;
         };
-        let stamp = (meta.len(), meta.modified().ok());
-        let known = cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&file)
-            .filter(|(len, time, _)| (*len, *time) == stamp)
-            .map(|(_, _, sums)| Arc::clone(sums));
-        let sums = match known {
-            Some(sums) => sums,
-            None => {
-                let Some(sums) = replay::sums(&file) else {
-                    continue;
-                };
-                let sums = Arc::new(sums);
-                cache
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(file.clone(), (stamp.0, stamp.1, Arc::clone(&sums)));
-                sums
-            }
-        };
-        for ((population, step, arm, column), (sum, n)) in sums.iter() {
+        for ((population, step, arm, column), stat) in sums.iter() {
             if let Some(&at) = position.get(&(*population, *step)) {
                 let e = by
                     .entry((column.clone(), arm.clone()))
                     .or_default()
                     .entry(at)
                     .or_default();
-                e.0 += sum;
-                e.1 += n;
+                e.0 += stat.sum;
+                e.1 += stat.n;
             }
         }
     }

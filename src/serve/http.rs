@@ -195,6 +195,20 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     }
 }
 
+/// Runs `f` on the folder of run `id` off the async workers, or answers 404 for an id the
+/// index never gave.
+async fn on_run(
+    app: Arc<App>,
+    id: String,
+    f: impl FnOnce(&App, String, PathBuf) -> Response + Send + 'static,
+) -> Response {
+    blocking(move || match app.dir(&id) {
+        Some(dir) => f(&app, id, dir),
+        None => error(StatusCode::NOT_FOUND, "no such run"),
+    })
+    .await
+}
+
 impl App {
     /// The folder of run `id`, looking again under the root when it is not known yet. Only
     /// ids the index gave are looked up: a client's string never becomes a path.
@@ -288,10 +302,7 @@ async fn run_file(
     State(app): State<Arc<App>>,
     UrlPath((id, name)): UrlPath<(String, String)>,
 ) -> Response {
-    blocking(move || {
-        let Some(dir) = app.dir(&id) else {
-            return error(StatusCode::NOT_FOUND, "no such run");
-        };
+    on_run(app, id, move |_, _, dir| {
         // The name must be one the folder listing gave; the path is built from that entry.
         let files = detail::report_files(&dir);
         let Some(known) = files.iter().find(|f| **f == name) else {
@@ -418,10 +429,7 @@ async fn run_decisions(
     UrlPath(id): UrlPath<String>,
     UrlQuery(q): UrlQuery<Query>,
 ) -> Response {
-    blocking(move || {
-        let Some(dir) = app.dir(&id) else {
-            return error(StatusCode::NOT_FOUND, "no such run");
-        };
+    on_run(app, id, move |app, id, dir| {
         let steps = folders::read_steps_lenient(&dir).unwrap_or_default();
         let index = {
             let mut logs = app.logs.lock().unwrap_or_else(|p| p.into_inner());
@@ -438,10 +446,7 @@ async fn run_prompt(
     State(app): State<Arc<App>>,
     UrlPath((id, hash)): UrlPath<(String, String)>,
 ) -> Response {
-    blocking(move || {
-        let Some(dir) = app.dir(&id) else {
-            return error(StatusCode::NOT_FOUND, "no such run");
-        };
+    on_run(app, id, move |_, _, dir| {
         match decisions::prompt(&dir, &hash) {
             Some(text) => Json(json!({ "hash": hash, "text": text })).into_response(),
             None => error(
@@ -457,12 +462,9 @@ async fn run_step(
     State(app): State<Arc<App>>,
     UrlPath((id, n)): UrlPath<(String, usize)>,
 ) -> Response {
-    blocking(move || {
-        let Some(dir) = app.dir(&id) else {
-            return error(StatusCode::NOT_FOUND, "no such run");
-        };
+    on_run(app, id, move |app, _, dir| {
         let steps = folders::read_steps_lenient(&dir).unwrap_or_default();
-        match replay::step(&dir, &steps, n) {
+        match replay::step(&dir, &steps, n, &app.sums) {
             Some(view) => Json(view).into_response(),
             None => error(
                 StatusCode::NOT_FOUND,
@@ -490,10 +492,7 @@ async fn pause(
     if let Some(refusal) = app.refused(&headers) {
         return refusal;
     }
-    blocking(move || {
-        let Some(dir) = app.dir(&id) else {
-            return error(StatusCode::NOT_FOUND, "no such run");
-        };
+    on_run(app, id, move |_, _, dir| {
         match control::pause(&Read::of(&dir)) {
             Ok(()) => (
                 StatusCode::ACCEPTED,
@@ -514,10 +513,7 @@ async fn resume(
     if let Some(refusal) = app.refused(&headers) {
         return refusal;
     }
-    blocking(move || {
-        let Some(dir) = app.dir(&id) else {
-            return error(StatusCode::NOT_FOUND, "no such run");
-        };
+    on_run(app, id, move |app, id, dir| {
         let running = app.child(&id).is_some_and(|c| c.running());
         match control::resume(&Read::of(&dir), &app.exe, running) {
             Ok(child) => {
@@ -557,10 +553,7 @@ async fn delete(
             "to delete a run, send {\"confirm\": \"<its name>\"}",
         );
     };
-    blocking(move || {
-        let Some(dir) = app.dir(&id) else {
-            return error(StatusCode::NOT_FOUND, "no such run");
-        };
+    on_run(app, id, move |app, id, dir| {
         let running = app.child(&id).is_some_and(|c| c.running());
         match control::delete(&Read::of(&dir), &confirm, running) {
             Ok(dir) => {

@@ -9,8 +9,10 @@ use arrow_array::types::{Float64Type, UInt64Type};
 use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::Serialize;
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 #[derive(Debug, Serialize)]
 pub struct StepView {
@@ -41,9 +43,70 @@ pub struct AggregateRow {
     pub values: BTreeMap<String, serde_json::Value>,
 }
 
-/// Per (population, step, arm, column): the sum and count of a numeric state column over
-/// the agents of a Parquet file of the state table (a step's part, or the joined table).
-pub type Sums = BTreeMap<(usize, usize, String, String), (f64, usize)>;
+/// A numeric column over some agents.
+#[derive(Debug, Clone, Copy)]
+pub struct Stat {
+    pub sum: f64,
+    pub n: usize,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Default for Stat {
+    fn default() -> Self {
+        Stat {
+            sum: 0.0,
+            n: 0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+        }
+    }
+}
+
+impl Stat {
+    fn add(&mut self, v: f64) {
+        self.sum += v;
+        self.n += 1;
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+    }
+
+    pub fn merge(&mut self, o: &Stat) {
+        self.sum += o.sum;
+        self.n += o.n;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+    }
+}
+
+/// Per (population, step, arm, column): a numeric state column over the agents of a Parquet
+/// file of the state table (a step's part, or the joined table).
+pub type Sums = BTreeMap<(usize, usize, String, String), Stat>;
+
+/// The sums of the state files read so far, by path, with the size and time they had: a
+/// step's part (or the joined table) is read once, however often a page asks.
+pub type SumsCache = Mutex<HashMap<PathBuf, (u64, Option<SystemTime>, Arc<Sums>)>>;
+
+/// [`sums`] of `file`, from `cache` while the file has not changed.
+pub fn cached_sums(file: &Path, cache: &SumsCache) -> Option<Arc<Sums>> {
+    let meta = std::fs::metadata(file).ok()?;
+    let stamp = (meta.len(), meta.modified().ok());
+    let known = cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(file)
+        .filter(|(len, time, _)| (*len, *time) == stamp)
+        .map(|(_, _, sums)| Arc::clone(sums));
+    if known.is_some() {
+        return known;
+    }
+    let sums = Arc::new(sums(file)?);
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(file.to_path_buf(), (stamp.0, stamp.1, Arc::clone(&sums)));
+    Some(sums)
+}
 
 /// Sums every numeric state column of the file at `path`, a batch at a time (none when it
 /// cannot be read, as while it is being written).
@@ -83,24 +146,21 @@ pub fn sums(path: &Path) -> Option<Sums> {
             let mut r = 0;
             while r < batch.num_rows() {
                 let key = (pops[r], steps[r], arms.value(r));
-                let (mut sum, mut n) = (0.0, 0usize);
+                let mut stat = Stat::default();
                 while r < batch.num_rows() && (pops[r], steps[r], arms.value(r)) == key {
                     if c.is_valid(r) && c.value(r).is_finite() {
-                        sum += c.value(r);
-                        n += 1;
+                        stat.add(c.value(r));
                     }
                     r += 1;
                 }
-                let e = out
-                    .entry((
-                        key.0 as usize,
-                        key.1 as usize,
-                        key.2.to_string(),
-                        field.name().clone(),
-                    ))
-                    .or_default();
-                e.0 += sum;
-                e.1 += n;
+                out.entry((
+                    key.0 as usize,
+                    key.1 as usize,
+                    key.2.to_string(),
+                    field.name().clone(),
+                ))
+                .or_default()
+                .merge(&stat);
             }
         }
     }
@@ -111,7 +171,7 @@ pub fn sums(path: &Path) -> Option<Sums> {
 const KEYS: &[&str] = &["population", "replicate", "step", "agent"];
 
 /// The step at position `at` (1-based), or none past the run's steps.
-pub fn step(dir: &Path, steps: &[StepRecord], at: usize) -> Option<StepView> {
+pub fn step(dir: &Path, steps: &[StepRecord], at: usize, cache: &SumsCache) -> Option<StepView> {
     let record = steps.get(at.checked_sub(1)?)?;
     let group = steps[..at]
         .windows(2)
@@ -130,87 +190,32 @@ pub fn step(dir: &Path, steps: &[StepRecord], at: usize) -> Option<StepView> {
         last_step: steps.len(),
         population: record.population,
         population_step: record.step,
-        state: state(&path, record.population, record.step),
+        state: state(&path, record.population, record.step, cache),
         aggregates: aggregates(dir, record.population, record.step),
     })
 }
 
-#[derive(Default)]
-struct Running {
-    n: usize,
-    sum: f64,
-    min: f64,
-    max: f64,
-}
-
-fn state(path: &Path, population: usize, step: usize) -> Vec<ColumnSummary> {
-    let Some(reader) = std::fs::File::open(path).ok().and_then(|f| {
-        ParquetRecordBatchReaderBuilder::try_new(f)
-            .ok()?
-            .with_batch_size(65536)
-            .build()
-            .ok()
-    }) else {
+/// Each numeric column at one step, over every arm's agents, in column order.
+fn state(path: &Path, population: usize, step: usize, cache: &SumsCache) -> Vec<ColumnSummary> {
+    let Some(sums) = cached_sums(path, cache) else {
         return Vec::new();
     };
-    let mut acc: BTreeMap<String, Running> = BTreeMap::new();
-    let mut order: Vec<String> = Vec::new();
-    for batch in reader.flatten() {
-        let whole = |name: &str| {
-            let c = arrow_cast::cast(batch.column_by_name(name)?, &DataType::UInt64).ok()?;
-            Some(c.as_primitive::<UInt64Type>().values().to_vec())
-        };
-        let (Some(pops), Some(steps)) = (whole("population"), whole("step")) else {
-            continue;
-        };
-        let rows: Vec<usize> = (0..batch.num_rows())
-            .filter(|&r| pops[r] as usize == population && steps[r] as usize == step)
-            .collect();
-        if rows.is_empty() {
-            continue;
-        }
-        for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
-            let dt = field.data_type();
-            if KEYS.contains(&field.name().as_str())
-                || !(dt.is_numeric() || dt == &DataType::Boolean)
-            {
-                continue;
-            }
-            let Ok(c) = arrow_cast::cast(column, &DataType::Float64) else {
-                continue;
-            };
-            let c = c.as_primitive::<Float64Type>();
-            if !order.contains(field.name()) {
-                order.push(field.name().clone());
-            }
-            let e = acc.entry(field.name().clone()).or_insert(Running {
-                min: f64::INFINITY,
-                max: f64::NEG_INFINITY,
-                ..Running::default()
-            });
-            for &r in &rows {
-                if c.is_valid(r) && c.value(r).is_finite() {
-                    let v = c.value(r);
-                    e.n += 1;
-                    e.sum += v;
-                    e.min = e.min.min(v);
-                    e.max = e.max.max(v);
-                }
-            }
+    let mut by: BTreeMap<&str, Stat> = BTreeMap::new();
+    for ((p, s, _, column), stat) in sums.iter() {
+        if (*p, *s) == (population, step) {
+            by.entry(column).or_default().merge(stat);
         }
     }
-    order
-        .into_iter()
-        .filter_map(|name| {
-            let r = acc.remove(&name)?;
-            let some = r.n > 0;
-            Some(ColumnSummary {
-                column: name,
-                agents: r.n,
-                mean: some.then(|| r.sum / r.n as f64),
-                min: some.then_some(r.min),
-                max: some.then_some(r.max),
-            })
+    by.into_iter()
+        .map(|(column, stat)| {
+            let some = stat.n > 0;
+            ColumnSummary {
+                column: column.to_string(),
+                agents: stat.n,
+                mean: some.then(|| stat.sum / stat.n as f64),
+                min: some.then_some(stat.min),
+                max: some.then_some(stat.max),
+            }
         })
         .collect()
 }
