@@ -346,27 +346,21 @@ fn sse(stream: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -
 }
 
 async fn index_events(State(app): State<Arc<App>>) -> Response {
-    let stream = futures_util::stream::unfold(
-        (app, None::<String>, true),
-        |(app, last, first)| async move {
-            loop {
-                if !first {
-                    tokio::time::sleep(POLL * 4).await;
-                }
-                let a = Arc::clone(&app);
-                let list = blocking(move || a.summaries()).await;
-                let data = json!({ "runs": list }).to_string();
-                if last.as_deref() != Some(data.as_str()) {
-                    let event = Event::default().event("runs").data(data.clone());
-                    return Some((Ok(event), (app, Some(data), false)));
-                }
-                if first {
-                    // Unreachable: the first look always differs from none.
-                    continue;
-                }
+    // The list at once, then again whenever it changes (looked at every second).
+    let stream = futures_util::stream::unfold((app, None::<String>), |(app, last)| async move {
+        loop {
+            if last.is_some() {
+                tokio::time::sleep(POLL * 4).await;
             }
-        },
-    );
+            let a = Arc::clone(&app);
+            let list = blocking(move || a.summaries()).await;
+            let data = json!({ "runs": list }).to_string();
+            if last.as_deref() != Some(data.as_str()) {
+                let event = Event::default().event("runs").data(data.clone());
+                return Some((Ok(event), (app, Some(data))));
+            }
+        }
+    });
     sse(stream)
 }
 
