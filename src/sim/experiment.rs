@@ -21,7 +21,7 @@ pub struct Overrides {
     pub agents: Option<Vec<i64>>,
     pub model: Option<String>,
     /// Not a flag: the model of a config whose `[llm]` names none, which the program running
-    /// it chooses (the CLI's is `crate::model::DEFAULT_MODEL`).
+    /// it chooses (the CLI passes its default model's name).
     pub default_model: Option<String>,
 }
 

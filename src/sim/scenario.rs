@@ -4,8 +4,8 @@
 //!
 //! A scenario writes the core of [`Scenario`] (its world, roles, a turn, parsing a reply, a
 //! scripted baseline, resolving a step, and its state [`Scenario::Row`]); everything else has
-//! a default. It joins a program's [`crate::scenarios::Registry`] and gets the whole command
-//! line.
+//! a default. A program registers it with its registry of scenarios (the layer above this
+//! one) and gets the whole command line.
 
 use super::config::ScenarioProblem;
 use super::groups::GroupRef;
