@@ -5,7 +5,7 @@
 //! The log is indexed by byte range per step as it grows, so that a page of a long run reads
 //! one step's lines, not the whole log.
 
-use crate::record::{DECISIONS, GROUPS, PROMPTS, STATE, STATE_PARQUET, StepRecord};
+use crate::record::{DECISIONS, GROUPS, PROMPTS, StepRecord};
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
@@ -156,23 +156,15 @@ pub fn answer(dir: &Path, steps: &[StepRecord], index: &LogIndex, q: &Query) -> 
         truncated: false,
         decisions: Vec::new(),
     };
-    let Some((key, _)) = chosen else {
+    let Some((key, at)) = chosen else {
         return answer;
     };
-    let group = steps
-        .iter()
-        .scan((None, 0usize), |(last, g), s| {
-            if last.is_some_and(|p| p != s.population) {
-                *g += 1;
-            }
-            *last = Some(s.population);
-            Some((s.population, *g))
-        })
-        .find(|(p, _)| *p == key.0)
-        .map_or(0, |(_, g)| g);
     let (mut lines, truncated) = index.lines(dir, key);
     answer.truncated = truncated;
-    let agents = Agents::of(dir, group, key, &lines);
+    let agents = match super::replay::state_file(dir, steps, at) {
+        Some(state) => Agents::of(dir, &state, key, &lines),
+        None => Agents::default(),
+    };
     let mut roles = std::collections::BTreeSet::new();
     for d in &mut lines {
         if let Some(r) = d.get("role").and_then(Value::as_str) {
@@ -237,7 +229,7 @@ struct Agents {
 const NOT_ATTRIBUTES: &[&str] = &["arm", "role", "policy", "kind", "persona_text"];
 
 impl Agents {
-    fn of(dir: &Path, group: usize, key: (usize, usize), lines: &[Value]) -> Self {
+    fn of(dir: &Path, state: &Path, key: (usize, usize), lines: &[Value]) -> Self {
         let wanted: std::collections::HashSet<AgentKey> =
             lines.iter().filter_map(agent_key).collect();
         let mut agents = Agents::default();
@@ -245,15 +237,7 @@ impl Agents {
             return agents;
         }
         let levels = level_names(dir);
-        let part = dir
-            .join(format!("{STATE}.parts"))
-            .join(format!("g{group:03}-s{:06}.parquet", key.1));
-        let path = if part.is_file() {
-            part
-        } else {
-            dir.join(STATE_PARQUET)
-        };
-        let Some(batches) = batches(&path) else {
+        let Some(batches) = batches(state) else {
             return agents;
         };
         let mut seen: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();

@@ -365,9 +365,8 @@ async fn index_events(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn run_detail(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Response {
-    blocking(move || match app.dir(&id) {
-        Some(dir) => Json(app.detail(&id, &dir)).into_response(),
-        None => error(StatusCode::NOT_FOUND, "no such run"),
+    on_run(app, id, |app, id, dir| {
+        Json(app.detail(&id, &dir)).into_response()
     })
     .await
 }

@@ -170,8 +170,10 @@ pub fn sums(path: &Path) -> Option<Sums> {
 /// Key columns, not measurements.
 const KEYS: &[&str] = &["population", "replicate", "step", "agent"];
 
-/// The step at position `at` (1-based), or none past the run's steps.
-pub fn step(dir: &Path, steps: &[StepRecord], at: usize, cache: &SumsCache) -> Option<StepView> {
+/// The state file holding the step at position `at` (1-based): its part while the run has
+/// not joined them (named by the population's place among the run's sizes and the step
+/// within it), else the joined table.
+pub fn state_file(dir: &Path, steps: &[StepRecord], at: usize) -> Option<PathBuf> {
     let record = steps.get(at.checked_sub(1)?)?;
     let group = steps[..at]
         .windows(2)
@@ -180,11 +182,17 @@ pub fn step(dir: &Path, steps: &[StepRecord], at: usize, cache: &SumsCache) -> O
     let part = dir
         .join(format!("{STATE}.parts"))
         .join(format!("g{group:03}-s{:06}.parquet", record.step));
-    let path = if part.is_file() {
+    Some(if part.is_file() {
         part
     } else {
         dir.join(STATE_PARQUET)
-    };
+    })
+}
+
+/// The step at position `at` (1-based), or none past the run's steps.
+pub fn step(dir: &Path, steps: &[StepRecord], at: usize, cache: &SumsCache) -> Option<StepView> {
+    let record = steps.get(at.checked_sub(1)?)?;
+    let path = state_file(dir, steps, at)?;
     Some(StepView {
         step: at,
         last_step: steps.len(),
