@@ -354,11 +354,15 @@ fn each_step_of_a_running_run_produces_an_event() {
     let tmp = tempfile::tempdir().unwrap();
     let s = serve(tmp.path(), &["--read-only"]);
     let out = tmp.path().join("live");
+    // Each step waits longer than the server's look (250 ms), so no two steps fall between
+    // two looks however fast the machine; the last step hangs, so the run cannot end before
+    // the watcher has seen its steps however slow the machine.
     let mut run = throng()
-        .arg("run")
-        .args(LONG)
-        .arg("--out")
+        .args(["run", "experiments/guess-1m-dummy.toml", "--agents", "2000"])
+        .args(["--steps", "40", "--no-report", "--out"])
         .arg(&out)
+        .env("THRONG_STEP_DELAY_MS", "600")
+        .env("THRONG_CRASH_AT", "40:hang")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -386,8 +390,12 @@ fn each_step_of_a_running_run_produces_an_event() {
                     assert!(last["rank_seconds"].as_array().is_some());
                 }
             }
-            seen.len() >= 4
+            seen.len() >= 4 || seen.last() == Some(&39)
         },
+    );
+    assert!(
+        seen.len() >= 4,
+        "a step every 600 ms shows as its own event: {seen:?}"
     );
     assert!(
         seen.windows(2).all(|w| w[1] > w[0]),

@@ -5,8 +5,13 @@
 //! to recover from; [`POINTS`] names them in order. `THRONG_CRASH_AT=STEP:hang` instead makes
 //! step `STEP` never finish (before anything of it is written), as a runaway template or a
 //! stuck device would, for testing how a run that cannot finish its step is stopped.
+//!
+//! `THRONG_STEP_DELAY_MS=N` makes every step wait `N` milliseconds before it decides, for
+//! tests that watch a run advance step by step: a scripted run on a fast machine otherwise
+//! finishes several steps between two looks of the watcher.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// Every crash point, in the order a step passes them.
 pub const POINTS: &[&str] = &[
@@ -50,5 +55,17 @@ pub fn point(step: usize, point: &str) {
         }
         eprintln!("throng: THRONG_CRASH_AT={s}:{p}: aborting here, as a kill would");
         std::process::abort();
+    }
+}
+
+/// Waits the delay `THRONG_STEP_DELAY_MS` asks each step to wait, if any.
+pub fn pace() {
+    static DELAY: OnceLock<Option<Duration>> = OnceLock::new();
+    let delay = DELAY.get_or_init(|| {
+        let ms = std::env::var("THRONG_STEP_DELAY_MS").ok()?;
+        ms.trim().parse().ok().map(Duration::from_millis)
+    });
+    if let Some(delay) = delay {
+        std::thread::sleep(*delay);
     }
 }

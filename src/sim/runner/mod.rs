@@ -247,6 +247,7 @@ pub fn run<S: Scenario>(
             }
             budget -= 1;
             fault::point(group * cfg.steps.0 + step + 1, fault::HANG);
+            fault::pace();
             let started = Instant::now();
             let mut decided = |n| progress(Progress::Decided(n));
             let (decisions, resolve_time, exchange, rank_seconds) = if ranks.size() == 1 {
