@@ -162,6 +162,7 @@ pub(crate) enum AttentionPlan {
     Paged {
         spans: Vec<SeqSpan>,
         block_size: usize,
+        window: Option<usize>,
     },
     Gathered(GatherPlan),
     #[cfg(feature = "flash-attn")]
@@ -179,13 +180,22 @@ impl AttentionPlan {
         spans: Vec<SeqSpan>,
         block_size: usize,
         backend: AttentionBackend,
+        window: Option<usize>,
         device: &Device,
     ) -> candle_core::Result<Self> {
         match backend {
-            AttentionBackend::PagedCpu => Ok(AttentionPlan::Paged { spans, block_size }),
+            AttentionBackend::PagedCpu => Ok(AttentionPlan::Paged {
+                spans,
+                block_size,
+                window,
+            }),
             AttentionBackend::Gathered => Ok(AttentionPlan::Gathered(GatherPlan::new(
-                &spans, block_size, device,
+                &spans, block_size, window, device,
             )?)),
+            #[cfg(feature = "flash-attn")]
+            AttentionBackend::FlashPaged if window.is_some() => {
+                candle_core::bail!("paged FlashAttention has no sliding window in this build")
+            }
             #[cfg(feature = "flash-attn")]
             AttentionBackend::FlashPaged => Ok(AttentionPlan::Flash(flash::FlashPlan::new(
                 &FlashInputs::new(&spans, block_size),
@@ -209,21 +219,30 @@ impl AttentionPlan {
         heads: Heads,
     ) -> candle_core::Result<Tensor> {
         match self {
-            AttentionPlan::Paged { spans, block_size } if q.dtype() == DType::F32 => paged_cpu(
+            AttentionPlan::Paged {
+                spans,
+                block_size,
+                window,
+            } if q.dtype() == DType::F32 => paged_cpu(
                 q,
                 &as_rows(k_cache)?,
                 &as_rows(v_cache)?,
                 spans,
                 *block_size,
                 heads,
+                *window,
             ),
             // Queries of another dtype than the f32 cache (a caller mixing them): gather.
-            AttentionPlan::Paged { spans, block_size } => GatherPlan::new(
+            AttentionPlan::Paged {
                 spans,
-                *block_size,
-                q.device(),
-            )?
-            .attend(q, &as_rows(k_cache)?, &as_rows(v_cache)?, heads),
+                block_size,
+                window,
+            } => GatherPlan::new(spans, *block_size, *window, q.device())?.attend(
+                q,
+                &as_rows(k_cache)?,
+                &as_rows(v_cache)?,
+                heads,
+            ),
             AttentionPlan::Gathered(plan) => {
                 plan.attend(q, &as_rows(k_cache)?, &as_rows(v_cache)?, heads)
             }
@@ -260,6 +279,7 @@ fn paged_cpu(
     spans: &[SeqSpan],
     block_size: usize,
     heads: Heads,
+    window: Option<usize>,
 ) -> candle_core::Result<Tensor> {
     let (t, h, d) = q.dims3()?;
     let q = cpu_f32(&q.contiguous()?)?;
@@ -287,7 +307,7 @@ fn paged_cpu(
                         heads,
                         kvh,
                     };
-                    attend_rows(&q, &cache, &spans[s], r0..r1, heads)
+                    attend_rows(&q, &cache, &spans[s], r0..r1, heads, window)
                 })
                 .collect()
         })
@@ -347,18 +367,19 @@ fn attend_rows(
     span: &SeqSpan,
     rows: std::ops::Range<usize>,
     heads: Heads,
+    window: Option<usize>,
 ) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx512f") {
         // SAFETY: the CPU supports AVX-512F, checked just above.
-        return unsafe { attend_rows_avx512(q, kv, span, rows, heads) };
+        return unsafe { attend_rows_avx512(q, kv, span, rows, heads, window) };
     }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { attend_rows_avx2(q, kv, span, rows, heads) };
+        return unsafe { attend_rows_avx2(q, kv, span, rows, heads, window) };
     }
-    attend_rows_with::<Portable>(q, kv, span, rows, heads)
+    attend_rows_with::<Portable>(q, kv, span, rows, heads, window)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -369,8 +390,9 @@ fn attend_rows_avx512(
     span: &SeqSpan,
     rows: std::ops::Range<usize>,
     heads: Heads,
+    window: Option<usize>,
 ) -> Vec<f32> {
-    attend_rows_with::<Avx512>(q, kv, span, rows, heads)
+    attend_rows_with::<Avx512>(q, kv, span, rows, heads, window)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -381,8 +403,9 @@ fn attend_rows_avx2(
     span: &SeqSpan,
     rows: std::ops::Range<usize>,
     heads: Heads,
+    window: Option<usize>,
 ) -> Vec<f32> {
-    attend_rows_with::<Avx2>(q, kv, span, rows, heads)
+    attend_rows_with::<Avx2>(q, kv, span, rows, heads, window)
 }
 
 #[inline(always)]
@@ -392,6 +415,7 @@ fn attend_rows_with<K: Kernels>(
     span: &SeqSpan,
     rows: std::ops::Range<usize>,
     heads: Heads,
+    window: Option<usize>,
 ) -> Vec<f32> {
     let (h, d, g) = (heads.num_heads, heads.head_dim, heads.group());
     let scale = heads.scale();
@@ -427,11 +451,15 @@ fn attend_rows_with<K: Kernels>(
     let mut norms = vec![0f32; n];
     for (i, norm) in norms.iter_mut().enumerate() {
         let visible = span.start + rows.start + i / g + 1;
+        // Keys before a sliding window get weight zero (adding zeros changes no sum).
+        let first = window.map_or(0, |w| visible.saturating_sub(w));
         let row = &mut scores[i * ctx..][..visible];
+        row[..first].fill(f32::NEG_INFINITY);
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        for s in row.iter_mut() {
+        for s in row[first..].iter_mut() {
             *s = exp_nonpositive(*s - max);
         }
+        row[..first].fill(0.0);
         *norm = K::sum(row);
     }
     let mut out = vec![0f32; n * d];
@@ -867,8 +895,23 @@ fn slots_of(span: &SeqSpan, block_size: usize, len: usize) -> impl Iterator<Item
     })
 }
 
+/// The additive mask of a query at `q_pos` for the key at `pos`: causal, and within the
+/// sliding window if there is one.
+fn mask_value(pos: usize, q_pos: usize, window: Option<usize>) -> f32 {
+    if pos <= q_pos && window.is_none_or(|w| q_pos - pos < w) {
+        0.0
+    } else {
+        f32::NEG_INFINITY
+    }
+}
+
 impl GatherPlan {
-    fn new(spans: &[SeqSpan], block_size: usize, device: &Device) -> candle_core::Result<Self> {
+    fn new(
+        spans: &[SeqSpan],
+        block_size: usize,
+        window: Option<usize>,
+        device: &Device,
+    ) -> candle_core::Result<Self> {
         let total: usize = spans.iter().map(|s| s.q_len).sum();
         let (decodes, prefills): (Vec<&SeqSpan>, Vec<&SeqSpan>) =
             spans.iter().partition(|s| s.q_len == 1);
@@ -883,7 +926,7 @@ impl GatherPlan {
                 let ctx = span.context_len();
                 slots.extend(slots_of(span, block_size, ctx));
                 slots.extend(std::iter::repeat_n(0, max_ctx - ctx));
-                mask.extend(std::iter::repeat_n(0f32, ctx));
+                mask.extend((0..ctx).map(|pos| mask_value(pos, ctx - 1, window)));
                 mask.extend(std::iter::repeat_n(f32::NEG_INFINITY, max_ctx - ctx));
                 order.push(span.q_start);
             }
@@ -903,15 +946,7 @@ impl GatherPlan {
                 let ctx = span.context_len();
                 let slots: Vec<u32> = slots_of(span, block_size, ctx).collect();
                 let mask: Vec<f32> = (0..span.q_len)
-                    .flat_map(|r| {
-                        (0..ctx).map(move |pos| {
-                            if pos <= span.start + r {
-                                0.0
-                            } else {
-                                f32::NEG_INFINITY
-                            }
-                        })
-                    })
+                    .flat_map(|r| (0..ctx).map(move |pos| mask_value(pos, span.start + r, window)))
                     .collect();
                 order.extend(span.q_start..span.q_start + span.q_len);
                 Ok(PrefillSeq {
@@ -1101,7 +1136,10 @@ mod tests {
             let k = random((6 * block_size, kv_width), 12);
             let v = random((6 * block_size, kv_width), 13);
             let (k, v) = (cpu_f32(&k).unwrap(), cpu_f32(&v).unwrap());
-            for span in &spans {
+            for (window, span) in [None, Some(20)]
+                .into_iter()
+                .flat_map(|w| spans.iter().map(move |s| (w, s)))
+            {
                 for kvh in 0..heads.num_kv_heads {
                     for r0 in (0..span.q_len).step_by(ROWS_PER_ITEM) {
                         let rows = r0..(r0 + ROWS_PER_ITEM).min(span.q_len);
@@ -1120,17 +1158,19 @@ mod tests {
                             span,
                             rows.clone(),
                             heads,
+                            window,
                         ));
                         if std::is_x86_feature_detected!("avx2") {
                             // SAFETY: AVX2 checked just above.
-                            let avx2 =
-                                unsafe { attend_rows_avx2(&q, &cache, span, rows.clone(), heads) };
+                            let avx2 = unsafe {
+                                attend_rows_avx2(&q, &cache, span, rows.clone(), heads, window)
+                            };
                             assert_eq!(bits(avx2), portable, "avx2, head_dim {head_dim}");
                         }
                         if std::is_x86_feature_detected!("avx512f") {
                             // SAFETY: AVX-512F checked just above.
                             let avx512 = unsafe {
-                                attend_rows_avx512(&q, &cache, span, rows.clone(), heads)
+                                attend_rows_avx512(&q, &cache, span, rows.clone(), heads, window)
                             };
                             assert_eq!(bits(avx512), portable, "avx512, head_dim {head_dim}");
                         }
@@ -1141,9 +1181,62 @@ mod tests {
     }
 
     /// The CPU kernel and the gathered path (the CUDA path) must agree on a ragged batch
-    /// of decodes and prefill chunks that share blocks.
+    /// of decodes and prefill chunks that share blocks, with full causal attention and with
+    /// sliding windows shorter than some of the contexts (Mistral v0.1).
     #[test]
     fn paged_kernel_matches_gathered_matmuls() {
+        for window in [None, Some(1), Some(3), Some(5), Some(64)] {
+            paged_kernel_matches_gathered_matmuls_with(window);
+        }
+    }
+
+    /// A window of `w` keys gives the same attention as the full context cut to its last
+    /// `w` positions: the window drops what lies before it and nothing else.
+    #[test]
+    fn a_sliding_window_sees_exactly_its_last_keys() {
+        let heads = Heads {
+            num_heads: 2,
+            num_kv_heads: 1,
+            head_dim: 8,
+        };
+        let block_size = 4;
+        let q = random((1, 16), 1).reshape((1, 2, 8)).unwrap();
+        let k = random((3 * block_size, 8), 2);
+        let v = random((3 * block_size, 8), 3);
+        // A decode at position 9 with a window of 4 sees positions 6..=9, which are the
+        // last four rows of the blocks [0, 1, 2]: block 1 offsets 2, 3 and block 2 offsets 0, 1.
+        let windowed = SeqSpan {
+            q_start: 0,
+            q_len: 1,
+            start: 9,
+            blocks: vec![0, 1, 2],
+        };
+        let got = paged_cpu(&q, &k, &v, &[windowed], block_size, heads, Some(4)).unwrap();
+        // The same four keys copied to the front of a fresh cache, seen in full.
+        let rows = Tensor::new(&[6u32, 7, 8, 9], &Device::Cpu).unwrap();
+        let (k4, v4) = (
+            k.index_select(&rows, 0).unwrap(),
+            v.index_select(&rows, 0).unwrap(),
+        );
+        let full = SeqSpan {
+            q_start: 0,
+            q_len: 1,
+            start: 3,
+            blocks: vec![0],
+        };
+        let expected = paged_cpu(&q, &k4, &v4, &[full], block_size, heads, None).unwrap();
+        let diff = (got - expected)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(diff < 1e-6, "max difference {diff}");
+    }
+
+    fn paged_kernel_matches_gathered_matmuls_with(window: Option<usize>) {
         let heads = Heads {
             num_heads: 6,
             num_kv_heads: 2,
@@ -1183,8 +1276,8 @@ mod tests {
             .unwrap();
         let k = random((6 * block_size, heads.num_kv_heads * heads.head_dim), 2);
         let v = random((6 * block_size, heads.num_kv_heads * heads.head_dim), 3);
-        let paged = paged_cpu(&q, &k, &v, &spans, block_size, heads).unwrap();
-        let gathered = GatherPlan::new(&spans, block_size, &Device::Cpu)
+        let paged = paged_cpu(&q, &k, &v, &spans, block_size, heads, window).unwrap();
+        let gathered = GatherPlan::new(&spans, block_size, window, &Device::Cpu)
             .unwrap()
             .attend(&q, &k, &v, heads)
             .unwrap();
@@ -1196,6 +1289,6 @@ mod tests {
             .unwrap()
             .to_scalar::<f32>()
             .unwrap();
-        assert!(diff < 1e-5, "max difference {diff}");
+        assert!(diff < 1e-5, "window {window:?}: max difference {diff}");
     }
 }

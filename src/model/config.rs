@@ -1,5 +1,10 @@
-//! Model hyper-parameters: the raw `config.json` of a Hugging Face Llama checkpoint (or the
+//! Model hyper-parameters: the raw `config.json` of a Hugging Face checkpoint (or the
 //! metadata of a GGUF file) turned into one validated [`ModelConfig`].
+//!
+//! throng runs four families of one decoder design (pre-norm, RMSNorm, rotary embeddings,
+//! grouped-query attention, SwiGLU): Llama, Qwen2 (biases on q/k/v), Mistral (optionally a
+//! sliding attention window) and Mixtral (Mistral with a mixture of experts for the MLP).
+//! The differences are data in [`ModelConfig`], not separate code paths.
 
 use super::ModelError;
 use serde::Deserialize;
@@ -11,9 +16,9 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigProblem {
     #[error(
-        "unsupported architecture {found}: throng runs Llama-architecture models \
-         (LlamaForCausalLM, e.g. Llama 3.x, SmolLM2); pick one of those or a GGUF file \
-         whose general.architecture is `llama`"
+        "unsupported architecture {found}: throng runs LlamaForCausalLM (Llama 3.x, SmolLM2), \
+         Qwen2ForCausalLM (Qwen2, Qwen2.5), MistralForCausalLM and MixtralForCausalLM; pick one \
+         of those, or a GGUF file whose general.architecture is `llama` or `qwen2`"
     )]
     UnsupportedArchitecture { found: String },
     /// A size of zero (heads, layers, the vocabulary).
@@ -33,6 +38,8 @@ pub enum ConfigProblem {
     RopeType(String),
     #[error("no eos_token_id: the model could never finish a reply")]
     NoEos,
+    #[error("num_experts_per_tok ({per_token}) must be between 1 and num_local_experts ({count})")]
+    Experts { count: usize, per_token: usize },
     /// Not the shape of a Hugging Face `config.json` at all.
     #[error("{0}")]
     Json(serde_json::Error),
@@ -68,9 +75,65 @@ pub struct RopeConfig {
     pub freq_factors: Option<Vec<f32>>,
 }
 
-/// Validated hyper-parameters of a Llama-architecture model.
+/// The model families throng runs, as their checkpoints name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Llama,
+    Qwen2,
+    Mistral,
+    Mixtral,
+}
+
+impl Family {
+    /// The Hugging Face architecture name (`config.json`'s `architectures`).
+    pub fn architecture(self) -> &'static str {
+        match self {
+            Family::Llama => "LlamaForCausalLM",
+            Family::Qwen2 => "Qwen2ForCausalLM",
+            Family::Mistral => "MistralForCausalLM",
+            Family::Mixtral => "MixtralForCausalLM",
+        }
+    }
+
+    /// The Hugging Face `model_type`.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Mistral => "mistral",
+            Family::Mixtral => "mixtral",
+        }
+    }
+
+    const ALL: [Family; 4] = [
+        Family::Llama,
+        Family::Qwen2,
+        Family::Mistral,
+        Family::Mixtral,
+    ];
+
+    fn from_architecture(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.architecture() == name)
+    }
+
+    fn from_model_type(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.model_type() == name)
+    }
+}
+
+/// A sparse mixture of experts in place of each layer's MLP (Mixtral): a router scores every
+/// expert per token and the `per_token` best run, their outputs weighted by the router's
+/// softmax renormalised over the chosen ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Experts {
+    pub count: usize,
+    pub per_token: usize,
+}
+
+/// Validated hyper-parameters of a model of one of the [`Family`]s.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
+    pub family: Family,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub intermediate_size: usize,
@@ -85,6 +148,13 @@ pub struct ModelConfig {
     pub bos_token_id: Option<u32>,
     /// Every id that ends a reply; Llama 3.x instruct models use several.
     pub eos_token_ids: Vec<u32>,
+    /// Whether the q, k and v projections add a bias (Qwen2).
+    pub attention_bias: bool,
+    /// Keys a query sees, itself included, when attention looks back over a window only
+    /// (Mistral v0.1: 4096); `None` for full causal attention.
+    pub sliding_window: Option<usize>,
+    /// The mixture of experts that replaces the MLP, if any (Mixtral).
+    pub experts: Option<Experts>,
 }
 
 impl ModelConfig {
@@ -98,8 +168,19 @@ impl ModelConfig {
         (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
     }
 
-    /// Every parameter of the model, norms included: what `throng plan` sizes weights by.
+    /// Every parameter of the model, norms included: what its weights take in memory, and
+    /// what `throng plan` sizes them by.
     pub fn parameters(&self) -> u64 {
+        self.parameters_with(self.experts.map_or(1, |e| e.count))
+    }
+
+    /// Parameters one token's forward pass multiplies by: all of a dense model, only the
+    /// chosen experts of a mixture. What compute per token scales with.
+    pub fn active_parameters(&self) -> u64 {
+        self.parameters_with(self.experts.map_or(1, |e| e.per_token))
+    }
+
+    fn parameters_with(&self, experts: usize) -> u64 {
         let (h, i, v) = (
             self.hidden_size as u64,
             self.intermediate_size as u64,
@@ -107,8 +188,10 @@ impl ModelConfig {
         );
         let q = (self.num_heads * self.head_dim) as u64;
         let kv = (self.num_kv_heads * self.head_dim) as u64;
-        // q, k, v, o; gate, up, down; two norms.
-        let layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h;
+        let bias = if self.attention_bias { q + 2 * kv } else { 0 };
+        let router = self.experts.map_or(0, |e| e.count as u64 * h);
+        // q, k, v, o; gate, up, down per expert; the router; two norms.
+        let layer = h * q + 2 * h * kv + q * h + bias + experts as u64 * 3 * h * i + router + 2 * h;
         let head = if self.tie_word_embeddings { 0 } else { v * h };
         v * h + self.num_layers as u64 * layer + h + head
     }
@@ -206,11 +289,22 @@ impl ModelConfig {
         if self.eos_token_ids.is_empty() {
             return Err(ConfigProblem::NoEos);
         }
+        if self.sliding_window == Some(0) {
+            return Err(ConfigProblem::NotPositive("sliding_window"));
+        }
+        if let Some(e) = self.experts
+            && !(1..=e.count).contains(&e.per_token)
+        {
+            return Err(ConfigProblem::Experts {
+                count: e.count,
+                per_token: e.per_token,
+            });
+        }
         Ok(self)
     }
 }
 
-/// `config.json` as Hugging Face writes it for `LlamaForCausalLM`.
+/// `config.json` as Hugging Face writes it for the [`Family`]s.
 #[derive(Debug, Deserialize)]
 struct RawHfConfig {
     #[serde(default)]
@@ -232,6 +326,13 @@ struct RawHfConfig {
     tie_word_embeddings: bool,
     bos_token_id: Option<u32>,
     eos_token_id: Option<OneOrMany>,
+    /// Mistral, Mixtral (null when unused) and Qwen2 (used only with `use_sliding_window`).
+    sliding_window: Option<usize>,
+    #[serde(default)]
+    use_sliding_window: bool,
+    /// Mixtral.
+    num_local_experts: Option<usize>,
+    num_experts_per_tok: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -245,26 +346,23 @@ fn default_rope_theta() -> f32 {
     10_000.0
 }
 
-/// The architectures throng's Llama implementation serves as they are.
-const LLAMA_ARCHITECTURES: [&str; 1] = ["LlamaForCausalLM"];
-
 impl RawHfConfig {
     fn validate(self) -> Result<ModelConfig, ConfigProblem> {
-        let arch_ok = if self.architectures.is_empty() {
-            self.model_type.as_deref() == Some("llama")
+        let family = if self.architectures.is_empty() {
+            self.model_type.as_deref().and_then(Family::from_model_type)
         } else {
             self.architectures
                 .iter()
-                .any(|a| LLAMA_ARCHITECTURES.contains(&a.as_str()))
+                .find_map(|a| Family::from_architecture(a))
         };
-        if !arch_ok {
+        let Some(family) = family else {
             let found = if self.architectures.is_empty() {
                 format!("model_type {:?}", self.model_type.unwrap_or_default())
             } else {
                 self.architectures.join(", ")
             };
             return Err(ConfigProblem::UnsupportedArchitecture { found });
-        }
+        };
         let scaling = match self.rope_scaling {
             None | Some(serde_json::Value::Null) => None,
             Some(value) => parse_rope_scaling(value)?,
@@ -281,7 +379,23 @@ impl RawHfConfig {
             Some(OneOrMany::Many(ids)) => ids,
             None => Vec::new(),
         };
+        // Qwen2 configs name a window they do not use unless `use_sliding_window` says so.
+        let sliding_window = match family {
+            Family::Qwen2 if !self.use_sliding_window => None,
+            _ => self.sliding_window,
+        };
+        let experts = match (family, self.num_local_experts, self.num_experts_per_tok) {
+            (Family::Mixtral, count, per_token) => Some(Experts {
+                count: count.unwrap_or(8),
+                per_token: per_token.unwrap_or(2),
+            }),
+            _ => None,
+        };
         ModelConfig {
+            family,
+            attention_bias: family == Family::Qwen2,
+            sliding_window,
+            experts,
             vocab_size: self.vocab_size,
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,
@@ -366,13 +480,79 @@ mod tests {
 
     #[test]
     fn rejects_other_architectures_by_name() {
-        let text = llama_3_2_1b().replace("LlamaForCausalLM", "MistralForCausalLM");
+        let text = llama_3_2_1b().replace("LlamaForCausalLM", "GPT2LMHeadModel");
         let raw: RawHfConfig = serde_json::from_str(&text).unwrap();
         let err = raw.validate().unwrap_err();
         assert!(
-            matches!(&err, ConfigProblem::UnsupportedArchitecture { found } if found == "MistralForCausalLM"),
+            matches!(&err, ConfigProblem::UnsupportedArchitecture { found } if found == "GPT2LMHeadModel"),
             "{err:?}"
         );
-        assert!(err.to_string().contains("MistralForCausalLM"), "{err}");
+        assert!(err.to_string().contains("GPT2LMHeadModel"), "{err}");
+    }
+
+    /// Mixtral-8x7B-Instruct-v0.1's config.json.
+    fn mixtral_8x7b() -> &'static str {
+        r#"{"architectures":["MixtralForCausalLM"],"attention_dropout":0.0,"bos_token_id":1,
+            "eos_token_id":2,"hidden_act":"silu","hidden_size":4096,"initializer_range":0.02,
+            "intermediate_size":14336,"max_position_embeddings":32768,"model_type":"mixtral",
+            "num_attention_heads":32,"num_experts_per_tok":2,"num_hidden_layers":32,
+            "num_key_value_heads":8,"num_local_experts":8,"output_router_logits":false,
+            "rms_norm_eps":1e-05,"rope_theta":1000000.0,"router_aux_loss_coef":0.02,
+            "sliding_window":null,"tie_word_embeddings":false,"torch_dtype":"bfloat16",
+            "vocab_size":32000}"#
+    }
+
+    #[test]
+    fn a_mixture_of_experts_counts_all_experts_in_memory_and_two_per_token() {
+        let cfg =
+            ModelConfig::from_hf_json(&serde_json::from_str(mixtral_8x7b()).unwrap()).unwrap();
+        assert_eq!(cfg.family, Family::Mixtral);
+        assert_eq!(
+            cfg.experts,
+            Some(Experts {
+                count: 8,
+                per_token: 2
+            })
+        );
+        assert_eq!(cfg.sliding_window, None);
+        // Mistral AI states 46.7 B parameters in all, 12.9 B used per token.
+        let (total, active) = (
+            cfg.parameters() as f64 / 1e9,
+            cfg.active_parameters() as f64 / 1e9,
+        );
+        assert!((total - 46.7).abs() < 0.1, "{total}");
+        assert!((active - 12.9).abs() < 0.1, "{active}");
+    }
+
+    #[test]
+    fn qwen2_has_attention_biases_and_ignores_an_unused_window() {
+        let text = r#"{"architectures":["Qwen2ForCausalLM"],"bos_token_id":151643,"eos_token_id":151645,
+            "hidden_size":896,"intermediate_size":4864,"max_position_embeddings":32768,
+            "max_window_layers":21,"model_type":"qwen2","num_attention_heads":14,
+            "num_hidden_layers":24,"num_key_value_heads":2,"rms_norm_eps":1e-06,
+            "rope_theta":1000000.0,"sliding_window":32768,"tie_word_embeddings":true,
+            "use_sliding_window":false,"vocab_size":151936}"#;
+        let cfg = ModelConfig::from_hf_json(&serde_json::from_str(text).unwrap()).unwrap();
+        assert_eq!(cfg.family, Family::Qwen2);
+        assert!(cfg.attention_bias && cfg.tie_word_embeddings);
+        assert_eq!((cfg.sliding_window, cfg.head_dim), (None, 64));
+        // Qwen2.5-0.5B: 494 M parameters, as its model card says.
+        let total = cfg.parameters() as f64 / 1e6;
+        assert!((total - 494.0).abs() < 1.0, "{total}");
+    }
+
+    #[test]
+    fn mistral_v0_1_keeps_its_window_and_rejects_a_zero_one() {
+        let text = mixtral_8x7b()
+            .replace("MixtralForCausalLM", "MistralForCausalLM")
+            .replace(r#""sliding_window":null"#, r#""sliding_window":4096"#);
+        let cfg = ModelConfig::from_hf_json(&serde_json::from_str(&text).unwrap()).unwrap();
+        assert_eq!(
+            (cfg.family, cfg.sliding_window, cfg.experts),
+            (Family::Mistral, Some(4096), None)
+        );
+        let zero = text.replace(r#""sliding_window":4096"#, r#""sliding_window":0"#);
+        let err = ModelConfig::from_hf_json(&serde_json::from_str(&zero).unwrap()).unwrap_err();
+        assert!(err.to_string().contains("sliding_window"), "{err}");
     }
 }

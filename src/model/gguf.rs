@@ -1,14 +1,20 @@
-//! GGUF files of Llama-architecture models (llama.cpp's format): hyper-parameters from the
+//! GGUF files (llama.cpp's format) of the families throng runs: hyper-parameters from the
 //! metadata, quantized tensors read on demand, and the tokenizer and chat template when the
 //! file carries them.
+//!
+//! llama.cpp writes Llama, Mistral and Mixtral as `general.architecture = llama` (Mixtral with
+//! `llama.expert_count`), with the q and k rows permuted for its RoPE; Qwen2 as `qwen2`,
+//! unpermuted (llama.cpp rotates Qwen2 the "NeoX" way, as Hugging Face does).
 
-use super::config::{RopeConfig, RopeStyle};
+use super::config::{Experts, Family, RopeConfig, RopeStyle};
 use super::error::candle_cause;
 use super::linear::SourceWeight;
 use super::llama::{Part, WeightSource};
 use super::{ModelConfig, ModelError};
 use candle_core::Device;
 use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::{QStorage, QTensor};
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -17,6 +23,9 @@ pub(crate) struct GgufSource {
     path: PathBuf,
     reader: BufReader<File>,
     pub content: Content,
+    /// The last stacked expert tensor read (name and tensor): a layer's experts are asked
+    /// for one after another, and each stacked tensor holds all of them.
+    stacked: Option<(String, QTensor)>,
 }
 
 impl GgufSource {
@@ -58,6 +67,7 @@ impl GgufSource {
             path: path.to_path_buf(),
             reader,
             content,
+            stacked: None,
         })
     }
 
@@ -93,25 +103,43 @@ impl GgufSource {
         self.meta(key).and_then(|v| v.to_string().ok()).cloned()
     }
 
-    /// The model's hyper-parameters from the `llama.*` metadata keys.
+    /// The model's hyper-parameters from the `<architecture>.*` metadata keys.
     pub fn config(&mut self) -> Result<ModelConfig, ModelError> {
         let arch = self.meta_string("general.architecture").unwrap_or_default();
-        if arch != "llama" {
+        if arch != "llama" && arch != "qwen2" {
             return Err(ModelError::UnsupportedArchitecture {
                 path: self.path.clone(),
                 message: format!(
-                    "unsupported architecture `{arch}`: throng runs Llama-architecture GGUF files \
-                     (general.architecture = llama)"
+                    "unsupported architecture `{arch}`: throng runs GGUF files whose \
+                     general.architecture is `llama` (Llama, Mistral, Mixtral) or `qwen2`"
                 ),
             });
         }
-        let num_heads = self.meta_u32("llama.attention.head_count")? as usize;
-        let hidden_size = self.meta_u32("llama.embedding_length")? as usize;
-        let head_dim = match self.meta_u32("llama.rope.dimension_count") {
+        let key = |name: &str| format!("{arch}.{name}");
+        let num_heads = self.meta_u32(&key("attention.head_count"))? as usize;
+        let hidden_size = self.meta_u32(&key("embedding_length"))? as usize;
+        let experts = match self.meta_u32(&key("expert_count")) {
+            Ok(count) if count > 0 => Some(Experts {
+                count: count as usize,
+                per_token: self.meta_u32(&key("expert_used_count")).unwrap_or(2) as usize,
+            }),
+            _ => None,
+        };
+        let named = |s: &str| {
+            self.meta_string("general.name")
+                .is_some_and(|n| n.to_lowercase().contains(s))
+        };
+        let family = match (arch.as_str(), experts) {
+            ("qwen2", _) => Family::Qwen2,
+            (_, Some(_)) => Family::Mixtral,
+            _ if named("mistral") => Family::Mistral,
+            _ => Family::Llama,
+        };
+        let head_dim = match self.meta_u32(&key("rope.dimension_count")) {
             Ok(d) => d as usize,
             Err(_) => hidden_size / num_heads.max(1),
         };
-        let vocab_size = match self.meta_u32("llama.vocab_size") {
+        let vocab_size = match self.meta_u32(&key("vocab_size")) {
             Ok(v) => v as usize,
             Err(_) => self
                 .meta("tokenizer.ggml.tokens")
@@ -134,26 +162,38 @@ impl GgufSource {
             }
         }
         let mut cfg = ModelConfig {
+            family,
+            attention_bias: family == Family::Qwen2,
+            sliding_window: self
+                .meta_u32(&key("attention.sliding_window"))
+                .ok()
+                .map(|w| w as usize),
+            experts,
             vocab_size,
             hidden_size,
-            intermediate_size: self.meta_u32("llama.feed_forward_length")? as usize,
-            num_layers: self.meta_u32("llama.block_count")? as usize,
+            intermediate_size: self.meta_u32(&key("feed_forward_length"))? as usize,
+            num_layers: self.meta_u32(&key("block_count"))? as usize,
             num_heads,
             num_kv_heads: self
-                .meta_u32("llama.attention.head_count_kv")
+                .meta_u32(&key("attention.head_count_kv"))
                 .unwrap_or(num_heads as u32) as usize,
             head_dim,
             rms_norm_eps: self
-                .meta_f32("llama.attention.layer_norm_rms_epsilon")
+                .meta_f32(&key("attention.layer_norm_rms_epsilon"))
                 .unwrap_or(1e-5) as f64,
             rope: RopeConfig {
-                theta: self.meta_f32("llama.rope.freq_base").unwrap_or(10_000.0),
+                theta: self.meta_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
                 scaling: None,
-                // llama.cpp permutes q/k rows so that adjacent dimensions rotate together.
-                style: RopeStyle::Interleaved,
+                // llama.cpp permutes the q/k rows of `llama` files so that adjacent dimensions
+                // rotate together; `qwen2` files keep Hugging Face's halves.
+                style: if family == Family::Qwen2 {
+                    RopeStyle::Halves
+                } else {
+                    RopeStyle::Interleaved
+                },
                 freq_factors: None,
             },
-            max_position_embeddings: self.meta_u32("llama.context_length").unwrap_or(4096) as usize,
+            max_position_embeddings: self.meta_u32(&key("context_length")).unwrap_or(4096) as usize,
             tie_word_embeddings: !self
                 .content
                 .tensor_infos
@@ -181,21 +221,61 @@ impl GgufSource {
     }
 }
 
+impl GgufSource {
+    fn read(&mut self, name: &str) -> Result<QTensor, ModelError> {
+        self.content
+            .tensor(&mut self.reader, name, &Device::Cpu)
+            .map_err(|e| {
+                ModelError::corrupt(&self.path, format!("tensor `{name}`: {}", candle_cause(&e)))
+            })
+    }
+
+    /// Expert `expert` of a stacked `(experts, out, in)` tensor: its rows are whole quantized
+    /// blocks, so the expert's matrix is a contiguous run of the tensor's bytes.
+    fn expert_of(&mut self, name: &str, expert: usize) -> Result<QTensor, ModelError> {
+        if self.stacked.as_ref().is_none_or(|(n, _)| n != name) {
+            let q = self.read(name)?;
+            self.stacked = Some((name.to_string(), q));
+        }
+        let (_, stacked) = self.stacked.as_ref().expect("invariant: just read");
+        let bad = |message: String| ModelError::corrupt(&self.path, format!("`{name}`: {message}"));
+        let (count, rows, cols) = stacked.shape().dims3().map_err(|_| {
+            bad(format!(
+                "expected 3 dimensions, found {:?}",
+                stacked.shape()
+            ))
+        })?;
+        if expert >= count {
+            return Err(bad(format!(
+                "holds {count} experts, expert {expert} asked for"
+            )));
+        }
+        let data = stacked
+            .data()
+            .map_err(|e| bad(candle_cause(&e).to_string()))?;
+        let per = data.len() / count;
+        let bytes = data[expert * per..(expert + 1) * per].to_vec();
+        QStorage::from_data(Cow::Owned(bytes), &Device::Cpu, stacked.dtype())
+            .and_then(|storage| QTensor::new(storage, (rows, cols)))
+            .map_err(|e| bad(candle_cause(&e).to_string()))
+    }
+}
+
 impl WeightSource for GgufSource {
     fn get(&mut self, part: Part, cfg: &ModelConfig) -> Result<SourceWeight, ModelError> {
         let name = part.gguf_name();
-        if !self.content.tensor_infos.contains_key(&name) {
-            return Err(ModelError::MissingTensor {
-                path: self.path.clone(),
-                name,
-            });
-        }
-        let q = self
-            .content
-            .tensor(&mut self.reader, &name, &Device::Cpu)
-            .map_err(|e| {
-                ModelError::corrupt(&self.path, format!("tensor `{name}`: {}", candle_cause(&e)))
-            })?;
+        let q = match part.gguf_stacked() {
+            _ if self.content.tensor_infos.contains_key(&name) => self.read(&name)?,
+            Some((stacked, expert)) if self.content.tensor_infos.contains_key(&stacked) => {
+                self.expert_of(&stacked, expert)?
+            }
+            _ => {
+                return Err(ModelError::MissingTensor {
+                    path: self.path.clone(),
+                    name,
+                });
+            }
+        };
         let expected = part.shape(cfg);
         if q.shape().dims() != expected.as_slice() {
             return Err(ModelError::TensorShape {
@@ -210,5 +290,8 @@ impl WeightSource for GgufSource {
 
     fn contains(&self, part: Part) -> bool {
         self.content.tensor_infos.contains_key(&part.gguf_name())
+            || part
+                .gguf_stacked()
+                .is_some_and(|(name, _)| self.content.tensor_infos.contains_key(&name))
     }
 }

@@ -22,6 +22,9 @@ pub struct KvCache {
     device: Device,
     dtype: DType,
     attention: AttentionBackend,
+    /// The model's sliding attention window, which every attention plan over this cache
+    /// applies.
+    window: Option<usize>,
 }
 
 impl KvCache {
@@ -66,6 +69,13 @@ impl KvCache {
                 .collect()
         };
         let layers = alloc().map_err(|e| ModelError::during("allocating the KV cache", e))?;
+        let attention = match AttentionBackend::best(device, dtype, cfg.head_dim, block_size) {
+            // The trimmed FlashAttention build has causal kernels only.
+            AttentionBackend::FlashPaged if cfg.sliding_window.is_some() => {
+                AttentionBackend::Gathered
+            }
+            best => best,
+        };
         Ok(Self {
             layers,
             block_size,
@@ -74,7 +84,8 @@ impl KvCache {
             head_dim: cfg.head_dim,
             device: device.clone(),
             dtype,
-            attention: AttentionBackend::best(device, dtype, cfg.head_dim, block_size),
+            attention,
+            window: cfg.sliding_window,
         })
     }
 
@@ -115,8 +126,21 @@ impl KvCache {
         backend
             .check(&self.device, self.dtype, self.head_dim, self.block_size)
             .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
+        if backend == AttentionBackend::FlashPaged
+            && let Some(window) = self.window
+        {
+            return Err(ModelError::InvalidRequest(format!(
+                "the model attends over a sliding window of {window} tokens, which the paged \
+                 FlashAttention build does not implement; use `gathered`"
+            )));
+        }
         self.attention = backend;
         Ok(())
+    }
+
+    /// Keys a query sees, itself included, if attention looks back over a window only.
+    pub fn window(&self) -> Option<usize> {
+        self.window
     }
 
     pub fn kv_heads(&self) -> usize {

@@ -1,9 +1,12 @@
-//! The Llama architecture over ragged batches.
+//! The Llama architecture, and its relatives Qwen2, Mistral and Mixtral, over ragged batches.
 //!
 //! See "LLaMA: Open and Efficient Foundation Language Models" (arXiv:2302.13971) and, for the
 //! 3.x details (grouped-query attention, `llama3` RoPE scaling, tied embeddings), Meta's
-//! model cards. Weights are named after Hugging Face's `LlamaForCausalLM`; a GGUF file's
-//! names are mapped onto the same [`Part`]s by the loader.
+//! model cards. The relatives differ only in data ([`ModelConfig`]): Qwen2 adds biases to the
+//! q, k and v projections; Mistral v0.1 attends over a sliding window (which the attention
+//! plan applies); Mixtral replaces each MLP by a sparse mixture of experts ("Mixtral of
+//! Experts", arXiv:2401.04088). Weights are named after Hugging Face's checkpoints; a GGUF
+//! file's names are mapped onto the same [`Part`]s by the loader.
 
 use super::attention::Heads;
 use super::fused;
@@ -29,6 +32,15 @@ pub(crate) enum Part {
     Gate(usize),
     Up(usize),
     Down(usize),
+    QBias(usize),
+    KBias(usize),
+    VBias(usize),
+    /// A mixture's router: one row of scores per expert.
+    Router(usize),
+    /// Expert `.1` of layer `.0`.
+    ExpertGate(usize, usize),
+    ExpertUp(usize, usize),
+    ExpertDown(usize, usize),
 }
 
 impl Part {
@@ -46,6 +58,20 @@ impl Part {
             Part::Gate(l) => format!("model.layers.{l}.mlp.gate_proj.weight"),
             Part::Up(l) => format!("model.layers.{l}.mlp.up_proj.weight"),
             Part::Down(l) => format!("model.layers.{l}.mlp.down_proj.weight"),
+            Part::QBias(l) => format!("model.layers.{l}.self_attn.q_proj.bias"),
+            Part::KBias(l) => format!("model.layers.{l}.self_attn.k_proj.bias"),
+            Part::VBias(l) => format!("model.layers.{l}.self_attn.v_proj.bias"),
+            Part::Router(l) => format!("model.layers.{l}.block_sparse_moe.gate.weight"),
+            // Mixtral names the expert's matrices after the paper's w1 (gate), w2 (down), w3 (up).
+            Part::ExpertGate(l, e) => {
+                format!("model.layers.{l}.block_sparse_moe.experts.{e}.w1.weight")
+            }
+            Part::ExpertDown(l, e) => {
+                format!("model.layers.{l}.block_sparse_moe.experts.{e}.w2.weight")
+            }
+            Part::ExpertUp(l, e) => {
+                format!("model.layers.{l}.block_sparse_moe.experts.{e}.w3.weight")
+            }
         }
     }
 
@@ -63,6 +89,26 @@ impl Part {
             Part::Gate(l) => format!("blk.{l}.ffn_gate.weight"),
             Part::Up(l) => format!("blk.{l}.ffn_up.weight"),
             Part::Down(l) => format!("blk.{l}.ffn_down.weight"),
+            Part::QBias(l) => format!("blk.{l}.attn_q.bias"),
+            Part::KBias(l) => format!("blk.{l}.attn_k.bias"),
+            Part::VBias(l) => format!("blk.{l}.attn_v.bias"),
+            Part::Router(l) => format!("blk.{l}.ffn_gate_inp.weight"),
+            // One tensor per expert, as llama.cpp wrote Mixtral at first; newer files stack
+            // the experts in one tensor (see [`Part::gguf_stacked`]).
+            Part::ExpertGate(l, e) => format!("blk.{l}.ffn_gate.{e}.weight"),
+            Part::ExpertUp(l, e) => format!("blk.{l}.ffn_up.{e}.weight"),
+            Part::ExpertDown(l, e) => format!("blk.{l}.ffn_down.{e}.weight"),
+        }
+    }
+
+    /// For an expert's matrix, the GGUF tensor that stacks that matrix of every expert of the
+    /// layer, `(experts, out, in)`, and the expert's index in it.
+    pub fn gguf_stacked(self) -> Option<(String, usize)> {
+        match self {
+            Part::ExpertGate(l, e) => Some((format!("blk.{l}.ffn_gate_exps.weight"), e)),
+            Part::ExpertUp(l, e) => Some((format!("blk.{l}.ffn_up_exps.weight"), e)),
+            Part::ExpertDown(l, e) => Some((format!("blk.{l}.ffn_down_exps.weight"), e)),
+            _ => None,
         }
     }
 
@@ -75,8 +121,13 @@ impl Part {
             Part::Q(_) => vec![cfg.num_heads * d, h],
             Part::K(_) | Part::V(_) => vec![cfg.num_kv_heads * d, h],
             Part::O(_) => vec![h, cfg.num_heads * d],
-            Part::Gate(_) | Part::Up(_) => vec![cfg.intermediate_size, h],
-            Part::Down(_) => vec![h, cfg.intermediate_size],
+            Part::Gate(_) | Part::Up(_) | Part::ExpertGate(..) | Part::ExpertUp(..) => {
+                vec![cfg.intermediate_size, h]
+            }
+            Part::Down(_) | Part::ExpertDown(..) => vec![h, cfg.intermediate_size],
+            Part::QBias(_) => vec![cfg.num_heads * d],
+            Part::KBias(_) | Part::VBias(_) => vec![cfg.num_kv_heads * d],
+            Part::Router(_) => vec![cfg.experts.map_or(0, |e| e.count), h],
         }
     }
 }
@@ -93,11 +144,119 @@ struct Layer {
     attn_norm: Tensor,
     /// q, k and v projections fused: `(T, hidden) -> (T, (heads + 2 kv_heads) head_dim)`.
     qkv: Linear,
+    /// q, k and v biases concatenated, `(qkv_width,)`, where the family has them.
+    qkv_bias: Option<Tensor>,
     o_proj: Linear,
     mlp_norm: Tensor,
+    mlp: Mlp,
+}
+
+/// A SwiGLU MLP: `down(silu(gate x) * up x)`.
+#[derive(Debug)]
+struct Ffn {
     /// gate and up projections fused: `(T, hidden) -> (T, 2 intermediate)`.
     gate_up: Linear,
     down: Linear,
+}
+
+#[derive(Debug)]
+enum Mlp {
+    Dense(Ffn),
+    Experts(Mixture),
+}
+
+/// A sparse mixture of SwiGLU experts.
+#[derive(Debug)]
+struct Mixture {
+    /// `(experts, hidden)` router weights, kept in f32 whatever the weight format (as
+    /// llama.cpp keeps them): a rounding here could change which experts a token gets.
+    router: Tensor,
+    experts: Vec<Ffn>,
+    per_token: usize,
+}
+
+/// `a . b` in eight interleaved partial sums, then the sums in order: vectorisable, and the
+/// same bits whatever else is computed alongside.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+impl Ffn {
+    fn forward(&self, x: &Tensor, p: Option<&Profile>) -> candle_core::Result<Tensor> {
+        let gate_up = timed(p, Op::GateUpProj, || self.gate_up.forward(x))?;
+        let mlp = timed(p, Op::Swiglu, || fused::swiglu(&gate_up))?;
+        timed(p, Op::DownProj, || self.down.forward(&mlp))
+    }
+}
+
+impl Mixture {
+    /// Each token's chosen experts and their weights: the router's softmax over all
+    /// experts, the `per_token` largest (the lower index first among equals), renormalised
+    /// to sum to one. Returned per expert: the packed rows it serves and their weights.
+    fn route(&self, x: &Tensor) -> candle_core::Result<Vec<(Vec<u32>, Vec<f32>)>> {
+        let x = x.to_dtype(DType::F32)?;
+        let scores: Vec<Vec<f32>> = if x.device().is_cpu() {
+            // A few multiply-adds per token, summed in one fixed order: a matrix product's
+            // kernels round differently by batch size, which could change a token's experts.
+            let (x, w): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (x.to_vec2()?, self.router.to_vec2()?);
+            x.iter()
+                .map(|row| w.iter().map(|expert| dot(row, expert)).collect())
+                .collect()
+        } else {
+            x.matmul(&self.router.t()?)?.to_vec2()?
+        };
+        let mut routes = vec![(Vec::new(), Vec::new()); self.experts.len()];
+        let mut order: Vec<usize> = Vec::with_capacity(self.experts.len());
+        for (row, s) in scores.iter().enumerate() {
+            let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let probs: Vec<f32> = s.iter().map(|v| (v - max).exp()).collect();
+            let total: f32 = probs.iter().sum();
+            order.clear();
+            order.extend(0..probs.len());
+            order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+            let chosen = &order[..self.per_token];
+            let kept: f32 = chosen.iter().map(|&e| probs[e] / total).sum();
+            for &e in chosen {
+                routes[e].0.push(row as u32);
+                routes[e].1.push(probs[e] / total / kept);
+            }
+        }
+        Ok(routes)
+    }
+
+    /// Every token through its experts, summed with the router's weights. Experts add their
+    /// rows in expert order, so a token's result is one fixed sum whatever shares its batch.
+    fn forward(&self, x: &Tensor, p: Option<&Profile>) -> candle_core::Result<Tensor> {
+        let routes = timed(p, Op::Router, || self.route(x))?;
+        let mut out = x.zeros_like()?;
+        for (expert, (rows, weights)) in self.experts.iter().zip(routes) {
+            if rows.is_empty() {
+                continue;
+            }
+            let n = rows.len();
+            let rows = Tensor::from_vec(rows, n, x.device())?;
+            let inputs = timed(p, Op::Copies, || x.index_select(&rows, 0))?;
+            let y = expert.forward(&inputs, p)?;
+            let weights = Tensor::from_vec(weights, (n, 1), x.device())?.to_dtype(y.dtype())?;
+            out = timed(p, Op::Router, || {
+                out.index_add(&rows, &y.broadcast_mul(&weights)?, 0)
+            })?;
+        }
+        Ok(out)
+    }
 }
 
 #[derive(Debug)]
@@ -161,19 +320,63 @@ impl Llama {
         };
         let embed = embed_f32.to_dtype(dtype)?.to_device(device).map_err(wrap)?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
+        let ffn = |source: &mut dyn WeightSource,
+                   gate: Part,
+                   up: Part,
+                   down: Part|
+         -> Result<Ffn, ModelError> {
+            let gate_up = vec![source.get(gate, &cfg)?, source.get(up, &cfg)?];
+            let down = source.get(down, &cfg)?;
+            Ok(Ffn {
+                gate_up: Linear::fused(gate_up, target, device).map_err(wrap)?,
+                down: Linear::fused(vec![down], target, device).map_err(wrap)?,
+            })
+        };
         for l in 0..cfg.num_layers {
             let mut get = |part: Part| source.get(part, &cfg);
             let qkv = vec![get(Part::Q(l))?, get(Part::K(l))?, get(Part::V(l))?];
             let o = get(Part::O(l))?;
-            let gate_up = vec![get(Part::Gate(l))?, get(Part::Up(l))?];
-            let down = get(Part::Down(l))?;
+            let qkv_bias = if cfg.attention_bias {
+                let parts = [Part::QBias(l), Part::KBias(l), Part::VBias(l)]
+                    .into_iter()
+                    .map(|part| vector(source, part))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Some(Tensor::cat(&parts, 0).map_err(wrap)?)
+            } else {
+                None
+            };
+            let mlp = match cfg.experts {
+                None => Mlp::Dense(ffn(source, Part::Gate(l), Part::Up(l), Part::Down(l))?),
+                Some(e) => {
+                    let router = match source.get(Part::Router(l), &cfg)? {
+                        SourceWeight::Dense(t) => t.to_dtype(DType::F32)?.to_device(device),
+                        SourceWeight::Quantized(q) => q.dequantize(device),
+                    }
+                    .map_err(wrap)?;
+                    let experts = (0..e.count)
+                        .map(|x| {
+                            let parts = (
+                                Part::ExpertGate(l, x),
+                                Part::ExpertUp(l, x),
+                                Part::ExpertDown(l, x),
+                            );
+                            ffn(source, parts.0, parts.1, parts.2)
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Mlp::Experts(Mixture {
+                        router,
+                        experts,
+                        per_token: e.per_token,
+                    })
+                }
+            };
             layers.push(Layer {
                 attn_norm: vector(source, Part::AttnNorm(l))?,
                 qkv: Linear::fused(qkv, target, device).map_err(wrap)?,
+                qkv_bias,
                 o_proj: Linear::fused(vec![o], target, device).map_err(wrap)?,
                 mlp_norm: vector(source, Part::MlpNorm(l))?,
-                gate_up: Linear::fused(gate_up, target, device).map_err(wrap)?,
-                down: Linear::fused(vec![down], target, device).map_err(wrap)?,
+                mlp,
             });
         }
         let final_norm = vector(source, Part::FinalNorm)?;
@@ -186,7 +389,15 @@ impl Llama {
         let busy_pool = device.is_cpu()
             && !layers
                 .iter()
-                .flat_map(|l| [&l.qkv, &l.o_proj, &l.gate_up, &l.down])
+                .flat_map(|l| {
+                    let ffns: Vec<&Ffn> = match &l.mlp {
+                        Mlp::Dense(f) => vec![f],
+                        Mlp::Experts(m) => m.experts.iter().collect(),
+                    };
+                    [&l.qkv, &l.o_proj]
+                        .into_iter()
+                        .chain(ffns.into_iter().flat_map(|f| [&f.gate_up, &f.down]))
+                })
                 .chain([&lm_head])
                 .any(Linear::runs_candle_quantized);
         Ok(Self {
@@ -233,7 +444,10 @@ impl Llama {
         })?;
         for (l, layer) in self.layers.iter().enumerate() {
             // (T, (h + 2 kvh) d)
-            let qkv = timed(p, Op::QkvProj, || layer.qkv.forward(&normed))?;
+            let mut qkv = timed(p, Op::QkvProj, || layer.qkv.forward(&normed))?;
+            if let Some(bias) = &layer.qkv_bias {
+                qkv = timed(p, Op::QkvProj, || qkv.broadcast_add(bias))?;
+            }
             macs(Op::QkvProj, t, hidden * (h + 2 * kvh) * d);
             // q and k rotate together: (T, h + kvh, d)
             let qk = timed(p, Op::Copies, || {
@@ -260,11 +474,13 @@ impl Llama {
             (x, normed) = timed(p, Op::Residual, || {
                 fused::add_rms_norm(&x, &o, &layer.mlp_norm, eps)
             })?;
-            let gate_up = timed(p, Op::GateUpProj, || layer.gate_up.forward(&normed))?;
-            macs(Op::GateUpProj, t, hidden * 2 * inter);
-            let mlp = timed(p, Op::Swiglu, || fused::swiglu(&gate_up))?;
-            let down = timed(p, Op::DownProj, || layer.down.forward(&mlp))?;
-            macs(Op::DownProj, t, inter * hidden);
+            let down = match &layer.mlp {
+                Mlp::Dense(ffn) => ffn.forward(&normed, p)?,
+                Mlp::Experts(mixture) => mixture.forward(&normed, p)?,
+            };
+            let per_token = cfg.experts.map_or(1, |e| e.per_token);
+            macs(Op::GateUpProj, t * per_token, hidden * 2 * inter);
+            macs(Op::DownProj, t * per_token, inter * hidden);
             // The next layer's input norm, or the final norm after the last layer.
             let next_norm = self
                 .layers

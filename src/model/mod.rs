@@ -26,7 +26,9 @@ pub use attention::{
     AttentionBackend, AttentionUnavailable, FLASH_BLOCK_MULTIPLE, FLASH_HEAD_DIMS,
 };
 pub use batch::{BatchInputs, SeqChunk};
-pub use config::{ConfigProblem, Llama3RopeScaling, ModelConfig, RopeConfig, RopeStyle};
+pub use config::{
+    ConfigProblem, Experts, Family, Llama3RopeScaling, ModelConfig, RopeConfig, RopeStyle,
+};
 pub use error::ModelError;
 pub use kv_cache::KvCache;
 pub use linear::WeightFormat;

@@ -28,11 +28,13 @@ pub enum Op {
     GateUpProj,
     Swiglu,
     DownProj,
+    /// A mixture's routing: router scores, choosing experts, and adding their outputs.
+    Router,
     LmHead,
 }
 
 impl Op {
-    pub const ALL: [Op; 13] = [
+    pub const ALL: [Op; 14] = [
         Op::Embedding,
         Op::Norms,
         Op::QkvProj,
@@ -45,6 +47,7 @@ impl Op {
         Op::GateUpProj,
         Op::Swiglu,
         Op::DownProj,
+        Op::Router,
         Op::LmHead,
     ];
 
@@ -62,6 +65,7 @@ impl Op {
             Op::GateUpProj => "matmul gate+up",
             Op::Swiglu => "swiglu",
             Op::DownProj => "matmul down",
+            Op::Router => "expert routing",
             Op::LmHead => "matmul lm head",
         }
     }

@@ -315,6 +315,7 @@ mod tests {
                 &spans,
                 block_size,
                 heads,
+                None,
             )
             .unwrap()
             .flatten_all()
@@ -366,7 +367,7 @@ mod tests {
                 .unwrap()
                 .attend(&q, &k, &v, heads)
                 .unwrap();
-            let gathered = GatherPlan::new(&spans, block_size, &device)
+            let gathered = GatherPlan::new(&spans, block_size, None, &device)
                 .unwrap()
                 .attend(&q, &as_rows(&k).unwrap(), &as_rows(&v).unwrap(), heads)
                 .unwrap();
