@@ -288,6 +288,31 @@ fn each_family_from_gguf_gives_the_safetensors_logits() {
     }
 }
 
+// Guards against slicing one expert out of a quantized stacked tensor at the wrong bytes:
+// Mixtral in q8_0, experts stacked or one per tensor, run as stored, gives the same bits.
+#[test]
+fn stacked_and_separate_quantized_experts_are_the_same_weights() {
+    let spec = TinyLlama::mixtral(4, 2);
+    let dir = common::tiny_model(&spec);
+    let logits = |stacked: bool| {
+        let gguf = dir.path().join(format!("q8-{stacked}.gguf"));
+        spec.write_gguf_as(&gguf, stacked, candle_core::quantized::GgmlDType::Q8_0)
+            .unwrap();
+        let opts = LoadOptions {
+            weights: WeightFormat::Native,
+            tokenizer: Some(dir.path().join("tokenizer.json")),
+            ..LoadOptions::default()
+        };
+        let loaded = throng::model::loader::load(gguf.to_str().unwrap(), &opts).unwrap();
+        assert!(loaded.weights.contains("Q8_0"), "{}", loaded.weights);
+        solo(&loaded.model, &tokens(30, 5), 20, 16)
+    };
+    let (separate, stacked) = (logits(false), logits(true));
+    for (a, b) in separate.iter().zip(&stacked) {
+        assert_eq!(max_abs_diff(a, b), 0.0);
+    }
+}
+
 fn requests(n: usize) -> Vec<Request> {
     (0..n)
         .map(|i| {

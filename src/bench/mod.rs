@@ -121,7 +121,7 @@ impl BenchSpec {
     }
 }
 
-/// A tokenizer for the shape: the byte tokenizer for `tiny`, and for the Llama shapes the
+/// A tokenizer for the shape: the byte tokenizer for the small shapes, and for the Llama ones the
 /// real Llama 3 tokenizer when replies are constrained (grammars need the real vocabulary;
 /// it is a cached asset, downloaded once). Unconstrained Llama runs feed and read token ids
 /// only, so any tokenizer does.
@@ -130,7 +130,7 @@ fn tokenizer(shape: Shape, constrained: bool) -> Result<tokenizers::Tokenizer, B
         json.parse::<tokenizers::Tokenizer>()
             .map_err(|e| BenchError::Tokenizer(e.to_string()))
     };
-    if shape == Shape::Tiny || !constrained {
+    if shape.byte_vocabulary() || !constrained {
         return parse(&crate::model::synthetic::byte_tokenizer_json().to_string());
     }
     let path = crate::assets::ensure_file("llama3-tokenizer", "tokenizer.json").map_err(|e| {
@@ -323,7 +323,7 @@ impl Bench {
         let model_cfg = self.spec.shape.config();
         BenchReport {
             shape: self.spec.shape.name().to_string(),
-            parameters: crate::model::loader::parameter_count(&model_cfg) as u64,
+            parameters: model_cfg.parameters(),
             device: match self.device.location() {
                 candle_core::DeviceLocation::Cpu => "cpu".to_string(),
                 candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),

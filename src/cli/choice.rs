@@ -93,6 +93,14 @@ choice! {
         /// Llama 3.1 8B: 32 layers, hidden 4096, head size 128.
         #[value(name = "llama-3.1-8b")]
         Llama31_8b,
+        /// A small Mixtral: 8 layers, hidden 1024, 8 experts of 2048 with 2 per token, a byte
+        /// vocabulary (0.42 B parameters, 0.13 B active).
+        #[value(name = "mixtral-small")]
+        MixtralSmall,
+        /// `mixtral-small` with one dense MLP of 4096 in place of its experts: the same active
+        /// parameters per token, an eighth of the expert weights.
+        #[value(name = "mixtral-small-dense")]
+        MixtralSmallDense,
     }
 }
 

@@ -13,7 +13,7 @@ pub enum ModelError {
     #[error("{path}: {message}")]
     UnsupportedArchitecture { path: PathBuf, message: String },
     #[error(
-        "{path} has no tensor `{name}`: the checkpoint is incomplete or not a Llama model; \
+        "{path} has no tensor `{name}`: the checkpoint is incomplete or not of the family its config names; \
          re-download it (a sharded model needs every shard listed in model.safetensors.index.json)"
     )]
     MissingTensor { path: PathBuf, name: String },

@@ -192,19 +192,6 @@ pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedMod
     }
 }
 
-/// Parameters of a model of `cfg`'s shape (norms aside).
-pub(crate) fn parameter_count(cfg: &ModelConfig) -> usize {
-    let (h, i, d) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
-    let attn = h * (cfg.num_heads + 2 * cfg.num_kv_heads) * d + cfg.num_heads * d * h;
-    let per_layer = attn + 3 * h * i;
-    let head = if cfg.tie_word_embeddings {
-        0
-    } else {
-        cfg.vocab_size * h
-    };
-    cfg.vocab_size * h + cfg.num_layers * per_layer + head
-}
-
 fn load_hf_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let mut cfg = ModelConfig::from_hf_file(&dir.join("config.json"))?;
     extend_eos_from_generation_config(&mut cfg, dir);
@@ -215,7 +202,9 @@ fn load_hf_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError
     let tokenizer = read_tokenizer(&tokenizer_path)?;
     let chat = read_chat_spec(dir)?;
     let mut source = SafetensorsSource::open(dir)?;
-    let target = opts.weights.target(&opts.device, parameter_count(&cfg))?;
+    let target = opts
+        .weights
+        .target(&opts.device, cfg.parameters() as usize)?;
     let model = Llama::load(
         cfg,
         &mut source as &mut dyn WeightSource,
@@ -276,7 +265,9 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError>
         types.dedup();
         types.join("/")
     };
-    let target = opts.weights.target(&opts.device, parameter_count(&cfg))?;
+    let target = opts
+        .weights
+        .target(&opts.device, cfg.parameters() as usize)?;
     let model = Llama::load(
         cfg,
         &mut source as &mut dyn WeightSource,

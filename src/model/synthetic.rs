@@ -1,11 +1,11 @@
-//! Random-weight Llama models with the exact shape of a preset, for benchmarks that must not
-//! need a download (`throng bench`): every matrix has the size, and so the cost, of the real
-//! model's; only the numbers are random. Weights are drawn on the target device, so an 8B model
+//! Random-weight models with the exact shape of a preset, for benchmarks that must not need
+//! a download (`throng bench`): every matrix has the size, and so the cost, of the real
+//! model's; only the numbers are random. Two small shapes compare a mixture of experts with
+//! the dense model of the same active size. Weights are drawn on the target device, so an 8B model
 //! on a GPU never passes through host memory.
 
 use super::linear::{SourceWeight, Target};
 use super::llama::{Part, WeightSource};
-use super::loader::parameter_count;
 use super::{Llama, ModelConfig, ModelError, WeightFormat};
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
@@ -25,14 +25,24 @@ pub enum Shape {
     /// Llama 3.1 8B: 32 layers, hidden 4096, head size 128.
     #[serde(rename = "llama-3.1-8b")]
     Llama31_8b,
+    /// A small Mixtral: 8 layers, hidden 1024, 8 experts of 2048 with 2 per token, a byte
+    /// vocabulary (0.42 B parameters, 0.13 B active).
+    #[serde(rename = "mixtral-small")]
+    MixtralSmall,
+    /// `mixtral-small` with one dense MLP of 4096 in place of its experts: the same active
+    /// parameters per token, an eighth of the expert weights.
+    #[serde(rename = "mixtral-small-dense")]
+    MixtralSmallDense,
 }
 
 impl Shape {
-    pub const ALL: [Shape; 4] = [
+    pub const ALL: [Shape; 6] = [
         Shape::Tiny,
         Shape::Llama32_1b,
         Shape::Llama32_3b,
         Shape::Llama31_8b,
+        Shape::MixtralSmall,
+        Shape::MixtralSmallDense,
     ];
 
     pub fn name(self) -> &'static str {
@@ -41,13 +51,15 @@ impl Shape {
             Shape::Llama32_1b => "llama-3.2-1b",
             Shape::Llama32_3b => "llama-3.2-3b",
             Shape::Llama31_8b => "llama-3.1-8b",
+            Shape::MixtralSmall => "mixtral-small",
+            Shape::MixtralSmallDense => "mixtral-small-dense",
         }
     }
 
     /// The preset whose architecture this is, if any.
     pub fn preset(self) -> Option<&'static str> {
         match self {
-            Shape::Tiny => None,
+            Shape::Tiny | Shape::MixtralSmall | Shape::MixtralSmallDense => None,
             Shape::Llama32_1b => Some("llama-3.2-1b-instruct"),
             Shape::Llama32_3b => Some("llama-3.2-3b-instruct"),
             Shape::Llama31_8b => Some("llama-3.1-8b-instruct"),
@@ -59,6 +71,8 @@ impl Shape {
         // (hidden, intermediate, layers, heads, head_dim, tied, rope factor)
         let (hidden, intermediate, layers, heads, head_dim, tied, factor) = match self {
             Shape::Tiny => return tiny_config_json(),
+            Shape::MixtralSmall => return mixtral_small_config_json(true),
+            Shape::MixtralSmallDense => return mixtral_small_config_json(false),
             Shape::Llama32_1b => (2048, 8192, 16, 32, 64, true, 32.0),
             Shape::Llama32_3b => (3072, 8192, 28, 24, 128, true, 32.0),
             Shape::Llama31_8b => (4096, 14336, 32, 32, 128, false, 8.0),
@@ -89,13 +103,48 @@ impl Shape {
             .expect("invariant: the built-in shapes are valid configs")
     }
 
+    /// Whether the shape's vocabulary is the byte tokenizer's (else Llama 3's).
+    pub fn byte_vocabulary(self) -> bool {
+        matches!(
+            self,
+            Shape::Tiny | Shape::MixtralSmall | Shape::MixtralSmallDense
+        )
+    }
+
     /// Token ids that are ordinary text in the shape's tokenizer (no special tokens).
     pub fn text_vocab(self) -> u32 {
-        match self {
-            Shape::Tiny => 256,
-            _ => 128_000,
-        }
+        if self.byte_vocabulary() { 256 } else { 128_000 }
     }
+}
+
+/// The `mixtral-small` shapes: with experts, or with the one dense MLP of the same active
+/// width (two experts of 2048 per token, one MLP of 4096).
+fn mixtral_small_config_json(experts: bool) -> serde_json::Value {
+    let mut cfg = serde_json::json!({
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "vocab_size": 256 + SPECIAL_TOKENS.len(),
+        "hidden_size": 1024,
+        "intermediate_size": 2048,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 1000000.0,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": false,
+        "sliding_window": null,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "bos_token_id": 256,
+        "eos_token_id": [257],
+    });
+    if !experts {
+        cfg["architectures"] = serde_json::json!(["MistralForCausalLM"]);
+        cfg["model_type"] = "mistral".into();
+        cfg["intermediate_size"] = 4096.into();
+    }
+    cfg
 }
 
 /// The `tiny` shape's `config.json`: the tests' tiny model (`tests/common/tiny.rs`, which
@@ -212,6 +261,7 @@ impl WeightSource for RandomWeights {
         let t = match part {
             Part::FinalNorm | Part::AttnNorm(_) | Part::MlpNorm(_) => self.tensor(&shape, 0.1, 1.0),
             Part::Embedding => self.tensor(&shape, 1.0, 0.0),
+            Part::QBias(_) | Part::KBias(_) | Part::VBias(_) => self.tensor(&shape, 0.1, 0.0),
             _ => self.tensor(&shape, 1.7 / (shape[1] as f32).sqrt(), 0.0),
         }
         .map_err(|e| ModelError::during("drawing random weights", e))?;
@@ -235,7 +285,7 @@ pub fn random_llama(
 ) -> Result<Llama, ModelError> {
     let mut cfg = shape.config();
     cfg.eos_token_ids.clear();
-    let target = weights.target(device, parameter_count(&cfg))?;
+    let target = weights.target(device, cfg.parameters() as usize)?;
     let mut source = RandomWeights {
         device: match target {
             // Quantized and int8 weights are made on the host, as from a file.
@@ -250,7 +300,7 @@ pub fn random_llama(
 
 /// The dtype activations and the KV cache take for `weights` on `device`.
 pub fn activation_dtype(weights: WeightFormat, device: &Device, shape: Shape) -> DType {
-    match weights.target(device, parameter_count(&shape.config())) {
+    match weights.target(device, shape.config().parameters() as usize) {
         Ok(Target::Dense(dtype)) => dtype,
         // Loading refuses a format the device cannot hold; until then, f32.
         Ok(Target::Quantized(_) | Target::Int8 | Target::Native) | Err(_) => DType::F32,
@@ -264,12 +314,22 @@ mod tests {
     /// The shapes are the published models' sizes.
     #[test]
     fn shapes_have_the_published_parameter_counts() {
-        let billions = |s: Shape| parameter_count(&s.config()) as f64 / 1e9;
+        let billions = |s: Shape| s.config().parameters() as f64 / 1e9;
         assert!((billions(Shape::Llama32_1b) - 1.24).abs() < 0.01);
         assert!((billions(Shape::Llama32_3b) - 3.21).abs() < 0.01);
         assert!((billions(Shape::Llama31_8b) - 8.03).abs() < 0.01);
         let tiny = Shape::Tiny.config();
         assert_eq!((tiny.num_layers, tiny.hidden_size), (2, 64));
+        // The mixture and its dense twin do the same work per token.
+        let (moe, dense) = (
+            Shape::MixtralSmall.config(),
+            Shape::MixtralSmallDense.config(),
+        );
+        assert_eq!(
+            moe.active_parameters() - dense.active_parameters(),
+            8 * 8 * 1024
+        );
+        assert!((billions(Shape::MixtralSmall) - 0.42).abs() < 0.01);
     }
 
     #[test]

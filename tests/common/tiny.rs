@@ -307,6 +307,16 @@ impl TinyLlama {
         path: &Path,
         stacked: bool,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.write_gguf_as(path, stacked, candle_core::quantized::GgmlDType::F32)
+    }
+
+    /// [`TinyLlama::write_gguf`] with the matrices quantized to `dtype` (vectors stay f32).
+    pub fn write_gguf_as(
+        &self,
+        path: &Path,
+        stacked: bool,
+        dtype: candle_core::quantized::GgmlDType,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         use candle_core::quantized::gguf_file::{self, Value};
         use candle_core::quantized::{GgmlDType, QTensor};
         let arch = if self.family == Family::Qwen2 {
@@ -454,7 +464,12 @@ impl TinyLlama {
         }
         let quantized: Vec<(String, QTensor)> = tensors
             .iter()
-            .map(|(name, t)| Ok((name.clone(), QTensor::quantize(t, GgmlDType::F32)?)))
+            .map(|(name, t)| {
+                let matrix =
+                    t.rank() > 1 && !name.starts_with("token_embd") && !name.contains("gate_inp");
+                let dtype = if matrix { dtype } else { GgmlDType::F32 };
+                Ok((name.clone(), QTensor::quantize(t, dtype)?))
+            })
             .collect::<candle_core::Result<_>>()?;
         let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let tensor_refs: Vec<(&str, &QTensor)> =
