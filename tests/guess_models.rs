@@ -168,6 +168,18 @@ fn each_groups_decisions_equal_its_model_run_alone() {
         from_a, from_b,
         "two different models made the same decisions"
     );
+    // The report compares the models: round 1's mean guess by model, with CIs.
+    let Ran { ok, text, .. } = output(throng().arg("report").arg(&outs[0]));
+    assert!(ok, "{text}");
+    let html = std::fs::read_to_string(outs[0].join("report.html")).unwrap();
+    let round_one = html.split("Round 1 by group").nth(1).unwrap_or_default();
+    for model in [&a_name, &b_name] {
+        assert!(
+            round_one.contains(&format!("<td>model</td><td>{model}</td>")),
+            "round 1 by model lacks {model}: {html}"
+        );
+    }
+    assert!(html.contains("fig_by_model"), "no figure by model");
     // The state table says each agent's model too.
     let csv = std::fs::read_to_string(outs[0].join("state.csv")).unwrap();
     assert!(

@@ -508,3 +508,19 @@ fn run(registry: &Registry) -> Result<()> {
         Command::Fetch => models::fetch(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::kv_shares;
+
+    // Guards the split of the KV memory: in proportion to each model's agents, never more
+    // than the whole, and never so little that a model of few agents holds nothing.
+    #[test]
+    fn kv_memory_follows_each_models_agents() {
+        assert_eq!(kv_shares(1000, &[3, 1]), [750, 250]);
+        let shares = kv_shares(1 << 30, &[1_000_000, 1]);
+        assert!(shares.iter().sum::<u64>() <= 1 << 30);
+        assert!(shares[1] >= (1 << 30) / 20, "{shares:?}");
+        assert_eq!(kv_shares(900, &[0, 0, 0]), [300, 300, 300]);
+    }
+}

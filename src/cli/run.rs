@@ -529,9 +529,9 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
         let (mut hit, mut queried, mut preemptions) = (0u64, 0u64, 0u64);
         for (name, engine) in llm.engines() {
             let t = engine.totals();
-            hit += t.cache.hit_tokens as u64;
-            queried += t.cache.queried_tokens as u64;
-            preemptions += t.preemptions as u64;
+            hit += t.cache.hit_tokens;
+            queried += t.cache.queried_tokens;
+            preemptions += t.preemptions;
             if let Some(name) = name {
                 eprintln!("throng: model {name}:");
             }
@@ -545,7 +545,7 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
             );
         }
         manifest.prefix_hit_rate = Some(hit as f64 / queried.max(1) as f64);
-        manifest.preemptions = Some(preemptions as _);
+        manifest.preemptions = Some(preemptions);
     }
     record::write_json_atomic(&dir.join(record::MANIFEST), &manifest)?;
     if !args.no_report {

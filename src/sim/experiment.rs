@@ -859,6 +859,40 @@ mod tests {
         assert!(err.message().contains("colour"), "{err}");
     }
 
+    // Guards the routing of models: a sweep over models makes one arm per model, a policy
+    // group's model and sampling apply over its arm's, and `models()` lists each model once.
+    #[test]
+    fn groups_and_sweeps_name_their_models() {
+        let e = load(&format!(
+            "{BASE}{SCENARIO}\n[llm]\nmodel = \"a\"\n\n[sweep]\nllm = {{ model = [\"a\", \"b\"] }}\n"
+        ))
+        .unwrap();
+        assert_eq!(e.arms[1].name, "model=b");
+        assert_eq!(e.models(), [Some("a".to_string()), Some("b".to_string())]);
+        let e = load(&format!(
+            "{BASE}{SCENARIO}\n[llm]\nmodel = \"a\"\n\n[[policy_groups]]\npolicy = \"llm\"\nshare = 0.5\nllm = {{ model = \"c\", temperature = 0.3 }}\n"
+        ))
+        .unwrap();
+        assert_eq!(e.llm_of(0, 0).model.as_deref(), Some("a"));
+        assert_eq!(e.llm_of(0, 1).model.as_deref(), Some("c"));
+        assert_eq!(e.llm_of(0, 1).temperature, 0.3);
+        assert!(e.is_multi_model());
+        let err = e.model_error("c", "unknown model `c`");
+        assert_eq!(err.line(), Some(15), "{err}");
+        // A scripted group asks no model, so it may not name one.
+        let err = load(&format!(
+            "{BASE}{SCENARIO}\n[[policy_groups]]\npolicy = \"scripted\"\nllm = {{ model = \"c\" }}\n"
+        ))
+        .unwrap_err();
+        assert!(err.message().contains("asks no model"), "{err}");
+        // A group's sampling is checked as an arm's, at the group's line.
+        let err = load(&format!(
+            "{BASE}{SCENARIO}\n[[policy_groups]]\npolicy = \"llm\"\nllm = {{ temperature = 99.0 }}\n"
+        ))
+        .unwrap_err();
+        assert!(err.message().contains("temperature 99"), "{err}");
+    }
+
     #[test]
     fn policy_groups_name_their_attributes() {
         let pop =
