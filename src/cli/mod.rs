@@ -97,6 +97,53 @@ fn model_of(exp: &crate::sim::experiment::Experiment) -> String {
         .unwrap_or_else(|| crate::model::DEFAULT_MODEL.into())
 }
 
+/// Every model `exp`'s agents ask, by name (the CLI's default for one the config leaves
+/// unset), each checked as `--model` is: a name that is neither a preset, nor an existing
+/// path, nor a Hub repo id is refused at the line of the config that names it (or at
+/// `--model`), before anything is written or loaded.
+pub fn models_of(exp: &crate::sim::experiment::Experiment) -> Result<Vec<String>> {
+    let names: Vec<String> = exp
+        .models()
+        .into_iter()
+        .map(|m| m.unwrap_or_else(|| model_of(exp)))
+        .collect();
+    for name in &names {
+        if let Err(e) = loader::ModelSource::resolve(name) {
+            return Err(exp.model_error(name, e).into());
+        }
+    }
+    Ok(names)
+}
+
+/// One model of a run of several, loaded: its name, engine, weights and KV share.
+pub struct LoadedModel {
+    pub name: String,
+    pub engine: Engine,
+    /// What its weights were stored as and became.
+    pub weights: String,
+    pub kv_bytes: u64,
+    /// The LLM agents it decides for (see [`crate::sim::runner::model_agents`]).
+    pub agents: u64,
+}
+
+/// Each model's part of `total` KV bytes: in proportion to the agents it decides for, and
+/// at least an eighth of an even share (so that a model of a few agents still holds their
+/// sequences).
+pub fn kv_shares(total: u64, agents: &[u64]) -> Vec<u64> {
+    let n = agents.len().max(1) as f64;
+    let all = agents.iter().sum::<u64>().max(1) as f64;
+    let floor = 1.0 / (8.0 * n);
+    let weights: Vec<f64> = agents
+        .iter()
+        .map(|&a| (a as f64 / all).max(floor))
+        .collect();
+    let sum: f64 = weights.iter().sum();
+    weights
+        .iter()
+        .map(|w| (total as f64 * w / sum).floor() as u64)
+        .collect()
+}
+
 /// Which argument of `args` (the process's, program name first) clap refused as invalid
 /// UTF-8, and why it must be text: the first value that is not UTF-8 and belongs to an
 /// option that does not take a path (paths may be any bytes). `None` if none is found.
@@ -280,6 +327,69 @@ impl ModelArgs {
     }
 }
 
+impl ModelArgs {
+    /// Several models, each loaded once, for the `(name, agents)` of `models`: the weights
+    /// first, then the KV memory (`--kv-memory`, else the device's default, measured once
+    /// all weights are in) split between them by [`kv_shares`]. A model that fails to load
+    /// is named at the line of the config that names it (`exp`).
+    pub fn load_engines(
+        &self,
+        exp: &crate::sim::experiment::Experiment,
+        models: &[(String, u64)],
+    ) -> Result<Vec<LoadedModel>> {
+        let opts = LoadOptions {
+            device: parse_device(&self.device)?,
+            weights: self.weights,
+            tokenizer: self.tokenizer.clone(),
+        };
+        let mut loaded = Vec::with_capacity(models.len());
+        for (name, _) in models {
+            let started = std::time::Instant::now();
+            let model = loader::load(name, &opts).map_err(|e| {
+                anyhow::Error::from(exp.model_error(name, format!("cannot load `{name}`: {e}")))
+            })?;
+            eprintln!(
+                "throng: loaded {name} ({}) in {:.1}s",
+                model.weights,
+                started.elapsed().as_secs_f64()
+            );
+            loaded.push(model);
+        }
+        let total = self.kv_memory.map_or_else(
+            || crate::engine::default_kv_memory(&opts.device) as u64,
+            |b| b.as_u64(),
+        );
+        let agents: Vec<u64> = models.iter().map(|(_, a)| *a).collect();
+        let shares = kv_shares(total, &agents);
+        loaded
+            .into_iter()
+            .zip(models)
+            .zip(shares)
+            .map(|((model, (name, agents)), kv)| {
+                let weights = model.weights.clone();
+                let cfg = EngineConfig {
+                    kv_memory: Some(kv as usize),
+                    ..self.engine_config()
+                };
+                let engine = Engine::new(model, cfg).with_context(|| {
+                    format!(
+                        "model `{name}`: its share of the KV memory ({}) cannot hold a sequence: \
+                         give more --kv-memory",
+                        crate::sim::plan::human_bytes(kv as f64)
+                    )
+                })?;
+                Ok(LoadedModel {
+                    name: name.clone(),
+                    engine,
+                    weights,
+                    kv_bytes: kv,
+                    agents: *agents,
+                })
+            })
+            .collect()
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "throng",
@@ -396,5 +506,21 @@ fn run(registry: &Registry) -> Result<()> {
         Command::Serve(args) => serve::run(*args),
         Command::Models => models::list(),
         Command::Fetch => models::fetch(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kv_shares;
+
+    // Guards the split of the KV memory: in proportion to each model's agents, never more
+    // than the whole, and never so little that a model of few agents holds nothing.
+    #[test]
+    fn kv_memory_follows_each_models_agents() {
+        assert_eq!(kv_shares(1000, &[3, 1]), [750, 250]);
+        let shares = kv_shares(1 << 30, &[1_000_000, 1]);
+        assert!(shares.iter().sum::<u64>() <= 1 << 30);
+        assert!(shares[1] >= (1 << 30) / 20, "{shares:?}");
+        assert_eq!(kv_shares(900, &[0, 0, 0]), [300, 300, 300]);
     }
 }

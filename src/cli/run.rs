@@ -324,24 +324,67 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
             }
             None => args.model.weights,
         };
+        let names = super::models_of(exp)?;
         let model = ModelArgs {
-            model: super::model_of(exp),
+            model: names
+                .first()
+                .cloned()
+                .unwrap_or_else(|| super::model_of(exp)),
             device,
             weights,
             ..args.model.clone()
         };
-        let (engine, described) = model.load_engine_described()?;
-        manifest.model = Some(model.model.clone());
+        if model_given && !names.contains(&args.model.model) {
+            eprintln!(
+                "throng: warning: --model {} sets the config's default model ([llm] model), \
+                 which no agent asks: every arm or policy group of the run names its own ({})",
+                args.model.model,
+                names.join(", ")
+            );
+        }
         manifest.device = Some(model.device.clone());
-        manifest.weights = Some(described);
         manifest.weight_format = Some(crate::quality::name(weights));
         let prompts = registry.prompts(exp)?;
-        Some(Llm::new(
-            engine,
-            prompts,
-            exp.config.history,
-            exp.config.llm.wave,
-        ))
+        if names.len() > 1 {
+            // Every model, loaded once; each agent's requests go to its model's engine.
+            let names: Vec<(String, u64)> = crate::sim::runner::model_agents(exp)
+                .into_iter()
+                .zip(&names)
+                .map(|((_, agents), name)| (name.clone(), agents))
+                .collect();
+            let engines = model.load_engines(exp, &names)?;
+            manifest.model = Some(engines[0].name.clone());
+            manifest.weights = Some(engines[0].weights.clone());
+            manifest.models = engines
+                .iter()
+                .map(|m| record::ModelRecord {
+                    name: m.name.clone(),
+                    weights: Some(m.weights.clone()),
+                    agents: m.agents,
+                    kv_bytes: Some(m.kv_bytes),
+                })
+                .collect();
+            Some(Llm::with_models(
+                engines
+                    .into_iter()
+                    .map(|m| (Some(m.name), m.engine))
+                    .collect(),
+                prompts,
+                exp.config.history,
+                exp.config.llm.wave,
+            ))
+        } else {
+            let (engine, described) = model.load_engine_described()?;
+            manifest.model = Some(model.model.clone());
+            manifest.weights = Some(described);
+            manifest.models.clear();
+            Some(Llm::new(
+                engine,
+                prompts,
+                exp.config.history,
+                exp.config.llm.wave,
+            ))
+        }
     } else {
         None
     };
@@ -482,18 +525,27 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
     manifest.finished_unix = Some(record::now_unix());
     manifest.peak_rss_bytes = record::peak_rss_bytes();
     if let Some(llm) = &llm {
-        let engine = llm.engine();
-        let t = engine.totals();
-        manifest.prefix_hit_rate = Some(t.prefix_hit_rate());
-        manifest.preemptions = Some(t.preemptions);
-        eprintln!(
-            "{}",
-            super::generate::summary(
-                engine,
-                manifest.counters.decisions as usize,
-                started.elapsed()
-            )
-        );
+        // Over every model's engine: hits over queries, preemptions summed.
+        let (mut hit, mut queried, mut preemptions) = (0u64, 0u64, 0u64);
+        for (name, engine) in llm.engines() {
+            let t = engine.totals();
+            hit += t.cache.hit_tokens;
+            queried += t.cache.queried_tokens;
+            preemptions += t.preemptions;
+            if let Some(name) = name {
+                eprintln!("throng: model {name}:");
+            }
+            eprintln!(
+                "{}",
+                super::generate::summary(
+                    engine,
+                    manifest.counters.decisions as usize,
+                    started.elapsed()
+                )
+            );
+        }
+        manifest.prefix_hit_rate = Some(hit as f64 / queried.max(1) as f64);
+        manifest.preemptions = Some(preemptions);
     }
     record::write_json_atomic(&dir.join(record::MANIFEST), &manifest)?;
     if !args.no_report {
@@ -621,6 +673,9 @@ fn open_new(
     memory
         .check(loaded.as_ref())
         .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+    if scenarios::needs_model(exp) {
+        super::models_of(exp)?;
+    }
     let dir = out.unwrap_or_else(|| crate::sim::runner::default_run_dir(&exp.config.name));
     let manifest = Manifest {
         name: exp.config.name.clone(),

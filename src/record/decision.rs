@@ -10,6 +10,9 @@ pub struct DecisionLog {
     /// The policy that made it, in runs where groups of agents use different ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// The model that made it, in runs where agents ask several models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// SHA-256 (first 16 hex digits) of the rendered prompt, to group identical prompts.
     pub prompt_hash: Option<String>,
     /// The model's raw reply.

@@ -56,6 +56,21 @@ impl std::fmt::Display for Status {
     }
 }
 
+/// One model of a run of several, as the manifest lists it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelRecord {
+    /// As the config names it (a preset, folder, GGUF file or Hub repo id).
+    pub name: String,
+    /// What its weights were stored as and became; absent when this process did not load it
+    /// (another rank did, under `--split models`).
+    pub weights: Option<String>,
+    /// The LLM agents it decides for, over the cells of one replicate of the largest
+    /// population size (what its share of the KV memory follows).
+    pub agents: u64,
+    /// Its share of the KV-cache memory, in bytes.
+    pub kv_bytes: Option<u64>,
+}
+
 /// `manifest.json`: what ran, with what, and how long it took.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -65,9 +80,13 @@ pub struct Manifest {
     pub seed: u64,
     /// The policy, or `mixed` when groups of agents use different ones.
     pub policy: String,
+    /// The model (of a run of several, the first the config's agents ask; see `models`).
     pub model: Option<String>,
     /// What the weights were stored as and became, e.g. `GGUF (Q4_1) -> int8`.
     pub weights: Option<String>,
+    /// In a run whose agents ask several models: every model, with its weights and its share.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ModelRecord>,
     /// The weight format asked for (`auto`, `int8`, ...), which `--resume` loads again.
     #[serde(default)]
     pub weight_format: Option<String>,

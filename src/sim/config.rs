@@ -168,10 +168,14 @@ impl Default for LlmConfig {
     }
 }
 
-/// An arm's changes to the `[llm]` sampling settings (e.g. a temperature sweep).
+/// An arm's or a policy group's changes to the `[llm]` settings: the model (a preset, folder,
+/// GGUF file or Hub repo id, as `[llm] model`) and the sampling (e.g. a temperature sweep).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmOverrides {
+    /// Another model than `[llm] model` (which `--model` sets): arms and groups that name
+    /// their own keep it whatever the command line says.
+    pub model: Option<String>,
     pub max_tokens: Option<usize>,
     pub temperature: Option<f32>,
     pub top_p: Option<f32>,
@@ -179,8 +183,14 @@ pub struct LlmOverrides {
 }
 
 impl LlmOverrides {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
     pub fn apply(&self, base: &LlmConfig) -> LlmConfig {
         LlmConfig {
+            model: self.model.clone().or_else(|| base.model.clone()),
             max_tokens: self.max_tokens.unwrap_or(base.max_tokens),
             temperature: self.temperature.unwrap_or(base.temperature),
             top_p: self.top_p.unwrap_or(base.top_p),
@@ -210,7 +220,8 @@ pub struct SweepConfig {
     /// Scenario knob -> values.
     #[serde(default)]
     pub scenario: indexmap::IndexMap<String, Vec<toml::Value>>,
-    /// Sampling setting (`temperature`, `top_p`, `top_k`, `max_tokens`) -> values.
+    /// Model or sampling setting (`model`, `temperature`, `top_p`, `top_k`, `max_tokens`) ->
+    /// values: `model = ["a", "b"]` makes one arm per model.
     #[serde(default)]
     pub llm: indexmap::IndexMap<String, Vec<toml::Value>>,
 }
@@ -227,6 +238,10 @@ pub struct PolicyGroupConfig {
     /// categories, or `[low, high]` for a numeric attribute.
     #[serde(default, rename = "where")]
     pub filter: toml::Table,
+    /// The group's own model and sampling (`llm = { model = "...", temperature = 0.7 }`),
+    /// over its arm's: an `llm` group only.
+    #[serde(default)]
+    pub llm: LlmOverrides,
 }
 
 fn all() -> f64 {

@@ -80,6 +80,8 @@ pub struct PolicyGroup {
     pub share: f64,
     /// `(attribute index, test)` conditions, all of which must hold.
     pub filter: Vec<(usize, Condition)>,
+    /// The group's own model and sampling, over its arm's (an `llm` group only).
+    pub llm: LlmOverrides,
 }
 
 /// A condition on one attribute.
@@ -128,6 +130,9 @@ impl PolicyPlan {
     }
 }
 
+/// The most `[[policy_groups]]` a run may have: each agent's group is kept in a byte.
+pub const MAX_POLICY_GROUPS: usize = 255;
+
 /// An experiment with its arms resolved: what the runner runs.
 #[derive(Debug, Clone)]
 pub struct Experiment {
@@ -142,6 +147,9 @@ pub struct Experiment {
     pub population: PopulationSpec,
     pub policies: PolicyPlan,
     pub records: RecordsConfig,
+    /// The model and sampling of every (arm, route): route 0 is the arm's own `llm`, route
+    /// `g + 1` policy group `g`'s overrides over it. See [`Experiment::llm_of`].
+    pub routes: Vec<LlmConfig>,
 }
 
 impl Experiment {
@@ -269,6 +277,26 @@ impl Experiment {
             default: config.policy,
             groups,
         };
+        let per_arm = policies.groups.len() + 1;
+        let mut routes = Vec::with_capacity(arms.len() * per_arm);
+        for arm in &arms {
+            routes.push(arm.llm.clone());
+            for (g, group) in policies.groups.iter().enumerate() {
+                let llm = group.llm.apply(&arm.llm);
+                if !group.llm.is_empty()
+                    && let Some((key, p)) = sampling_problem(&llm)
+                {
+                    let span = config.policy_groups[g].span();
+                    let at = find_field(&source.text, span.clone(), key, "policy_groups")
+                        .unwrap_or(span);
+                    return Err(source.error(
+                        Some(at),
+                        format!("policy_groups[{g}]: llm: {p} (in arm `{}`)", arm.name),
+                    ));
+                }
+                routes.push(llm);
+            }
+        }
         if population.personas.is_some() && !policies.uses(PolicyKind::Llm) {
             let span = config.population.as_ref().map(|p| p.span());
             return Err(source.error(
@@ -286,7 +314,73 @@ impl Experiment {
             population,
             policies,
             records,
+            routes,
         })
+    }
+
+    /// Routes per arm: the arm's own, then one per policy group.
+    pub fn routes_per_arm(&self) -> usize {
+        self.policies.groups.len() + 1
+    }
+
+    /// The model and sampling of an agent of arm `arm` on route `route` (0: the arm's own;
+    /// `g + 1`: policy group `g`'s).
+    pub fn llm_of(&self, arm: usize, route: u8) -> &LlmConfig {
+        &self.routes[arm * self.routes_per_arm() + route as usize]
+    }
+
+    /// The policy of route `route` (0: the experiment's `policy`; `g + 1`: group `g`'s).
+    pub fn policy_of_route(&self, route: u8) -> PolicyKind {
+        match route {
+            0 => self.policies.default,
+            g => self.policies.groups[g as usize - 1].policy,
+        }
+    }
+
+    /// Every model some agent asks, in a fixed order (arm by arm, the arm's own route
+    /// first), each once. A model left unset (no `[llm] model` and no default given) is
+    /// `None`.
+    pub fn models(&self) -> Vec<Option<String>> {
+        let mut models: Vec<Option<String>> = Vec::new();
+        for arm in 0..self.arms.len() {
+            for route in 0..self.routes_per_arm() {
+                let route = route as u8;
+                if self.policy_of_route(route) != PolicyKind::Llm {
+                    continue;
+                }
+                let model = &self.llm_of(arm, route).model;
+                if !models.contains(model) {
+                    models.push(model.clone());
+                }
+            }
+        }
+        models
+    }
+
+    /// Whether agents of this run ask more than one model.
+    pub fn is_multi_model(&self) -> bool {
+        self.models().len() > 1
+    }
+
+    /// A problem with model `name` (one that cannot be found or loaded), at the line of the
+    /// config that names it, or at `--model` when the command line named it.
+    pub fn model_error(&self, name: &str, message: impl std::fmt::Display) -> ConfigError {
+        let text = &self.source.text;
+        let quoted = [format!("\"{name}\""), format!("'{name}'")];
+        let at = quoted.iter().filter_map(|q| text.find(q.as_str())).min();
+        match at {
+            Some(at) => self.source.error(
+                Some(at..at + name.len() + 2),
+                format!(
+                    "field `model`: {message}; name a preset (`throng models` lists them), a model \
+                     folder, a GGUF file or a Hugging Face repo id"
+                ),
+            ),
+            None => ConfigError::Flag {
+                flag: "--model".into(),
+                message: message.to_string(),
+            },
+        }
     }
 
     /// A scenario problem at its line: of the population, of the base `[scenario]` table
@@ -374,11 +468,11 @@ fn sweep_arms(
         axes.push((false, key, values));
     }
     for (key, values) in &s.llm {
-        if !["temperature", "top_p", "top_k", "max_tokens"].contains(&key.as_str()) {
+        if !["model", "temperature", "top_p", "top_k", "max_tokens"].contains(&key.as_str()) {
             return Err(source.error(
                 find_field(&source.text, sweep.span(), key, "sweep"),
                 format!(
-                    "field `sweep.llm.{key}`: not a sampling setting (sweepable: temperature, top_p, top_k, max_tokens)"
+                    "field `sweep.llm.{key}`: not a model or sampling setting (sweepable: model, temperature, top_p, top_k, max_tokens)"
                 ),
             ));
         }
@@ -479,33 +573,41 @@ fn check_sampling(
     config: &ExperimentConfig,
     arm: &Arm,
 ) -> Result<(), ConfigError> {
-    let l = &arm.llm;
-    let problem =
-        if !(l.temperature.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&l.temperature)) {
-            Some((
-                "temperature",
-                format!(
-                    "temperature {} must be from 0 to {MAX_TEMPERATURE}",
-                    l.temperature
-                ),
-            ))
-        } else if !(l.top_p > 0.0 && l.top_p <= 1.0) {
-            Some(("top_p", format!("top_p {} must be in (0, 1]", l.top_p)))
-        } else if l.max_tokens == 0 {
-            Some(("max_tokens", "max_tokens must be at least 1".into()))
-        } else if l.top_k == Some(0) {
-            Some(("top_k", "top_k must be at least 1 (or absent)".into()))
-        } else if l.wave == 0 {
-            Some(("wave", "wave must be at least 1".into()))
-        } else {
-            None
-        };
-    match problem {
+    match sampling_problem(&arm.llm) {
         None => Ok(()),
         Some((key, p)) => Err(source.error(
             Some(sampling_span(source, config, arm, key)),
             format!("arm `{}`: llm: {p}", arm.name),
         )),
+    }
+}
+
+/// The setting of `l` out of its range, and why, if one is.
+fn sampling_problem(l: &LlmConfig) -> Option<(&'static str, String)> {
+    if l.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+        return Some((
+            "model",
+            "model is empty: name a preset, a model folder, a GGUF file or a Hub repo id".into(),
+        ));
+    }
+    if !(l.temperature.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&l.temperature)) {
+        Some((
+            "temperature",
+            format!(
+                "temperature {} must be from 0 to {MAX_TEMPERATURE}",
+                l.temperature
+            ),
+        ))
+    } else if !(l.top_p > 0.0 && l.top_p <= 1.0) {
+        Some(("top_p", format!("top_p {} must be in (0, 1]", l.top_p)))
+    } else if l.max_tokens == 0 {
+        Some(("max_tokens", "max_tokens must be at least 1".into()))
+    } else if l.top_k == Some(0) {
+        Some(("top_k", "top_k must be at least 1 (or absent)".into()))
+    } else if l.wave == 0 {
+        Some(("wave", "wave must be at least 1".into()))
+    } else {
+        None
     }
 }
 
@@ -541,6 +643,23 @@ fn policy_group(
 ) -> Result<PolicyGroup, ConfigError> {
     let g = group.get_ref();
     let at = |m: String| source.error(Some(group.span()), format!("policy_groups[{index}]: {m}"));
+    if index >= MAX_POLICY_GROUPS {
+        return Err(at(format!(
+            "a run may have at most {MAX_POLICY_GROUPS} policy groups"
+        )));
+    }
+    if g.policy != PolicyKind::Llm && !g.llm.is_empty() {
+        let span =
+            find_field(&source.text, group.span(), "llm", "policy_groups").unwrap_or(group.span());
+        return Err(source.error(
+            Some(span),
+            format!(
+                "policy_groups[{index}]: field `llm`: a `{}` group asks no model: remove its llm \
+                 settings, or make it policy = \"llm\"",
+                g.policy.name()
+            ),
+        ));
+    }
     if !(g.share > 0.0 && g.share <= 1.0) {
         return Err(at(format!(
             "share {} must be in (0, 1]: the share of matching agents that use `{}`",
@@ -615,6 +734,7 @@ fn policy_group(
         policy: g.policy,
         share: g.share,
         filter,
+        llm: g.llm.clone(),
     })
 }
 
@@ -737,6 +857,40 @@ mod tests {
         ))
         .unwrap_err();
         assert!(err.message().contains("colour"), "{err}");
+    }
+
+    // Guards the routing of models: a sweep over models makes one arm per model, a policy
+    // group's model and sampling apply over its arm's, and `models()` lists each model once.
+    #[test]
+    fn groups_and_sweeps_name_their_models() {
+        let e = load(&format!(
+            "{BASE}{SCENARIO}\n[llm]\nmodel = \"a\"\n\n[sweep]\nllm = {{ model = [\"a\", \"b\"] }}\n"
+        ))
+        .unwrap();
+        assert_eq!(e.arms[1].name, "model=b");
+        assert_eq!(e.models(), [Some("a".to_string()), Some("b".to_string())]);
+        let e = load(&format!(
+            "{BASE}{SCENARIO}\n[llm]\nmodel = \"a\"\n\n[[policy_groups]]\npolicy = \"llm\"\nshare = 0.5\nllm = {{ model = \"c\", temperature = 0.3 }}\n"
+        ))
+        .unwrap();
+        assert_eq!(e.llm_of(0, 0).model.as_deref(), Some("a"));
+        assert_eq!(e.llm_of(0, 1).model.as_deref(), Some("c"));
+        assert_eq!(e.llm_of(0, 1).temperature, 0.3);
+        assert!(e.is_multi_model());
+        let err = e.model_error("c", "unknown model `c`");
+        assert_eq!(err.line(), Some(15), "{err}");
+        // A scripted group asks no model, so it may not name one.
+        let err = load(&format!(
+            "{BASE}{SCENARIO}\n[[policy_groups]]\npolicy = \"scripted\"\nllm = {{ model = \"c\" }}\n"
+        ))
+        .unwrap_err();
+        assert!(err.message().contains("asks no model"), "{err}");
+        // A group's sampling is checked as an arm's, at the group's line.
+        let err = load(&format!(
+            "{BASE}{SCENARIO}\n[[policy_groups]]\npolicy = \"llm\"\nllm = {{ temperature = 99.0 }}\n"
+        ))
+        .unwrap_err();
+        assert!(err.message().contains("temperature 99"), "{err}");
     }
 
     #[test]

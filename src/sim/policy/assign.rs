@@ -12,9 +12,11 @@ use rand_chacha::ChaCha8Rng;
 /// Each agent's policy, as an index into `plan.kinds()`; `None` when every agent uses the
 /// default.
 pub fn assign(plan: &PolicyPlan, population: &Population, seed: u64) -> Option<Vec<u8>> {
-    if plan.groups.is_empty() {
-        return None;
-    }
+    routes(plan, population, seed).map(|routes| policies_of(plan, &routes))
+}
+
+/// The policy of each agent of `routes` (see [`routes`]), as an index into `plan.kinds()`.
+pub fn policies_of(plan: &PolicyPlan, routes: &[u8]) -> Vec<u8> {
     let kinds = plan.kinds();
     let index = |k: PolicyKind| {
         kinds
@@ -22,6 +24,20 @@ pub fn assign(plan: &PolicyPlan, population: &Population, seed: u64) -> Option<V
             .position(|&x| x == k)
             .expect("invariant: listed") as u8
     };
+    let of_route: Vec<u8> = std::iter::once(plan.default)
+        .chain(plan.groups.iter().map(|g| g.policy))
+        .map(index)
+        .collect();
+    routes.iter().map(|&r| of_route[r as usize]).collect()
+}
+
+/// Each agent's route: 0 for the experiment's policy (and its arm's model), `g + 1` for
+/// policy group `g` (its policy, and its own model and sampling, if it names them); `None`
+/// when there are no groups.
+pub fn routes(plan: &PolicyPlan, population: &Population, seed: u64) -> Option<Vec<u8>> {
+    if plan.groups.is_empty() {
+        return None;
+    }
     let mut assigned: Vec<Option<u8>> = vec![None; population.size];
     for (g, group) in plan.groups.iter().enumerate() {
         let mut matching: Vec<usize> = (0..population.size)
@@ -44,11 +60,10 @@ pub fn assign(plan: &PolicyPlan, population: &Population, seed: u64) -> Option<V
         let mut rng = ChaCha8Rng::seed_from_u64(crate::seed::derive(seed, &[g as u64]));
         matching.shuffle(&mut rng);
         for &a in &matching[..take] {
-            assigned[a] = Some(index(group.policy));
+            assigned[a] = Some(g as u8 + 1);
         }
     }
-    let default = index(plan.default);
-    Some(assigned.into_iter().map(|a| a.unwrap_or(default)).collect())
+    Some(assigned.into_iter().map(|a| a.unwrap_or(0)).collect())
 }
 
 #[cfg(test)]
@@ -76,6 +91,7 @@ mod tests {
                 policy: PolicyKind::Llm,
                 share: 0.1,
                 filter: vec![(0, Condition::OneOf(vec![1]))],
+                llm: Default::default(),
             }],
         };
         let a = assign(&plan, &population, 7).unwrap();

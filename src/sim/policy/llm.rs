@@ -20,9 +20,14 @@ use std::time::Instant;
 /// Past turns of one agent: (prompt, reply).
 type History = VecDeque<(String, String)>;
 
-/// The language model, through the engine.
+/// The language model, through the engine: one engine per model, each agent's request routed
+/// to its model's (see [`CellView::llm_of`]), each model's requests one continuous batch.
 pub struct Llm {
-    engine: Engine,
+    /// One per model; the first also writes personas and sizes prompts.
+    engines: Vec<Engine>,
+    /// The model each engine serves, by the name the config gives it. With one engine, every
+    /// agent's requests go to it, whatever its name.
+    names: Vec<Option<String>>,
     prompts: PromptBook,
     /// Turns of history kept per agent.
     keep: usize,
@@ -31,7 +36,8 @@ pub struct Llm {
     /// Requests in flight at most.
     wave: usize,
     times: PolicyTimes,
-    schemas: Schemas,
+    /// Per engine: each has its own compiled grammars.
+    schemas: Vec<Schemas>,
 }
 
 /// Schemas most remembered; past it they are forgotten together, as the engine's compiled
@@ -106,15 +112,35 @@ struct Prep<'a> {
 }
 
 impl Llm {
+    /// One engine, which decides for every agent.
     pub fn new(engine: Engine, prompts: PromptBook, keep: usize, wave: usize) -> Self {
+        Self::with_models(vec![(None, engine)], prompts, keep, wave)
+    }
+
+    /// One engine per model, each named as the config names its model (`[llm] model`, an
+    /// arm's or a policy group's `llm.model`); an agent's requests go to the engine of its
+    /// model. The first engine also writes personas. With one engine, every agent's requests
+    /// go to it.
+    ///
+    /// # Panics
+    /// When `engines` is empty.
+    pub fn with_models(
+        engines: Vec<(Option<String>, Engine)>,
+        prompts: PromptBook,
+        keep: usize,
+        wave: usize,
+    ) -> Self {
+        assert!(!engines.is_empty(), "invariant: at least one engine");
+        let (names, engines): (Vec<_>, Vec<_>) = engines.into_iter().unzip();
         Self {
-            engine,
+            schemas: engines.iter().map(|_| Schemas::default()).collect(),
+            engines,
+            names,
             prompts,
             keep,
             histories: HashMap::new(),
             wave: wave.max(1),
             times: PolicyTimes::default(),
-            schemas: Schemas::default(),
         }
     }
 
@@ -122,17 +148,39 @@ impl Llm {
         Prep {
             prompts: &self.prompts,
             histories: &self.histories,
-            chat: self.engine.chat_template(),
-            tokenizer: self.engine.tokenizer(),
+            chat: self.engines[0].chat_template(),
+            tokenizer: self.engines[0].tokenizer(),
         }
     }
 
+    /// The first engine (the only one of a run with one model).
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        &self.engines[0]
+    }
+
+    /// Every engine, with the name of the model it serves.
+    pub fn engines(&self) -> impl Iterator<Item = (Option<&str>, &Engine)> {
+        self.names.iter().map(Option::as_deref).zip(&self.engines)
+    }
+
+    /// The name of the first engine's model, when it was given one.
+    pub fn first_model(&self) -> Option<&str> {
+        self.names[0].as_deref()
     }
 
     pub fn into_engine(self) -> Engine {
-        self.engine
+        self.engines
+            .into_iter()
+            .next()
+            .expect("invariant: at least one engine")
+    }
+
+    /// The engine that serves `model`: the only one, or the one of that name.
+    fn engine_for(&self, model: &Option<String>) -> Option<usize> {
+        match self.engines.len() {
+            1 => Some(0),
+            _ => self.names.iter().position(|n| n == model),
+        }
     }
 
     /// One LLM-written persona per agent of `population` (see [`crate::sim::persona`]).
@@ -150,7 +198,13 @@ impl Llm {
             model,
             cache_dir: &cache_dir,
         };
-        crate::sim::persona::write(&mut self.engine, &self.prompts, &writer, population, seed)
+        crate::sim::persona::write(
+            &mut self.engines[0],
+            &self.prompts,
+            &writer,
+            population,
+            seed,
+        )
     }
 
     /// Tokens of the prompts of `turns`, without deciding them (`throng plan`).
@@ -173,7 +227,13 @@ impl Llm {
         }
         let prefixes: Vec<SharedPrefix> = systems
             .iter()
-            .map(|s| SharedPrefix::new(self.engine.chat_template(), self.engine.tokenizer(), s))
+            .map(|s| {
+                SharedPrefix::new(
+                    self.engines[0].chat_template(),
+                    self.engines[0].tokenizer(),
+                    s,
+                )
+            })
             .collect::<Result<_, _>>()?;
         let prep = self.prep();
         let sizes = turns
@@ -225,14 +285,15 @@ fn prepare<S: Scenario>(
         template: rendered,
         ..PromptCost::default()
     };
+    let llm = cell.llm_of(t.agent);
     let request = tokens.map(|(tokens, c)| {
         cost += c;
         Request::new(Prompt::Tokens(tokens))
-            .with_max_tokens(cell.llm.max_tokens)
+            .with_max_tokens(llm.max_tokens)
             .with_sampling(SamplingParams {
-                temperature: cell.llm.temperature,
-                top_p: cell.llm.top_p,
-                top_k: cell.llm.top_k,
+                temperature: llm.temperature,
+                top_p: llm.top_p,
+                top_k: llm.top_k,
                 seed: t.seed,
             })
     });
@@ -255,9 +316,49 @@ fn transcript(system: &str, own: &[Message]) -> String {
     out
 }
 
-impl<S: Scenario> Policy<S> for Llm {
-    fn decide(
+impl Llm {
+    /// The engine of each turn's model, by cell and route (computed once per cell and route,
+    /// not per turn).
+    fn engines_of<S: Scenario>(
+        &self,
+        cells: &[CellView<'_, S>],
+        turns: &[AgentTurn],
+    ) -> Result<Vec<usize>, PolicyError> {
+        let table: Vec<Vec<Option<usize>>> = cells
+            .iter()
+            .map(|c| {
+                c.llms
+                    .iter()
+                    .map(|l| self.engine_for(&l.model))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        turns
+            .iter()
+            .map(|t| {
+                let cell = &cells[t.cell];
+                let route = cell.route.map_or(0, |r| r[t.agent] as usize);
+                let found = match table[t.cell].get(route) {
+                    Some(found) => *found,
+                    // A view without routes: the arm's model.
+                    None => self.engine_for(&cell.llm.model),
+                };
+                found.ok_or_else(|| {
+                    PolicyError::NoModel(
+                        cell.llm_of(t.agent)
+                            .model
+                            .clone()
+                            .unwrap_or_else(|| "(unnamed)".into()),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The decisions of `turns`, all asking engine `e`.
+    fn decide_on<S: Scenario>(
         &mut self,
+        e: usize,
         cells: &[CellView<'_, S>],
         turns: &[AgentTurn],
         done: &mut dyn FnMut(usize),
@@ -282,7 +383,13 @@ impl<S: Scenario> Policy<S> for Llm {
         }
         let prefixes: Vec<SharedPrefix> = systems
             .iter()
-            .map(|s| SharedPrefix::new(self.engine.chat_template(), self.engine.tokenizer(), s))
+            .map(|s| {
+                SharedPrefix::new(
+                    self.engines[e].chat_template(),
+                    self.engines[e].tokenizer(),
+                    s,
+                )
+            })
             .collect::<Result<_, _>>()?;
         self.times.template += started.elapsed();
 
@@ -294,26 +401,64 @@ impl<S: Scenario> Policy<S> for Llm {
             prompts: &self.prompts,
             histories: &mut self.histories,
             keep: self.keep,
-            schemas: &mut self.schemas,
+            schemas: &mut self.schemas[e],
             times: &mut self.times,
             next: 0,
             results: (0..turns.len()).map(|_| None).collect(),
             done,
         };
-        let before = self.engine.totals();
+        let engine = &mut self.engines[e];
+        let before = engine.totals();
         // The step's own peak, not one of earlier work (personas, an earlier policy's step).
-        self.engine.take_kv_peak_bytes();
-        let ran = self.engine.run(self.wave, &mut step);
-        let after = self.engine.totals();
+        engine.take_kv_peak_bytes();
+        let ran = engine.run(self.wave, &mut step);
+        let after = engine.totals();
         step.times.forward += after.forward.saturating_sub(before.forward);
         step.times.masks += after.masks.saturating_sub(before.masks);
-        let peak = self.engine.take_kv_peak_bytes();
-        step.times.kv_peak_bytes = step.times.kv_peak_bytes.max(peak);
+        // Each model has its own cache, held beside the others': their peaks add up.
+        step.times.kv_peak_bytes += engine.take_kv_peak_bytes();
         ran?;
         Ok(step
             .results
             .into_iter()
             .map(|r| r.expect("invariant: every turn was decided"))
+            .collect())
+    }
+}
+
+impl<S: Scenario> Policy<S> for Llm {
+    /// One continuous batch per model, one model after another; a turn's decision does not
+    /// depend on the others in its batch (batch invariance), so neither does it on the models
+    /// beside its own.
+    fn decide(
+        &mut self,
+        cells: &[CellView<'_, S>],
+        turns: &[AgentTurn],
+        done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Decided<S::Decision>>, PolicyError> {
+        if self.engines.len() == 1 {
+            return self.decide_on(0, cells, turns, done);
+        }
+        let engine_of = self.engines_of(cells, turns)?;
+        let mut slots: Vec<Option<Decided<S::Decision>>> = (0..turns.len()).map(|_| None).collect();
+        for e in 0..self.engines.len() {
+            let (index, subset): (Vec<usize>, Vec<AgentTurn>) = turns
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| engine_of[*i] == e)
+                .map(|(i, t)| (i, *t))
+                .unzip();
+            if subset.is_empty() {
+                continue;
+            }
+            let decided = self.decide_on(e, cells, &subset, done)?;
+            for (i, d) in index.into_iter().zip(decided) {
+                slots[i] = Some(d);
+            }
+        }
+        Ok(slots
+            .into_iter()
+            .map(|d| d.expect("invariant: every turn has an engine"))
             .collect())
     }
 
@@ -489,7 +634,7 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
                         .map_err(|e| e.to_string()),
                     (FinishReason::Length, _) => Err(format!(
                         "length: no complete decision within {} tokens",
-                        cell.llm.max_tokens
+                        cell.llm_of(t.agent).max_tokens
                     )),
                     (FinishReason::Stop, None) => Err("stop without a value".to_string()),
                 }

@@ -6,7 +6,7 @@ mod assign;
 mod llm;
 mod scripted;
 
-pub use assign::assign;
+pub use assign::{assign, policies_of, routes};
 pub use llm::{Llm, PromptSizes, template_name};
 pub use scripted::Scripted;
 
@@ -25,9 +25,25 @@ pub struct CellView<'a, S: Scenario> {
     pub world: &'a S::World,
     pub population: &'a Population,
     pub info: &'a CellInfo,
-    /// The sampling of the cell's arm.
+    /// The model and sampling of the cell's arm.
     pub llm: &'a LlmConfig,
+    /// Per route of the cell's arm (see [`crate::sim::experiment::Experiment::llm_of`]):
+    /// the arm's own, then each policy group's.
+    pub llms: &'a [LlmConfig],
+    /// Each agent's route; `None`: every agent is on route 0.
+    pub route: Option<&'a [u8]>,
     pub step: usize,
+}
+
+impl<S: Scenario> CellView<'_, S> {
+    /// The model and sampling agent `agent` decides with: its policy group's, if the group
+    /// names its own, else its arm's.
+    pub fn llm_of(&self, agent: usize) -> &LlmConfig {
+        match self.route {
+            Some(route) => &self.llms[route[agent] as usize],
+            None => self.llm,
+        }
+    }
 }
 
 /// An agent whose turn it is: small, so that a step of a million agents is a small list.
@@ -104,6 +120,11 @@ pub enum PolicyError {
     Checkpoint(String),
     #[error("the engine: {0}")]
     Engine(#[from] RequestError),
+    #[error(
+        "no engine here serves model `{0}`: load every model the config names (a rank loads \
+         those of its agents)"
+    )]
+    NoModel(String),
     #[error("{}: {source}", path.display())]
     Io {
         path: std::path::PathBuf,

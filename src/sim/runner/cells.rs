@@ -5,7 +5,7 @@
 use super::{INIT, LOG_SAMPLE, POLICY, POPULATION};
 use crate::sim::config::DecisionLogMode;
 use crate::sim::experiment::Experiment;
-use crate::sim::policy::{CellView, assign};
+use crate::sim::policy::{CellView, policies_of, routes};
 use crate::sim::population::Population;
 use crate::sim::scenario::{CellInfo, Scenario};
 use rand::SeedableRng;
@@ -27,6 +27,9 @@ pub struct Agents {
     pub population: Arc<Population>,
     /// Each agent's policy (an index into the plan's kinds); `None`: all use the default.
     pub policy: Option<Vec<u8>>,
+    /// Each agent's route (0: the experiment's policy, `g + 1`: policy group `g`), which
+    /// says its model and sampling with its arm; `None`: there are no policy groups.
+    pub route: Option<Vec<u8>>,
     /// Agents whose decisions are logged; `None`: all of them (or none, by the config).
     pub logged: Option<Vec<bool>>,
 }
@@ -72,7 +75,8 @@ impl<S: Scenario> Cells<S> {
                 let population = exp
                     .population
                     .draw(size, population_seed(exp, size, replicate));
-                let policy = assign(&exp.policies, &population, at(POLICY));
+                let route = routes(&exp.policies, &population, at(POLICY));
+                let policy = route.as_ref().map(|r| policies_of(&exp.policies, r));
                 let logged = match exp.records.decisions {
                     DecisionLogMode::Sample(n) if n < size => {
                         let mut rng = ChaCha8Rng::seed_from_u64(at(LOG_SAMPLE));
@@ -87,6 +91,7 @@ impl<S: Scenario> Cells<S> {
                 Agents {
                     population: Arc::new(population),
                     policy,
+                    route,
                     logged,
                 }
             })
@@ -131,6 +136,12 @@ impl<S: Scenario> Cells<S> {
                 population: self.population(c),
                 info,
                 llm: &exp.arms[self.arm_of[c]].llm,
+                llms: {
+                    let per_arm = exp.routes_per_arm();
+                    let start = self.arm_of[c] * per_arm;
+                    &exp.routes[start..start + per_arm]
+                },
+                route: self.agents[info.replicate].route.as_deref(),
                 step,
             })
             .collect()
@@ -151,4 +162,43 @@ impl<S: Scenario> Cells<S> {
                 .is_none_or(|m| m[agent]),
         }
     }
+}
+
+/// The LLM agents each model of `exp` decides for (in the order of
+/// [`Experiment::models`]), counted over the cells of one replicate of the largest population
+/// size: the share of the work each model has, which its share of the KV memory follows.
+/// With policy groups it draws that population (as the run will) to count their members.
+pub fn model_agents(exp: &Experiment) -> Vec<(Option<String>, u64)> {
+    let models = exp.models();
+    let mut counts = vec![0u64; models.len()];
+    let Some(&size) = exp.config.agents.0.iter().max() else {
+        return models.into_iter().zip(counts).collect();
+    };
+    let per_route: Vec<u64> = match exp.policies.groups.is_empty() {
+        true => vec![size as u64],
+        false => {
+            let seed =
+                |stream: u64| crate::seed::derive(exp.config.seed, &[stream, size as u64, 0]);
+            let population = exp.population.draw(size, population_seed(exp, size, 0));
+            let routes = routes(&exp.policies, &population, seed(POLICY)).unwrap_or_default();
+            let mut n = vec![0u64; exp.routes_per_arm()];
+            for r in routes {
+                n[r as usize] += 1;
+            }
+            n
+        }
+    };
+    for arm in 0..exp.arms.len() {
+        for (route, &n) in per_route.iter().enumerate() {
+            let route = route as u8;
+            if exp.policy_of_route(route) != crate::sim::config::PolicyKind::Llm {
+                continue;
+            }
+            let model = &exp.llm_of(arm, route).model;
+            if let Some(i) = models.iter().position(|m| m == model) {
+                counts[i] += n;
+            }
+        }
+    }
+    models.into_iter().zip(counts).collect()
 }

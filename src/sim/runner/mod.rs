@@ -17,7 +17,7 @@ mod share;
 mod sizing;
 mod step;
 
-pub use cells::Cells;
+pub use cells::{Cells, model_agents};
 pub use recorder::Checkpoint;
 pub use share::choose as choose_split;
 pub use sizing::{FirstStep, Sample, first_step};
@@ -190,13 +190,19 @@ pub fn run<S: Scenario>(
             })?;
             // The cache is keyed by the model's name, which only the config or the program
             // running it (`Overrides::default_model`) knows.
-            let model = exp.config.llm.model.as_deref().ok_or_else(|| {
-                RunError::Setup(
-                    "LLM-written personas are cached by model name: name the model \
+            // The model that writes them: the first engine's (of several, the first model the
+            // config's agents ask).
+            let model = llm.first_model().map(str::to_string);
+            let model = model
+                .as_deref()
+                .or(exp.config.llm.model.as_deref())
+                .ok_or_else(|| {
+                    RunError::Setup(
+                        "LLM-written personas are cached by model name: name the model \
                      ([llm] model, or Overrides::default_model)"
-                        .into(),
-                )
-            })?;
+                            .into(),
+                    )
+                })?;
             for (replicate, a) in agents.iter_mut().enumerate() {
                 let seed = cells::population_seed(exp, size, replicate);
                 let written = llm.personas(personas, model, &a.population, seed)?;

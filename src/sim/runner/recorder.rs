@@ -164,6 +164,7 @@ impl Recorder {
         // Traced only for a scenario that builds its table from rows.
         let fields = std::sync::OnceLock::new();
         let kinds = exp.policies.kinds();
+        let multi_model = exp.is_multi_model();
         let several_roles = S::roles().len() > 1;
         let tables: Vec<(RecordBatch, Option<RecordBatch>)> = (0..cells.infos.len())
             .into_par_iter()
@@ -182,6 +183,8 @@ impl Recorder {
                         .policy
                         .as_ref()
                         .map(|p| p.iter().map(|&k| kinds[k as usize].name()).collect()),
+                    model: multi_model
+                        .then(|| (0..n).map(|a| model_of(exp, cells, c, a)).collect()),
                     population,
                 };
                 let fields = fields
@@ -241,6 +244,7 @@ impl Recorder {
             ..Counters::default()
         };
         let kinds = exp.policies.kinds();
+        let multi_model = exp.is_multi_model();
         for d in &decisions.decided {
             count(&mut counters, d);
         }
@@ -269,6 +273,10 @@ impl Recorder {
                             .policy_of
                             .as_ref()
                             .map(|p| kinds[p[i] as usize].name().to_string()),
+                        model: multi_model
+                            .then(|| model_of(exp, cells, t.cell, t.agent))
+                            .filter(|m| !m.is_empty())
+                            .map(str::to_string),
                         prompt_hash: trace.map(|t| t.prompt_hash.clone()),
                         text: trace.and_then(|t| t.text.clone()),
                         value: match trace {
@@ -376,4 +384,26 @@ pub struct StepTiming {
     pub ranks: usize,
     /// Under MPI, each rank's own time for its part (empty alone).
     pub rank_seconds: Vec<f64>,
+}
+
+/// The model agent `agent` of cell `cell` asks: its route's (see
+/// [`Experiment::llm_of`]), empty when no model decides for it.
+fn model_of<'a, S: Scenario>(
+    exp: &'a Experiment,
+    cells: &Cells<S>,
+    cell: usize,
+    agent: usize,
+) -> &'a str {
+    let route = cells.agents[cells.infos[cell].replicate]
+        .route
+        .as_ref()
+        .map_or(0, |r| r[agent]);
+    match exp.policy_of_route(route) {
+        crate::sim::config::PolicyKind::Llm => exp
+            .llm_of(cells.arm_of[cell], route)
+            .model
+            .as_deref()
+            .unwrap_or(""),
+        crate::sim::config::PolicyKind::Scripted => "",
+    }
 }

@@ -1,5 +1,5 @@
 //! A cell's state table from its scenario's typed rows: the keys every table shares (arm,
-//! population, replicate, step, agent, role, policy, group path, attributes), then the
+//! population, replicate, step, agent, role, policy, model, group path, attributes), then the
 //! scenario's own columns, traced from its `Row` type. And each group level's aggregates: the
 //! mean of every numeric column over a group's members.
 
@@ -39,6 +39,9 @@ pub struct Keys<'a> {
     pub roles: Option<Vec<&'static str>>,
     /// Each agent's policy name, under policy groups.
     pub policy: Option<Vec<&'static str>>,
+    /// Each agent's model (empty for an agent no model decides for), in runs of several
+    /// models.
+    pub model: Option<Vec<&'a str>>,
     pub population: &'a Population,
 }
 
@@ -97,6 +100,10 @@ pub fn state<S: Scenario>(
     if let Some(policy) = &keys.policy {
         schema.push(dictionary_field("policy"));
         columns.push(dictionary(agents.iter().map(|&a| policy[a])));
+    }
+    if let Some(model) = &keys.model {
+        schema.push(dictionary_field("model"));
+        columns.push(dictionary(agents.iter().map(|&a| model[a])));
     }
     for level in &keys.population.groups.levels {
         schema.push(Field::new(&level.name, DataType::UInt32, false));
