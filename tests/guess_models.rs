@@ -273,3 +273,62 @@ fn a_group_naming_an_unknown_model_is_refused_at_its_line() {
         "refused before the run folder"
     );
 }
+
+// Guards `--split models`: each rank loads only its own model and decides only for that
+// model's agents, and the records are those of one process holding both models.
+#[cfg(feature = "mpi")]
+#[test]
+fn split_by_models_gives_the_records_of_one_process() {
+    let Some(mpirun) = common::mpi::mpirun() else {
+        return;
+    };
+    let (a, b) = two_models();
+    let (a_name, b_name) = (
+        a.path().display().to_string(),
+        b.path().display().to_string(),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(
+        tmp.path(),
+        "both.toml",
+        2,
+        ("llm", &a_name),
+        ("llm", &b_name),
+    );
+    let alone = tmp.path().join("alone");
+    let Ran { ok, text, .. } = run(&cfg, &alone, &[]);
+    assert!(ok, "{text}");
+    let ranked = tmp.path().join("ranked");
+    let args = [
+        "run",
+        "--no-report",
+        "--kv-memory",
+        "16MiB",
+        "--weights",
+        "f32",
+        "--split",
+        "models",
+        cfg.to_str().unwrap(),
+        "--out",
+        ranked.to_str().unwrap(),
+    ];
+    let Ran { ok, text, .. } = output(&mut common::mpi::mpi(&mpirun, 2, &args));
+    assert!(ok, "{text}");
+    for model in [&a_name, &b_name] {
+        assert!(
+            text.matches(&format!("loaded {model} ")).count() == 1,
+            "{model} is loaded by one rank only: {text}"
+        );
+    }
+    assert_same_records(&alone, &ranked, &RECORDS, "two models split over two ranks");
+    // Three ranks for two models: one would hold nothing.
+    let three = tmp.path().join("three");
+    let mut args = args.to_vec();
+    let last = args.len() - 1;
+    args[last] = three.to_str().unwrap();
+    let Ran { ok, text, .. } = output(&mut common::mpi::mpi(&mpirun, 3, &args));
+    assert!(
+        !ok && text.contains("--split models gives each model to one rank"),
+        "{text}"
+    );
+}

@@ -124,6 +124,11 @@ choice! {
         /// Every rank holds every cell and decides for its share of the agents; decisions are
         /// exchanged every step.
         Agents,
+        /// Every rank holds every cell; each model belongs to one rank (the run's `i`-th model
+        /// to rank `i % ranks`), which alone loads it and decides for its agents (scripted
+        /// agents go with their cell, cell `c` to rank `c % ranks`); decisions are exchanged
+        /// every step. A device then holds only the models its agents need.
+        Models,
     }
 }
 

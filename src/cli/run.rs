@@ -345,24 +345,57 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
         manifest.device = Some(model.device.clone());
         manifest.weight_format = Some(crate::quality::name(weights));
         let prompts = registry.prompts(exp)?;
+        let split = args.split.unwrap_or(exp.config.split);
+        if split == Split::Models && ranks.size() > names.len() {
+            bail!(
+                "--split models gives each model to one rank, and this run has {} model{} for \
+                 {} ranks: start at most {} ranks, or use --split agents (every rank loads every \
+                 model) or --split cells",
+                names.len(),
+                if names.len() == 1 { "" } else { "s" },
+                ranks.size(),
+                names.len()
+            );
+        }
         if names.len() > 1 {
-            // Every model, loaded once; each agent's requests go to its model's engine.
-            let names: Vec<(String, u64)> = crate::sim::runner::model_agents(exp)
+            // Every model, loaded once; each agent's requests go to its model's engine. Split
+            // by models, a rank loads only its own models, and its KV memory is theirs.
+            let all: Vec<(String, u64)> = crate::sim::runner::model_agents(exp)
                 .into_iter()
                 .zip(&names)
                 .map(|((_, agents), name)| (name.clone(), agents))
                 .collect();
-            let engines = model.load_engines(exp, &names)?;
+            let mine: Vec<(String, u64)> = all
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| {
+                    split != Split::Models
+                        || crate::sim::runner::model_rank(i, ranks.size()) == ranks.rank()
+                })
+                .map(|(_, m)| m.clone())
+                .collect();
+            let engines = model.load_engines(exp, &mine)?;
             manifest.model = Some(engines[0].name.clone());
             manifest.weights = Some(engines[0].weights.clone());
-            manifest.models = engines
+            // Models loaded by other ranks are listed without what only their rank knows.
+            manifest.models = all
                 .iter()
-                .map(|m| record::ModelRecord {
-                    name: m.name.clone(),
-                    weights: Some(m.weights.clone()),
-                    agents: m.agents,
-                    kv_bytes: Some(m.kv_bytes),
-                })
+                .map(
+                    |(name, agents)| match engines.iter().find(|m| &m.name == name) {
+                        Some(m) => record::ModelRecord {
+                            name: m.name.clone(),
+                            weights: Some(m.weights.clone()),
+                            agents: m.agents,
+                            kv_bytes: Some(m.kv_bytes),
+                        },
+                        None => record::ModelRecord {
+                            name: name.clone(),
+                            weights: None,
+                            agents: *agents,
+                            kv_bytes: None,
+                        },
+                    },
+                )
                 .collect();
             Some(Llm::with_models(
                 engines

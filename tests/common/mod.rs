@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod constrained;
 pub mod cuda;
+pub mod mpi;
 pub mod ragged;
 pub mod regression;
 pub mod tiny;

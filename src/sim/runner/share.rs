@@ -6,6 +6,8 @@
 //! - `agents`: every rank holds every cell; the step's turns (cell by cell, agent by agent)
 //!   are cut into one contiguous run per rank, each rank decides its run, the decisions are
 //!   all-gathered, and every rank resolves every cell with the same seeds.
+//! - `models`: as `agents`, but a turn belongs to the rank of its agent's model
+//!   ([`model_rank`]), so that each rank loads only its own models.
 //!
 //! Either way rank 0 alone writes the run folder, then sends every rank the step's outcome
 //! (go on, pause, or fail), so that all stop together.
@@ -14,7 +16,7 @@ use super::RunError;
 use super::cells::Cells;
 use super::step::{self, Decisions, Policies};
 use crate::cluster::Ranks;
-use crate::sim::config::Split;
+use crate::sim::config::{PolicyKind, Split};
 use crate::sim::experiment::Experiment;
 use crate::sim::policy::{AgentTurn, Decided, PolicyTimes};
 use crate::sim::scenario::Scenario;
@@ -33,12 +35,18 @@ pub fn choose(split: Split, cells: usize, ranks: usize) -> Split {
     }
 }
 
+/// The rank that loads the run's `model`-th model (in [`Experiment::models`]'s order) when
+/// the split is by models.
+pub fn model_rank(model: usize, ranks: usize) -> usize {
+    model % ranks
+}
+
 /// This rank's part of a population size's steps.
 #[derive(Debug, Clone, Copy)]
 pub struct Share {
     pub rank: usize,
     pub ranks: usize,
-    /// `Cells` or `Agents`, never `Auto`.
+    /// `Cells`, `Agents` or `Models`, never `Auto`.
     pub split: Split,
 }
 
@@ -65,15 +73,41 @@ impl Share {
         turns * rank / self.ranks..turns * (rank + 1) / self.ranks
     }
 
-    /// Of the step's turns, those this rank decides.
-    pub fn mine(&self, turns: &[AgentTurn]) -> Vec<AgentTurn> {
+    /// The rank that decides each of the step's turns.
+    fn owners<S: Scenario>(
+        &self,
+        exp: &Experiment,
+        cells: &Cells<S>,
+        turns: &[AgentTurn],
+    ) -> Vec<usize> {
+        let models = exp.models();
+        self.owners_by(turns, |t| {
+            let route = cells.agents[cells.infos[t.cell].replicate]
+                .route
+                .as_ref()
+                .map_or(0, |r| r[t.agent]);
+            (exp.policy_of_route(route) == PolicyKind::Llm).then(|| {
+                let model = &exp.llm_of(cells.arm_of[t.cell], route).model;
+                models.iter().position(|m| m == model).unwrap_or(0)
+            })
+        })
+    }
+
+    /// [`Share::owners`], given the index of each turn's model (`None`: a scripted agent).
+    fn owners_by(
+        &self,
+        turns: &[AgentTurn],
+        model_of: impl Fn(&AgentTurn) -> Option<usize>,
+    ) -> Vec<usize> {
         match self.split {
-            Split::Cells => turns
+            Split::Cells => turns.iter().map(|t| self.owner(t.cell)).collect(),
+            Split::Models => turns
                 .iter()
-                .filter(|t| self.owner(t.cell) == self.rank)
-                .copied()
+                .map(|t| model_of(t).map_or(self.owner(t.cell), |m| model_rank(m, self.ranks)))
                 .collect(),
-            _ => turns[self.run_of(self.rank, turns.len())].to_vec(),
+            _ => (0..self.ranks)
+                .flat_map(|r| std::iter::repeat_n(r, self.run_of(r, turns.len()).len()))
+                .collect(),
         }
     }
 }
@@ -162,7 +196,14 @@ pub fn step<S: Scenario>(
 ) -> Result<Stepped<S::Decision>, RunError> {
     let began = Instant::now();
     let all = step::turns(exp, arms, cells, step)?;
-    let local = step::decide(exp, arms, cells, step, share.mine(&all), policies, done);
+    let owners = share.owners(exp, cells, &all);
+    let mine: Vec<AgentTurn> = all
+        .iter()
+        .zip(&owners)
+        .filter(|(_, o)| **o == share.rank)
+        .map(|(t, _)| *t)
+        .collect();
+    let local = step::decide(exp, arms, cells, step, mine, policies, done);
     let mut resolve = Duration::ZERO;
     if let (Ok(local), Split::Cells) = (&local, share.split) {
         resolve = step::resolve(exp, arms, cells, step, local, |c| share.steps_cell(c));
@@ -257,16 +298,10 @@ pub fn step<S: Scenario>(
         rank_seconds.push(Duration::from_nanos(work.own_ns).as_secs_f64());
         decided.push(Some(list.into_iter()));
     }
-    // Back into one process's order: split by cells, each turn's from its cell's owner in
-    // turn; split by agents, the runs one after another.
+    // Back into one process's order: each turn's decision from its owner, whose own
+    // decisions come in the order of its turns.
     let mut merged = Vec::with_capacity(all.len());
-    for (i, t) in all.iter().enumerate() {
-        let from = match share.split {
-            Split::Cells => share.owner(t.cell),
-            _ => (0..share.ranks)
-                .find(|&r| share.run_of(r, all.len()).contains(&i))
-                .expect("invariant: the runs cover every turn"),
-        };
+    for &from in &owners {
         let next = decided[from].as_mut().and_then(|it| it.next());
         merged.push(next.ok_or_else(|| {
             RunError::Rank {
@@ -338,21 +373,49 @@ mod tests {
             .collect()
     }
 
+    /// Agents 0, 3, 6, ... are scripted; the others ask model `agent % 3`.
+    fn model_of(t: &AgentTurn) -> Option<usize> {
+        (!t.agent.is_multiple_of(3)).then_some(t.agent % 3)
+    }
+
     #[test]
-    // Guards that every turn is decided by exactly one rank, for any rank count, in both
-    // splits: a turn decided twice or never would change the records.
+    // Guards that every turn is decided by exactly one rank, for any rank count, in every
+    // split: a turn decided twice or never would change the records.
     fn every_turn_has_exactly_one_rank() {
         let all = turns(&[0, 0, 0, 1, 1, 2, 3, 3, 3, 3, 4]);
-        for split in [Split::Cells, Split::Agents] {
+        for split in [Split::Cells, Split::Agents, Split::Models] {
             for ranks in 1..=5 {
-                let mut seen = vec![0; all.len()];
-                for rank in 0..ranks {
-                    let share = Share { rank, ranks, split };
-                    for t in share.mine(&all) {
-                        seen[t.agent] += 1;
-                    }
+                let share = Share {
+                    rank: 0,
+                    ranks,
+                    split,
+                };
+                let owners = share.owners_by(&all, model_of);
+                assert_eq!(owners.len(), all.len());
+                assert!(
+                    owners.iter().all(|&o| o < ranks),
+                    "{split:?} on {ranks} ranks"
+                );
+            }
+        }
+    }
+
+    #[test]
+    // Guards `--split models`: a model's agents are all decided where that model is loaded,
+    // and nowhere else, so that a rank needs only its own models.
+    fn split_by_models_sends_each_agent_to_its_models_rank() {
+        let all = turns(&[0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]);
+        for ranks in 1..=3 {
+            let share = Share {
+                rank: 0,
+                ranks,
+                split: Split::Models,
+            };
+            for (t, owner) in all.iter().zip(share.owners_by(&all, model_of)) {
+                match model_of(t) {
+                    Some(m) => assert_eq!(owner, model_rank(m, ranks), "agent {}", t.agent),
+                    None => assert_eq!(owner, t.cell % ranks, "scripted agent {}", t.agent),
                 }
-                assert!(seen.iter().all(|&n| n == 1), "{split:?} on {ranks} ranks");
             }
         }
     }
