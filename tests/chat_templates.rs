@@ -21,7 +21,10 @@ struct Fixture {
 
 impl Fixture {
     fn str(&self, key: &str) -> Option<String> {
-        self.json.get(key).and_then(Value::as_str).map(str::to_string)
+        self.json
+            .get(key)
+            .and_then(Value::as_str)
+            .map(str::to_string)
     }
 }
 
@@ -207,6 +210,9 @@ fn every_template_has_fixtures_and_every_fixture_a_template() {
     }
     let sources = std::fs::read_to_string(data_dir().join("SOURCES.md")).unwrap();
     for t in &templates {
-        assert!(sources.contains(&format!("`{t}`")), "SOURCES.md does not name {t}");
+        assert!(
+            sources.contains(&format!("`{t}`")),
+            "SOURCES.md does not name {t}"
+        );
     }
 }

@@ -150,7 +150,9 @@ impl PyJson {
     fn value(&mut self, value: &Value, depth: usize) -> Result<(), Error> {
         match value.kind() {
             ValueKind::None => self.out.push_str("null"),
-            ValueKind::Bool => self.out.push_str(if value.is_true() { "true" } else { "false" }),
+            ValueKind::Bool => self
+                .out
+                .push_str(if value.is_true() { "true" } else { "false" }),
             ValueKind::Number => self.number(value)?,
             ValueKind::String => self.string(value.as_str().unwrap_or_default()),
             ValueKind::Seq | ValueKind::Iterable => {
