@@ -3,6 +3,7 @@
 //! methods, `raise_exception` and `strftime_now`), or `templates/chat/fallback.jinja`.
 
 use crate::model::loader::ChatSpec;
+use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, Value, context};
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +87,230 @@ fn too_much_work(e: &minijinja::Error) -> String {
     )
 }
 
+/// transformers' `tojson` filter: `json.dumps(x, ensure_ascii=False, indent=indent,
+/// separators=separators, sort_keys=sort_keys)`. minijinja's own escapes `<`, `>`, `&` and
+/// `'` for HTML and writes other separators, so a tool's JSON schema came out in a form the
+/// model never saw in training.
+fn tojson(value: &Value, kwargs: Kwargs) -> Result<String, Error> {
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    let indent: Option<Value> = kwargs.get("indent")?;
+    let separators: Option<Value> = kwargs.get("separators")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    kwargs.assert_all_used()?;
+    // Python: an int indents by that many spaces, a string by itself; None is one line.
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => match v.as_str() {
+            Some(s) => Some(s.to_string()),
+            None => Some(" ".repeat(usize::try_from(v)?)),
+        },
+    };
+    let (item, key) = match separators {
+        Some(v) if !v.is_none() => {
+            let item = v.get_item_by_index(0)?;
+            let key = v.get_item_by_index(1)?;
+            match (item.as_str(), key.as_str()) {
+                (Some(i), Some(k)) => (i.to_string(), k.to_string()),
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidOperation,
+                        "tojson: separators must be two strings, as (item, key)",
+                    ));
+                }
+            }
+        }
+        // json.dumps' defaults: no space before a newline when indenting.
+        _ if indent.is_some() => (",".to_string(), ": ".to_string()),
+        _ => (", ".to_string(), ": ".to_string()),
+    };
+    let mut json = PyJson {
+        out: String::new(),
+        ensure_ascii: ensure_ascii.unwrap_or(false),
+        indent,
+        item,
+        key,
+        sort_keys: sort_keys.unwrap_or(false),
+    };
+    json.value(value, 0)?;
+    Ok(json.out)
+}
+
+/// Python's `json.dumps`, over minijinja values.
+struct PyJson {
+    out: String,
+    ensure_ascii: bool,
+    indent: Option<String>,
+    item: String,
+    key: String,
+    sort_keys: bool,
+}
+
+impl PyJson {
+    fn value(&mut self, value: &Value, depth: usize) -> Result<(), Error> {
+        match value.kind() {
+            ValueKind::None => self.out.push_str("null"),
+            ValueKind::Bool => self
+                .out
+                .push_str(if value.is_true() { "true" } else { "false" }),
+            ValueKind::Number => self.number(value)?,
+            ValueKind::String => self.string(value.as_str().unwrap_or_default()),
+            ValueKind::Seq | ValueKind::Iterable => {
+                let items: Vec<Value> = value.try_iter()?.collect();
+                self.open_close('[', ']', depth, items.len(), |json, i, depth| {
+                    json.value(&items[i], depth)
+                })?;
+            }
+            ValueKind::Map => {
+                let mut entries = Vec::new();
+                for key in value.try_iter()? {
+                    let item = value.get_item(&key)?;
+                    entries.push((json_key(&key)?, item));
+                }
+                if self.sort_keys {
+                    entries.sort_by(|a, b| a.0.cmp(&b.0));
+                }
+                self.open_close('{', '}', depth, entries.len(), |json, i, depth| {
+                    json.string(&entries[i].0);
+                    json.out.push_str(&json.key.clone());
+                    json.value(&entries[i].1, depth)
+                })?;
+            }
+            kind => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("tojson: a value of kind {kind} is not JSON serializable"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `[`, the items each on its own indented line when indenting, `]`.
+    fn open_close(
+        &mut self,
+        open: char,
+        close: char,
+        depth: usize,
+        len: usize,
+        mut item: impl FnMut(&mut Self, usize, usize) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        self.out.push(open);
+        if len == 0 {
+            self.out.push(close);
+            return Ok(());
+        }
+        for i in 0..len {
+            if i > 0 {
+                self.out.push_str(&self.item.clone());
+            }
+            self.newline(depth + 1);
+            item(self, i, depth + 1)?;
+        }
+        self.newline(depth);
+        self.out.push(close);
+        Ok(())
+    }
+
+    fn newline(&mut self, depth: usize) {
+        if let Some(indent) = &self.indent {
+            self.out.push('\n');
+            for _ in 0..depth {
+                self.out.push_str(indent);
+            }
+        }
+    }
+
+    fn number(&mut self, value: &Value) -> Result<(), Error> {
+        if value.is_integer() {
+            self.out.push_str(&value.to_string());
+            return Ok(());
+        }
+        let f = f64::try_from(value.clone())?;
+        self.out.push_str(&python_float(f));
+        Ok(())
+    }
+
+    fn string(&mut self, s: &str) {
+        self.out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => self.out.push_str("\\\""),
+                '\\' => self.out.push_str("\\\\"),
+                '\n' => self.out.push_str("\\n"),
+                '\r' => self.out.push_str("\\r"),
+                '\t' => self.out.push_str("\\t"),
+                '\u{8}' => self.out.push_str("\\b"),
+                '\u{c}' => self.out.push_str("\\f"),
+                c if (c as u32) < 0x20 || (self.ensure_ascii && !c.is_ascii()) => {
+                    let mut units = [0u16; 2];
+                    for unit in c.encode_utf16(&mut units) {
+                        self.out.push_str(&format!("\\u{unit:04x}"));
+                    }
+                }
+                c => self.out.push(c),
+            }
+        }
+        self.out.push('"');
+    }
+}
+
+/// A map key as `json.dumps` writes it: strings as they are, numbers, booleans and None as
+/// their JSON text.
+fn json_key(key: &Value) -> Result<String, Error> {
+    Ok(match key.kind() {
+        ValueKind::String => key.as_str().unwrap_or_default().to_string(),
+        ValueKind::None => "null".into(),
+        ValueKind::Bool => (if key.is_true() { "true" } else { "false" }).into(),
+        ValueKind::Number if key.is_integer() => key.to_string(),
+        ValueKind::Number => python_float(f64::try_from(key.clone())?),
+        kind => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("tojson: keys must be str, int, float, bool or None, not {kind}"),
+            ));
+        }
+    })
+}
+
+/// Python's `repr(float)`: the shortest digits that read back the same, positional between
+/// 1e-4 and 1e16 (`0.5`, `12.0`), else exponential (`1e-05`, `1.5e+16`); `NaN`, `Infinity`.
+fn python_float(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    // Rust's `{:e}` gives the same shortest digits: `-1.5e-7`, `1e20`, `0e0`.
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').expect("invariant: {:e} has an e");
+    let exp: i32 = exp.parse().expect("invariant: {:e}'s exponent is a number");
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => ("-", m),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    if !(-4..16).contains(&exp) {
+        let mantissa = if digits.len() == 1 {
+            digits
+        } else {
+            format!("{}.{}", &digits[..1], &digits[1..])
+        };
+        let exp_sign = if exp < 0 { '-' } else { '+' };
+        format!("{sign}{mantissa}e{exp_sign}{:02}", exp.abs())
+    } else if exp >= 0 {
+        let whole = exp as usize + 1;
+        if digits.len() <= whole {
+            format!("{sign}{digits}{}.0", "0".repeat(whole - digits.len()))
+        } else {
+            format!("{sign}{}.{}", &digits[..whole], &digits[whole..])
+        }
+    } else {
+        format!("{sign}0.{}{digits}", "0".repeat((-exp - 1) as usize))
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
     #[error("the model's chat template does not compile: {0}")]
@@ -136,6 +361,7 @@ impl ChatTemplate {
                 Err(Error::new(ErrorKind::InvalidOperation, message))
             },
         );
+        env.add_filter("tojson", tojson);
         env.add_function("strftime_now", |format: String| -> Result<String, Error> {
             jiff::fmt::strtime::format(&format, &jiff::Zoned::now()).map_err(|e| {
                 Error::new(
@@ -187,17 +413,48 @@ impl ChatTemplate {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
+        self.render_values(
+            Value::from(minijinja::value::Serde(messages)),
+            Value::from(()),
+            add_generation_prompt,
+        )
+    }
+
+    /// Renders messages given as JSON, as transformers' `apply_chat_template(messages,
+    /// tools=tools)` does: for the parts of a template that [`Message`] cannot reach (an
+    /// assistant's `tool_calls`, a `tool` message's `tool_call_id`, the `tools` list).
+    pub fn render_json(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        self.render_values(
+            Value::from(minijinja::value::Serde(messages)),
+            tools
+                .map(|t| Value::from(minijinja::value::Serde(t)))
+                .unwrap_or(Value::from(())),
+            add_generation_prompt,
+        )
+    }
+
+    fn render_values(
+        &self,
+        messages: Value,
+        tools: Value,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
         let template = self
             .env
             .get_template("chat")
             .expect("invariant: added in new()");
         let ctx = context! {
-            messages => Value::from(minijinja::value::Serde(messages)),
+            messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
             // transformers passes `tools=None` when a request has no tools.
-            tools => Value::from(()),
+            tools => tools,
             date_string => self.date_string.as_deref().map(Value::from).unwrap_or(Value::UNDEFINED),
         };
         template
@@ -226,6 +483,60 @@ mod tests {
         .unwrap();
         let out = t.render(&[Message::user("  hi  ")], false).unwrap();
         assert_eq!(out, "USER:hi|\n");
+    }
+
+    // A tool's JSON schema came out HTML-escaped (`\u003c`) and without Python's spaces.
+    #[test]
+    fn tojson_writes_what_pythons_json_dumps_writes() {
+        let t = ChatTemplate::new(&spec(
+            "{{ x|tojson }}|{{ x|tojson(indent=2) }}|{{ x|tojson(sort_keys=true, separators=(',', ':')) }}|{{ x|tojson(ensure_ascii=true) }}|{{ []|tojson(indent=2) }}",
+        ))
+        .unwrap();
+        let x = serde_json::json!({"z": "<a> & 'b' \"c\" é\n\u{1}", "a": [1, 2.5, null, true], "e": {}});
+        let out = t
+            .env
+            .get_template("chat")
+            .unwrap()
+            .render(context! { x => Value::from(minijinja::value::Serde(&x)) })
+            .unwrap();
+        let parts: Vec<&str> = out.split('|').collect();
+        // What `json.dumps` gives for the same dict, with each of those arguments.
+        assert_eq!(
+            parts[0],
+            r#"{"z": "<a> & 'b' \"c\" é\n\u0001", "a": [1, 2.5, null, true], "e": {}}"#
+        );
+        assert_eq!(
+            parts[1],
+            "{\n  \"z\": \"<a> & 'b' \\\"c\\\" é\\n\\u0001\",\n  \"a\": [\n    1,\n    2.5,\n    null,\n    true\n  ],\n  \"e\": {}\n}"
+        );
+        assert_eq!(
+            parts[2],
+            r#"{"a":[1,2.5,null,true],"e":{},"z":"<a> & 'b' \"c\" é\n\u0001"}"#
+        );
+        assert!(parts[3].contains(r#"\u00e9"#), "{}", parts[3]);
+        assert_eq!(parts[4], "[]");
+    }
+
+    #[test]
+    fn floats_print_as_python_prints_them() {
+        for (f, python) in [
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (1.0, "1.0"),
+            (12.5, "12.5"),
+            (0.1, "0.1"),
+            (1e-4, "0.0001"),
+            (1e-5, "1e-05"),
+            (1.5e-7, "1.5e-07"),
+            (1e15, "1000000000000000.0"),
+            (1e16, "1e+16"),
+            (1.25e20, "1.25e+20"),
+            (-3.75, "-3.75"),
+            (f64::NAN, "NaN"),
+            (f64::NEG_INFINITY, "-Infinity"),
+        ] {
+            assert_eq!(python_float(f), python, "{f:e}");
+        }
     }
 
     #[test]
