@@ -226,6 +226,15 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError>
     let tokenizer = match &opts.tokenizer {
         Some(p) => read_tokenizer(p)?,
         None => {
+            // llama.cpp names some pre-tokenizers after the model that brought them, though
+            // they split text as another does (DeepSeek-R1's Qwen distills split as Qwen2).
+            let pre = source.meta_string("tokenizer.ggml.pre");
+            if let Some(same) = pre.as_deref().and_then(same_pre_tokenizer) {
+                source.content.metadata.insert(
+                    "tokenizer.ggml.pre".into(),
+                    candle_core::quantized::gguf_file::Value::String(same.into()),
+                );
+            }
             let mut tokenizer = tokenizers::Tokenizer::from_gguf(&source.content).map_err(|e| {
                 ModelError::corrupt(
                     path,
@@ -281,6 +290,15 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError>
         chat,
         weights: format!("GGUF ({stored}) -> {target:?}"),
     })
+}
+
+/// The pre-tokenizer that GGUF's `tokenizer.ggml.pre` = `pre` is another name of, as
+/// llama.cpp's `llama-vocab.cpp` maps them.
+fn same_pre_tokenizer(pre: &str) -> Option<&'static str> {
+    match pre {
+        "deepseek-r1-qwen" => Some("qwen2"),
+        _ => None,
+    }
 }
 
 /// candle builds the tokenizer of every GGUF file whose `tokenizer.ggml.pre` it does not
