@@ -173,8 +173,14 @@ mod tests {
             ("qwen2.5-0.5b-instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
             ("qwen2.5-7b-instruct", "Qwen/Qwen2.5-7B-Instruct"),
             ("mistral-7b-instruct", "mistralai/Mistral-7B-Instruct-v0.3"),
-            ("mixtral-8x7b-instruct", "mistralai/Mixtral-8x7B-Instruct-v0.1"),
-            ("mixtral-8x22b-instruct", "mistralai/Mixtral-8x22B-Instruct-v0.1"),
+            (
+                "mixtral-8x7b-instruct",
+                "mistralai/Mixtral-8x7B-Instruct-v0.1",
+            ),
+            (
+                "mixtral-8x22b-instruct",
+                "mistralai/Mixtral-8x22B-Instruct-v0.1",
+            ),
         ] {
             assert_eq!(
                 presets.get(name).unwrap().source,
@@ -189,7 +195,12 @@ mod tests {
         for preset in presets.iter() {
             let gated = matches!(&preset.source, PresetSource::Hub { hub, .. }
                 if hub.starts_with("meta-llama/") || hub.starts_with("mistralai/Mistral-"));
-            assert_eq!(preset.description.contains("gated"), gated, "{}", preset.name);
+            assert_eq!(
+                preset.description.contains("gated"),
+                gated,
+                "{}",
+                preset.name
+            );
         }
     }
 
@@ -215,16 +226,26 @@ mod tests {
             ("mixtral-8x22b-instruct", Family::Mixtral, 141.0, Some(39.0)),
         ];
         let presets = Presets::builtin();
-        assert_eq!(presets.iter().count(), published.len(), "a preset without a size");
+        assert_eq!(
+            presets.iter().count(),
+            published.len(),
+            "a preset without a size"
+        );
         let near = |found: u64, billions: f64| (found as f64 / 1e9 / billions - 1.0).abs() < 0.015;
         for (name, family, total, active) in published {
             let cfg = &presets.get(name).unwrap_or_else(|| panic!("{name}")).config;
             assert_eq!(cfg.family, family, "{name}");
             let found = cfg.parameters();
-            assert!(near(found, total), "{name}: {found} parameters, published {total} B");
+            assert!(
+                near(found, total),
+                "{name}: {found} parameters, published {total} B"
+            );
             let active = active.unwrap_or(total);
             let found = cfg.active_parameters();
-            assert!(near(found, active), "{name}: {found} per token, published {active} B");
+            assert!(
+                near(found, active),
+                "{name}: {found} per token, published {active} B"
+            );
             assert_eq!(cfg.experts.is_some(), family == Family::Mixtral, "{name}");
         }
         // Only Mistral v0.1 slides a window; these all attend to every earlier token.
