@@ -37,6 +37,8 @@ fn inputs() -> Inputs {
         memory_per_device: Figure::new(1e9, Source::Assumed),
         weight_bytes: Figure::new(1e8, Source::Computed),
         parameters: 5e7 as u64,
+        active_parameters: 5e7 as u64,
+        experts: None,
         kv_bytes_per_token: Figure::new(512.0, Source::Computed),
         cells: 4,
         decisions: 100,
@@ -176,16 +178,10 @@ name = "guess"
         "{text}"
     );
     assert!(text.contains("fits                     yes"), "{text}");
-    // With a profile the numbers are the device's, and labelled so.
+    // With a profile the numbers are the device's, and labelled so: in bf16, what `auto`
+    // becomes on a GPU (`--weights` names the device's format under a profile).
     let out = Command::new(throng)
-        .args([
-            "plan",
-            config.to_str().unwrap(),
-            "--model",
-            model,
-            "--weights",
-            "f32",
-        ])
+        .args(["plan", config.to_str().unwrap(), "--model", model])
         .args(["--sample", "0", "--device-profile", "h200"])
         .output()
         .unwrap();
@@ -283,4 +279,141 @@ fn absurd_plan_inputs_are_refused_with_the_fix() {
         assert_eq!(code, Some(1), "{args:?}: {text}");
         assert!(text.contains(words), "{text}");
     }
+}
+
+/// `throng plan` of a 40-agent guessing game on `model` with `args`, where no model's weights
+/// are (an empty Hugging Face cache, offline), or `None` without the Llama 3 tokenizer asset.
+fn plan_without_weights(model: &str, args: &[&str]) -> Option<(Option<i32>, String)> {
+    common::llama3_tokenizer_dir()?;
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("guess.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "name = \"plan-stated\"\nsteps = 1\npolicy = \"llm\"\ntemplates = {:?}\nagents = 40\n\n[llm]\nmax_tokens = 24\n\n[scenario]\nname = \"guess\"\n",
+            repo().join("templates/guess").display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_throng"))
+        .args(["plan", config.to_str().unwrap(), "--model", model])
+        .args(args)
+        .env("HF_HOME", tmp.path().join("hf"))
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    Some((
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    ))
+}
+
+#[test]
+// Guards planning without the weights (issue 20): with a device profile, a preset whose
+// weights are not on this machine is sized from the preset's stated config, its prompts
+// counted with the stand-in Llama 3 tokenizer, and every such figure says so; without a
+// profile the loader's error says how to plan without the weights.
+fn a_preset_without_its_weights_is_planned_from_its_stated_config() {
+    let Some((code, text)) =
+        plan_without_weights("llama-3-8b-instruct", &["--device-profile", "h200"])
+    else {
+        return;
+    };
+    assert_eq!(code, Some(0), "{text}");
+    for words in [
+        "the model's weights are not on this machine: sized from the preset's stated config",
+        "8030261248 parameters (8.0 B) [computed from the preset's stated config]",
+        "weights 16.1 GB [computed from the preset's stated config: 2 bytes a weight (bf16)]",
+        "KV 131.1 kB per token [computed from the preset's stated config]",
+        "[assumed: counted with the Llama 3 tokenizer and chat template",
+        "reply tokens per agent   24.0 [assumed: max_tokens = 24",
+        "[assumed: stated bandwidth and FLOP/s",
+        "device 1: llama-3-8b-instruct (weights 16.1 GB, 40 decisions)",
+        "fits                     yes",
+    ] {
+        assert!(text.contains(words), "`{words}` in:\n{text}");
+    }
+    assert!(
+        !text.contains("measured"),
+        "nothing is measured here:\n{text}"
+    );
+    let (code, text) = plan_without_weights("llama-3-8b-instruct", &["--sample", "1"]).unwrap();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("is not in the Hugging Face cache")
+            && text.contains("Or plan it without the weights: with --device-profile NAME"),
+        "{text}"
+    );
+}
+
+#[test]
+// Guards the mixture of experts' figures: the plan states all experts' parameters (what
+// memory holds) and the routed experts' (what a token is multiplied by), sizes the weights
+// by the total and says which experts a decode step reads, labelled as assumed.
+fn a_mixture_of_experts_plan_shows_total_and_active_parameters() {
+    let Some((code, text)) =
+        plan_without_weights("mixtral-8x7b-instruct", &["--device-profile", "h200"])
+    else {
+        return;
+    };
+    assert_eq!(code, Some(0), "{text}");
+    for words in [
+        "model mixtral-8x7b-instruct (Mixtral): 46702792704 parameters (46.7 B) in memory, \
+         12879925248 (12.9 B) multiplied per token (2 of 8 experts)",
+        "weights 93.4 GB [computed from the preset's stated config",
+        "experts per decode step ",
+        "[assumed: uniform routing]; compute counts the 2 routed experts of each token (12.9 B parameters)",
+        "fits                     yes",
+    ] {
+        assert!(text.contains(words), "`{words}` in:\n{text}");
+    }
+}
+
+#[test]
+// Guards a model too large for one device in bf16 (Qwen2-72B: 145 GB on a 141 GB H200): the
+// plan says it does not fit, that more devices would not help (each holds the whole model),
+// and which weight format would fit; with that format it fits. A model that fits in no
+// format (Mixtral-8x22B, 150 GB in q8_0) is said to be not runnable on the device.
+fn a_72b_model_in_bf16_does_not_fit_one_h200_and_the_plan_names_the_format_that_does() {
+    let Some((code, text)) = plan_without_weights(
+        "qwen2-72b-instruct",
+        &["--device-profile", "h200", "--devices", "2"],
+    ) else {
+        return;
+    };
+    assert_eq!(code, Some(0), "{text}");
+    for words in [
+        "weights 145.4 GB [computed from the preset's stated config: 2 bytes a weight (bf16)]",
+        "step time                none: it does not fit",
+        "fits                     NO in bf16: its weights (145.4 GB) are more than the 126.9 GB",
+        "It fits with --weights q8_0 (80.9 GB of weights; its KV cache is f32",
+        "More devices do not help: each of the 2 holds the whole model",
+        "the weights alone pass the 126.9 GB usable",
+    ] {
+        assert!(text.contains(words), "`{words}` in:\n{text}");
+    }
+    let (code, text) = plan_without_weights(
+        "qwen2-72b-instruct",
+        &["--device-profile", "h200", "--weights", "q8_0"],
+    )
+    .unwrap();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(
+            "weights 80.9 GB [computed from the preset's stated config: matrices in q8_0"
+        ) && text.contains("KV 655.4 kB per token")
+            && text.contains("fits                     yes"),
+        "{text}"
+    );
+    let (code, text) =
+        plan_without_weights("mixtral-8x22b-instruct", &["--device-profile", "h200"]).unwrap();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("(q8_0, the smallest, takes 150.0 GB): not runnable on one h200"),
+        "{text}"
+    );
 }
