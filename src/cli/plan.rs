@@ -7,7 +7,7 @@ use crate::model::{
     LoadedModel, ModelConfig, ModelSource, Preset, PresetSource, Presets, WeightFormat, loader,
 };
 use crate::scenarios::Registry;
-use crate::sim::config::PolicyKind;
+use crate::sim::config::{PolicyKind, Split};
 use crate::sim::experiment::Overrides;
 use crate::sim::plan::{
     self, DeviceProfile, ExpertWeights, Figure, Inputs, ModelLoad, Placement, Source, Speed,
@@ -38,6 +38,10 @@ pub struct PlanArgs {
     pub agents: Option<Vec<i64>>,
     #[arg(long, allow_negative_numbers = true)]
     pub replicates: Option<i64>,
+    /// How the run's ranks would share it (default: the config's `split`): with several
+    /// models, `models` puts each model on devices of its own, as `throng run --split models`.
+    #[arg(long, value_parser = super::choice::SplitArg::parser())]
+    pub split: Option<Split>,
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -505,9 +509,31 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
             args.config.display()
         )
     })?;
+    // With several models, the first names the figures below; the placement sizes each.
+    let names = super::models_of(exp)?;
     let model = ModelArgs {
-        model: super::model_of(exp),
+        model: names
+            .first()
+            .cloned()
+            .unwrap_or_else(|| super::model_of(exp)),
         ..args.model.clone()
+    };
+    let shares: Vec<u64> = crate::sim::runner::model_agents(exp)
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect();
+    let mut others = Vec::new();
+    for name in names.iter().skip(1) {
+        let other = ModelArgs {
+            model: name.clone(),
+            ..args.model.clone()
+        };
+        let sized = size_model(&other, profile)?;
+        others.push((name.clone(), sized.cfg, sized.weight_bytes, sized.kv_token));
+    }
+    let placement = match args.split.unwrap_or(exp.config.split) {
+        Split::Models => Placement::SplitModels,
+        _ => Placement::Everywhere,
     };
     let Sized {
         engine,
@@ -727,17 +753,60 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
                 count(active)
             );
         }
-        // Where the model goes: the placement takes a list of models, one here.
-        let models = [ModelLoad {
+        // Where the models go: each with its share of the step's decisions (the run's agents
+        // it decides for), the prompts counted once for all (their text is the same).
+        let all: u64 = shares.iter().sum::<u64>().max(1);
+        let share = |i: usize| {
+            let n = shares.get(i).copied().unwrap_or(all);
+            (first.decisions as u128 * n as u128 / all as u128) as usize
+        };
+        let sequence_tokens = (first.prompt_tokens - first.shared_tokens).max(0.0) + reply.value;
+        let prefix_tokens = first.prefixes.iter().sum::<usize>() as f64;
+        let mut models = vec![ModelLoad {
             name: model.model.clone(),
             weight_bytes: weight_bytes.value,
             kv_bytes_per_token: kv_token.value,
-            decisions: first.decisions,
-            sequence_tokens: (first.prompt_tokens - first.shared_tokens).max(0.0) + reply.value,
-            prefix_tokens: first.prefixes.iter().sum::<usize>() as f64,
+            decisions: if others.is_empty() {
+                first.decisions
+            } else {
+                share(0)
+            },
+            sequence_tokens,
+            prefix_tokens,
             active_parameters: active,
         }];
-        let placed = plan::place(&models, args.devices, memory.value, Placement::Everywhere)?;
+        for (i, (name, cfg, weights, kv)) in others.iter().enumerate() {
+            models.push(ModelLoad {
+                name: name.clone(),
+                weight_bytes: weights.value,
+                kv_bytes_per_token: kv.value,
+                decisions: share(i + 1),
+                sequence_tokens,
+                prefix_tokens,
+                active_parameters: cfg.active_parameters(),
+            });
+        }
+        if !others.is_empty() {
+            println!(
+                "  models                   {} ({}): {}",
+                models.len(),
+                match placement {
+                    Placement::SplitModels => "split across devices, as --split models runs them",
+                    Placement::Everywhere => "every device holds every model",
+                },
+                models
+                    .iter()
+                    .map(|m| format!(
+                        "{} weights {}, {} decisions",
+                        m.name,
+                        bytes(m.weight_bytes),
+                        m.decisions
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        let placed = plan::place(&models, args.devices, memory.value, placement)?;
         for line in placed.lines() {
             println!("  {line}");
         }

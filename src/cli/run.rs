@@ -346,17 +346,6 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
         manifest.weight_format = Some(crate::quality::name(weights));
         let prompts = registry.prompts(exp)?;
         let split = args.split.unwrap_or(exp.config.split);
-        if split == Split::Models && ranks.size() > names.len() {
-            bail!(
-                "--split models gives each model to one rank, and this run has {} model{} for \
-                 {} ranks: start at most {} ranks, or use --split agents (every rank loads every \
-                 model) or --split cells",
-                names.len(),
-                if names.len() == 1 { "" } else { "s" },
-                ranks.size(),
-                names.len()
-            );
-        }
         if names.len() > 1 {
             // Every model, loaded once; each agent's requests go to its model's engine. Split
             // by models, a rank loads only its own models, and its KV memory is theirs.
@@ -365,14 +354,13 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
                 .zip(&names)
                 .map(|((_, agents), name)| (name.clone(), agents))
                 .collect();
+            let agents: Vec<u64> = all.iter().map(|(_, n)| *n).collect();
+            let ranks_of = crate::sim::runner::model_ranks(&agents, ranks.size());
             let mine: Vec<(String, u64)> = all
                 .iter()
-                .enumerate()
-                .filter(|&(i, _)| {
-                    split != Split::Models
-                        || crate::sim::runner::model_rank(i, ranks.size()) == ranks.rank()
-                })
-                .map(|(_, m)| m.clone())
+                .zip(&ranks_of)
+                .filter(|(_, own)| split != Split::Models || own.contains(&ranks.rank()))
+                .map(|(m, _)| m.clone())
                 .collect();
             let engines = model.load_engines(exp, &mine)?;
             manifest.model = Some(engines[0].name.clone());

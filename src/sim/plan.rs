@@ -276,9 +276,11 @@ impl Inputs {
 pub enum Placement {
     /// Every device holds every model; each model's agents are split evenly over all devices.
     Everywhere,
-    /// Each device holds one model (`--split models`): devices are dealt to models in
-    /// proportion to their work, at least one each, and a model's agents are split evenly
-    /// over its devices.
+    /// Models dealt to devices as `--split models` deals them to ranks
+    /// ([`crate::sim::runner::model_ranks`]): with devices enough, each device holds one
+    /// model, at least one device each and the rest by decisions; with fewer devices than
+    /// models, model `m` on device `m % devices`. A model's agents are split evenly over its
+    /// devices.
     SplitModels,
 }
 
@@ -296,16 +298,11 @@ pub struct ModelLoad {
     /// a device holding the model keeps once.
     pub sequence_tokens: f64,
     pub prefix_tokens: f64,
-    /// Parameters a token is multiplied by: with its decisions and tokens, the model's share
-    /// of the step's compute, by which `SplitModels` deals out devices.
+    /// Parameters a token is multiplied by.
     pub active_parameters: u64,
 }
 
 impl ModelLoad {
-    fn work(&self) -> f64 {
-        self.decisions as f64 * self.sequence_tokens.max(1.0) * self.active_parameters as f64
-    }
-
     fn kv_per_sequence(&self) -> f64 {
         self.sequence_tokens * self.kv_bytes_per_token
     }
@@ -344,11 +341,6 @@ pub enum PlacementError {
     NoModels,
     #[error("no device to place the models on: give at least 1")]
     NoDevices,
-    #[error(
-        "splitting {models} models across devices needs a device for each, and there are \
-         {devices}: give --devices {models} or more, or put every model on every device"
-    )]
-    TooFewDevices { models: usize, devices: usize },
 }
 
 /// Places `models` on `devices` devices of `memory_per_device` bytes each, as `placement`
@@ -371,32 +363,9 @@ pub fn place(
     let owners: Vec<Vec<usize>> = match placement {
         Placement::Everywhere => vec![(0..devices).collect(); models.len()],
         Placement::SplitModels => {
-            if devices < models.len() {
-                return Err(PlacementError::TooFewDevices {
-                    models: models.len(),
-                    devices,
-                });
-            }
-            // One each, then each further device to the model with the most work per device.
-            let mut count = vec![1usize; models.len()];
-            for _ in models.len()..devices {
-                let next = (0..models.len())
-                    .max_by(|&a, &b| {
-                        let per = |m: usize| models[m].work() / count[m] as f64;
-                        per(a).total_cmp(&per(b)).then(b.cmp(&a))
-                    })
-                    .expect("invariant: models is not empty");
-                count[next] += 1;
-            }
-            let mut first = 0;
-            count
-                .iter()
-                .map(|&n| {
-                    let owned = (first..first + n).collect();
-                    first += n;
-                    owned
-                })
-                .collect()
+            // As the run deals them (`--split models`), by each model's decisions.
+            let decisions: Vec<u64> = models.iter().map(|m| m.decisions as u64).collect();
+            crate::sim::runner::model_ranks(&decisions, devices)
         }
     };
     let usable = memory_per_device * (1.0 - RESERVED_SHARE);
@@ -872,10 +841,10 @@ mod tests {
     }
 
     #[test]
-    // Guards `--split models`: devices dealt in proportion to work (at least one each), each
-    // device holding one model's weights, and too few devices refused with the fix.
-    fn split_models_deals_devices_by_work() {
-        // a has three times b's work: of 4 devices, 3 and 1.
+    // Guards `--split models`: devices dealt as the run deals ranks (by decisions, at least
+    // one each), each device holding one model's weights; fewer devices than models share.
+    fn split_models_deals_devices_by_decisions() {
+        // a has three times b's decisions: of 4 devices, 3 and 1.
         let models = [model("a", 50e9, 300, 8), model("b", 45e9, 100, 8)];
         let p = place(&models, 4, 100e9, Placement::SplitModels).unwrap();
         let held: Vec<_> = p.devices.iter().map(|d| d.models.clone()).collect();
@@ -894,17 +863,11 @@ mod tests {
             "devices 1-3: each holds a (weights 50.0 GB, 100 decisions); KV room 40.0 GB, \
              the whole step at once needs 10.0 MB; fits"
         );
-        let err = place(&models, 1, 100e9, Placement::SplitModels).unwrap_err();
-        assert_eq!(
-            err,
-            PlacementError::TooFewDevices {
-                models: 2,
-                devices: 1
-            }
-        );
+        let one = place(&models, 1, 100e9, Placement::SplitModels).unwrap();
+        assert_eq!(one.devices[0].models, vec![(0, 300), (1, 100)]);
         assert!(
-            err.to_string().contains("give --devices 2 or more"),
-            "{err}"
+            !one.fits(),
+            "both models' weights (95 GB) pass one device's 90 GB"
         );
         assert_eq!(
             place(&[], 1, 1e9, Placement::Everywhere),

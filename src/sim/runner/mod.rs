@@ -19,7 +19,7 @@ mod step;
 
 pub use cells::{Cells, model_agents};
 pub use recorder::Checkpoint;
-pub use share::{choose as choose_split, model_rank};
+pub use share::{choose as choose_split, model_ranks};
 pub use sizing::{FirstStep, Sample, first_step};
 pub use step::Policies;
 

@@ -35,10 +35,36 @@ pub fn choose(split: Split, cells: usize, ranks: usize) -> Split {
     }
 }
 
-/// The rank that loads the run's `model`-th model (in [`Experiment::models`]'s order) when
-/// the split is by models.
-pub fn model_rank(model: usize, ranks: usize) -> usize {
-    model % ranks
+/// The ranks of each of the run's models (in [`Experiment::models`]'s order) when the split
+/// is by models, from the agents each decides for. With at least as many ranks as models,
+/// each model gets ranks of its own: one each, then every further rank to the model with the
+/// most agents per rank (a model's ranks are consecutive, in model order). With fewer, model
+/// `m` goes to rank `m % ranks`, which then holds several. `throng plan` places models the
+/// same way.
+pub fn model_ranks(agents: &[u64], ranks: usize) -> Vec<Vec<usize>> {
+    let models = agents.len();
+    if ranks < models {
+        return (0..models).map(|m| vec![m % ranks.max(1)]).collect();
+    }
+    let mut count = vec![1usize; models];
+    for _ in models..ranks {
+        let Some(next) = (0..models).max_by(|&a, &b| {
+            let per = |m: usize| agents[m] as f64 / count[m] as f64;
+            per(a).total_cmp(&per(b)).then(b.cmp(&a))
+        }) else {
+            break;
+        };
+        count[next] += 1;
+    }
+    let mut first = 0;
+    count
+        .iter()
+        .map(|&n| {
+            let owned = (first..first + n).collect();
+            first += n;
+            owned
+        })
+        .collect()
 }
 
 /// This rank's part of a population size's steps.
@@ -81,7 +107,12 @@ impl Share {
         turns: &[AgentTurn],
     ) -> Vec<usize> {
         let models = exp.models();
-        self.owners_by(turns, |t| {
+        let agents: Vec<u64> = super::model_agents(exp)
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect();
+        let ranks_of = model_ranks(&agents, self.ranks);
+        self.owners_by(&ranks_of, turns, |t| {
             let route = cells.agents[cells.infos[t.cell].replicate]
                 .route
                 .as_ref()
@@ -93,18 +124,38 @@ impl Share {
         })
     }
 
-    /// [`Share::owners`], given the index of each turn's model (`None`: a scripted agent).
+    /// [`Share::owners`], given the ranks of each model ([`model_ranks`]) and the index of
+    /// each turn's model (`None`: a scripted agent). A model's turns are cut into one run per
+    /// rank of the model, in order.
     fn owners_by(
         &self,
+        ranks_of: &[Vec<usize>],
         turns: &[AgentTurn],
         model_of: impl Fn(&AgentTurn) -> Option<usize>,
     ) -> Vec<usize> {
         match self.split {
             Split::Cells => turns.iter().map(|t| self.owner(t.cell)).collect(),
-            Split::Models => turns
-                .iter()
-                .map(|t| model_of(t).map_or(self.owner(t.cell), |m| model_rank(m, self.ranks)))
-                .collect(),
+            Split::Models => {
+                let models: Vec<Option<usize>> = turns.iter().map(&model_of).collect();
+                let mut total = vec![0usize; ranks_of.len()];
+                for m in models.iter().flatten() {
+                    total[*m] += 1;
+                }
+                let mut seen = vec![0usize; ranks_of.len()];
+                turns
+                    .iter()
+                    .zip(models)
+                    .map(|(t, m)| match m {
+                        None => self.owner(t.cell),
+                        Some(m) => {
+                            let own = &ranks_of[m];
+                            let at = seen[m] * own.len() / total[m];
+                            seen[m] += 1;
+                            own[at]
+                        }
+                    })
+                    .collect()
+            }
             _ => (0..self.ranks)
                 .flat_map(|r| std::iter::repeat_n(r, self.run_of(r, turns.len()).len()))
                 .collect(),
@@ -390,7 +441,7 @@ mod tests {
                     ranks,
                     split,
                 };
-                let owners = share.owners_by(&all, model_of);
+                let owners = share.owners_by(&model_ranks(&[5, 3], ranks), &all, model_of);
                 assert_eq!(owners.len(), all.len());
                 assert!(
                     owners.iter().all(|&o| o < ranks),
@@ -401,23 +452,44 @@ mod tests {
     }
 
     #[test]
-    // Guards `--split models`: a model's agents are all decided where that model is loaded,
-    // and nowhere else, so that a rank needs only its own models.
-    fn split_by_models_sends_each_agent_to_its_models_rank() {
+    // Guards `--split models`: a model's agents are all decided on ranks that hold that
+    // model, and every rank of a model gets a share of them.
+    fn split_by_models_sends_each_agent_to_a_rank_of_its_model() {
         let all = turns(&[0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]);
-        for ranks in 1..=3 {
+        for ranks in 1..=5 {
             let share = Share {
                 rank: 0,
                 ranks,
                 split: Split::Models,
             };
-            for (t, owner) in all.iter().zip(share.owners_by(&all, model_of)) {
+            // Model 1 (agents 1, 4, 7, 10) and model 2 (agents 2, 5, 8, 11).
+            let ranks_of = model_ranks(&[0, 4, 4], ranks);
+            let owners = share.owners_by(&ranks_of, &all, model_of);
+            for (t, owner) in all.iter().zip(&owners) {
                 match model_of(t) {
-                    Some(m) => assert_eq!(owner, model_rank(m, ranks), "agent {}", t.agent),
-                    None => assert_eq!(owner, t.cell % ranks, "scripted agent {}", t.agent),
+                    Some(m) => assert!(ranks_of[m].contains(owner), "agent {}", t.agent),
+                    None => assert_eq!(*owner, t.cell % ranks, "scripted agent {}", t.agent),
+                }
+            }
+            for own in ranks_of.iter().skip(1) {
+                for r in own {
+                    assert!(owners.contains(r), "rank {r} of {ranks} has no turn");
                 }
             }
         }
+    }
+
+    #[test]
+    // Guards the placement rule the run and `throng plan` share: ranks of their own while
+    // there are enough (extra ranks to the model with most agents per rank), shared when not.
+    fn models_get_ranks_by_their_agents() {
+        assert_eq!(model_ranks(&[10, 10], 2), vec![vec![0], vec![1]]);
+        assert_eq!(model_ranks(&[30, 10], 4), vec![vec![0, 1, 2], vec![3]]);
+        assert_eq!(
+            model_ranks(&[10, 10, 10], 2),
+            vec![vec![0], vec![1], vec![0]]
+        );
+        assert_eq!(model_ranks(&[7], 3), vec![vec![0, 1, 2]]);
     }
 
     #[test]
