@@ -441,7 +441,7 @@ mod tests {
                     ranks,
                     split,
                 };
-                let owners = share.owners_by(&model_ranks(&[5, 3], ranks), &all, model_of);
+                let owners = share.owners_by(&model_ranks(&[0, 5, 3], ranks), &all, model_of);
                 assert_eq!(owners.len(), all.len());
                 assert!(
                     owners.iter().all(|&o| o < ranks),
