@@ -92,13 +92,35 @@ fn decisions(dir: &Path, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<Strin
         .collect()
 }
 
-fn two_models() -> (tempfile::TempDir, tempfile::TempDir) {
+/// Two tiny random models (different seeds) in their folders, with the folders' names.
+struct TwoModels {
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+    a: String,
+    b: String,
+}
+
+fn two_models() -> TwoModels {
     let a = common::tiny_model(&TinyLlama::default());
     let b = common::tiny_model(&TinyLlama {
         seed: 99,
         ..TinyLlama::default()
     });
-    (a, b)
+    TwoModels {
+        a: a.path().display().to_string(),
+        b: b.path().display().to_string(),
+        _dirs: (a, b),
+    }
+}
+
+/// A run of `steps` steps in which half the agents ask model A and the policy group B.
+fn both(tmp: &Path, models: &TwoModels, steps: usize) -> PathBuf {
+    config(
+        tmp,
+        "both.toml",
+        steps,
+        ("llm", &models.a),
+        ("llm", &models.b),
+    )
 }
 
 // Guards against one model's agents being decided by the other's engine, or differently for
@@ -107,19 +129,10 @@ fn two_models() -> (tempfile::TempDir, tempfile::TempDir) {
 // equal, line for line, that group's decisions in a run where it alone asks the model.
 #[test]
 fn each_groups_decisions_equal_its_model_run_alone() {
-    let (a, b) = two_models();
-    let (a_name, b_name) = (
-        a.path().display().to_string(),
-        b.path().display().to_string(),
-    );
+    let models = two_models();
+    let (a_name, b_name) = (models.a.clone(), models.b.clone());
     let tmp = tempfile::tempdir().unwrap();
-    let both = config(
-        tmp.path(),
-        "both.toml",
-        1,
-        ("llm", &a_name),
-        ("llm", &b_name),
-    );
+    let both = both(tmp.path(), &models, 1);
     let only_a = config(tmp.path(), "a.toml", 1, ("llm", &a_name), ("scripted", ""));
     let only_b = config(
         tmp.path(),
@@ -193,19 +206,9 @@ fn each_groups_decisions_equal_its_model_run_alone() {
 // uninterrupted run, each model's decisions included.
 #[test]
 fn a_two_model_run_resumes_exactly() {
-    let (a, b) = two_models();
-    let (a_name, b_name) = (
-        a.path().display().to_string(),
-        b.path().display().to_string(),
-    );
+    let models = two_models();
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = config(
-        tmp.path(),
-        "both.toml",
-        3,
-        ("llm", &a_name),
-        ("llm", &b_name),
-    );
+    let cfg = both(tmp.path(), &models, 3);
     let whole = tmp.path().join("whole");
     let Ran { ok, text, .. } = run(&cfg, &whole, &[]);
     assert!(ok, "{text}");
@@ -244,8 +247,8 @@ fn a_two_model_run_resumes_exactly() {
 // file and line and how to list the presets.
 #[test]
 fn a_group_naming_an_unknown_model_is_refused_at_its_line() {
-    let (a, _b) = two_models();
-    let a_name = a.path().display().to_string();
+    let models = two_models();
+    let a_name = models.a.clone();
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config(
         tmp.path(),
@@ -282,19 +285,10 @@ fn split_by_models_gives_the_records_of_one_process() {
     let Some(mpirun) = common::mpi::mpirun() else {
         return;
     };
-    let (a, b) = two_models();
-    let (a_name, b_name) = (
-        a.path().display().to_string(),
-        b.path().display().to_string(),
-    );
+    let models = two_models();
+    let (a_name, b_name) = (models.a.clone(), models.b.clone());
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = config(
-        tmp.path(),
-        "both.toml",
-        2,
-        ("llm", &a_name),
-        ("llm", &b_name),
-    );
+    let cfg = both(tmp.path(), &models, 2);
     let alone = tmp.path().join("alone");
     let Ran { ok, text, .. } = run(&cfg, &alone, &[]);
     assert!(ok, "{text}");
