@@ -40,6 +40,12 @@ pub enum ConfigProblem {
     NoEos,
     #[error("num_experts_per_tok ({per_token}) must be between 1 and num_local_experts ({count})")]
     Experts { count: usize, per_token: usize },
+    #[error(
+        "use_sliding_window = true: Qwen2 then slides its window over the layers from \
+         max_window_layers on only, which throng does not implement (it would attend over a \
+         window in every layer); no published Qwen2 or Qwen2.5 checkpoint sets it"
+    )]
+    QwenLayerWindows,
     /// Not the shape of a Hugging Face `config.json` at all.
     #[error("{0}")]
     Json(serde_json::Error),
@@ -381,7 +387,10 @@ impl RawHfConfig {
         };
         // Qwen2 configs name a window they do not use unless `use_sliding_window` says so.
         let sliding_window = match family {
-            Family::Qwen2 if !self.use_sliding_window => None,
+            Family::Qwen2 if self.use_sliding_window => {
+                return Err(ConfigProblem::QwenLayerWindows);
+            }
+            Family::Qwen2 => None,
             _ => self.sliding_window,
         };
         let experts = match (family, self.num_local_experts, self.num_experts_per_tok) {
@@ -539,6 +548,13 @@ mod tests {
         // Qwen2.5-0.5B: 494 M parameters, as its model card says.
         let total = cfg.parameters() as f64 / 1e6;
         assert!((total - 494.0).abs() < 1.0, "{total}");
+        // A per-layer window throng does not run is refused, not run as a window everywhere.
+        let windowed = text.replace(
+            r#""use_sliding_window":false"#,
+            r#""use_sliding_window":true"#,
+        );
+        let err = ModelConfig::from_hf_json(&serde_json::from_str(&windowed).unwrap()).unwrap_err();
+        assert!(err.to_string().contains("max_window_layers"), "{err}");
     }
 
     #[test]
