@@ -193,6 +193,18 @@ fn each_groups_decisions_equal_its_model_run_alone() {
         );
     }
     assert!(html.contains("fig_by_model"), "no figure by model");
+    // And every round by model, with a CI over games.
+    let rounds = html
+        .split("Rounds by model")
+        .nth(1)
+        .and_then(|rest| rest.split("</table>").next())
+        .unwrap_or_default();
+    for model in [&a_name, &b_name] {
+        assert!(
+            rounds.contains(&format!("<td>{model}</td>")),
+            "the rounds by model lack {model}: {html}"
+        );
+    }
     // The state table says each agent's model too.
     let csv = std::fs::read_to_string(outs[0].join("state.csv")).unwrap();
     assert!(

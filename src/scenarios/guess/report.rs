@@ -98,6 +98,22 @@ pub struct RoundSummary {
     pub equilibrium: Option<f64>,
 }
 
+/// One model's mean guess in one round, where the agents of a game ask several models.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelRound {
+    pub arm: String,
+    pub population: usize,
+    pub round: usize,
+    pub model: String,
+    /// Mean over games of the model's agents' mean guess, with a 95% CI over games (as the
+    /// round table's): after round 1 a game's agents have seen the same results, so its
+    /// agents are not independent draws, its games are.
+    pub mean: Option<Summary>,
+    pub games: usize,
+    /// The model's agents in a game.
+    pub agents: usize,
+}
+
 /// Round 1's mean guess of one group.
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupMean {
@@ -127,6 +143,8 @@ pub struct Report {
     /// Every target rule of the run (one unless arms change it), with its equilibrium.
     pub rules: Vec<RuleEquilibrium>,
     pub rounds: Vec<RoundSummary>,
+    /// Every round by model, when a game's agents ask several models (empty otherwise).
+    pub models: Vec<ModelRound>,
     pub groups: Vec<GroupMean>,
     /// Under `[[population.groups]]`: how each level's groups differ in their mean guess and
     /// share of winners at the last round.
@@ -190,6 +208,8 @@ struct Gathered {
     /// Attribute columns in table order, each with its groups in the population's order
     /// (categories as declared, numeric bands from low to high).
     attributes: Vec<(String, Vec<String>)>,
+    /// (arm, population, round, model, replicate) -> guesses, under a `model` column.
+    model_games: BTreeMap<(String, usize, usize, String, u64), Running>,
 }
 
 /// A column as dictionary keys and their labels (categories, or bands of a number).
@@ -310,6 +330,10 @@ fn gather(
         let population = population.as_primitive::<UInt64Type>();
         let step = typed("step", DataType::UInt64)?;
         let step = step.as_primitive::<UInt64Type>();
+        let replicate = typed("replicate", DataType::UInt64)?;
+        let replicate = replicate.as_primitive::<UInt64Type>();
+        // The runner writes `model` when a game's agents ask several models.
+        let model_at = g.attributes.iter().position(|(n, _)| n == "model");
         let guess = typed("guess", DataType::Float64)?;
         let guess = guess.as_primitive::<Float64Type>();
         let attributes: Vec<Coded> = g
@@ -337,6 +361,21 @@ fn gather(
             if round == 1 {
                 for (a, coded) in attributes.iter().enumerate() {
                     local[a][arm as usize][coded.keys[i] as usize].push(x);
+                }
+            }
+            if let Some(m) = model_at {
+                let model = &attributes[m].labels[attributes[m].keys[i] as usize];
+                if !model.is_empty() {
+                    g.model_games
+                        .entry((
+                            arms.labels[arm as usize].clone(),
+                            population.value(i) as usize,
+                            round,
+                            model.clone(),
+                            replicate.value(i),
+                        ))
+                        .or_default()
+                        .push(x);
                 }
             }
         }
@@ -683,6 +722,40 @@ pub fn report(dir: &Path) -> Result<Report, ReportError> {
         }
     }
 
+    // Every round by model: each game's mean per model, then a CI over games.
+    let mut per_model: BTreeMap<(usize, usize, usize, String), (Vec<f64>, usize)> = BTreeMap::new();
+    for ((arm, population, round, model, _), running) in &gathered.model_games {
+        let entry = per_model
+            .entry((*population, arm_index(arm), *round, model.clone()))
+            .or_default();
+        entry.0.push(running.mean);
+        entry.1 = entry.1.max(running.n);
+    }
+    let models: Vec<ModelRound> = if per_model
+        .keys()
+        .map(|k| &k.3)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        > 1
+    {
+        per_model
+            .into_iter()
+            .map(
+                |((population, arm, round, model), (means, agents))| ModelRound {
+                    arm: arm_order.get(arm).cloned().unwrap_or_default(),
+                    population,
+                    round,
+                    model,
+                    mean: Summary::of(&means).map(within_guess_bounds),
+                    games: means.len(),
+                    agents,
+                },
+            )
+            .collect()
+    } else {
+        Vec::new()
+    };
+
     // Round 1's mean guess by group, one figure per attribute.
     // In the population's order: arms, then attributes, then their groups.
     let mut groups: Vec<GroupMean> = Vec::new();
@@ -770,6 +843,7 @@ pub fn report(dir: &Path) -> Result<Report, ReportError> {
         notes,
         manifest,
         rounds,
+        models,
         groups,
         levels,
         figures,
@@ -899,6 +973,24 @@ pub fn text(report: &Report) -> String {
     if report.rounds.iter().any(|r| r.two_sided_ties > 0) {
         let _ = writeln!(out, "{TIES}");
     }
+    if !report.models.is_empty() {
+        let _ = writeln!(
+            out,
+            "{:<36} {:>5} {:<28} {:>22} {:>6}",
+            "by model: arm (players)", "round", "model", "mean [95% CI]", "games"
+        );
+        for r in &report.models {
+            let _ = writeln!(
+                out,
+                "{:<36} {:>5} {:<28} {:>22} {:>6}",
+                format!("{} ({})", r.arm, r.population),
+                r.round,
+                r.model,
+                mean_text(&r.mean),
+                r.games
+            );
+        }
+    }
     for rule in &report.rules {
         let _ = writeln!(out, "equilibrium of {}: {}", rule.rule, rule.explanation);
     }
@@ -982,6 +1074,36 @@ fn html(report: &Report) -> String {
                 .rules
                 .iter()
                 .map(|r| vec![esc(&r.rule), esc(&r.arms.join(", ")), esc(&r.explanation)]),
+        ));
+    }
+    if !report.models.is_empty() {
+        body.push_str(
+            "<h2>Rounds by model</h2><p>The agents of each game ask several models: each \
+             model's mean guess per round, the mean over games of its agents' mean, with a 95% \
+             CI over games (Student's t, cut at 0 and 100). Round 1 is the models' own answer \
+             to the rules; later rounds follow what all the game's players did.</p>",
+        );
+        body.push_str(&table(
+            &[
+                "arm",
+                "players",
+                "round",
+                "model",
+                "mean [95% CI]",
+                "games",
+                "agents a game",
+            ],
+            report.models.iter().map(|r| {
+                vec![
+                    esc(&r.arm),
+                    r.population.to_string(),
+                    r.round.to_string(),
+                    esc(&r.model),
+                    mean_text(&r.mean),
+                    r.games.to_string(),
+                    r.agents.to_string(),
+                ]
+            }),
         ));
     }
     if !report.groups.is_empty() {
