@@ -723,7 +723,9 @@ pub fn report(dir: &Path) -> Result<Report, ReportError> {
     }
 
     // Every round by model: each game's mean per model, then a CI over games.
-    let mut per_model: BTreeMap<(usize, usize, usize, String), (Vec<f64>, usize)> = BTreeMap::new();
+    // (population, arm, round, model) -> each game's mean, and the most agents in a game.
+    type PerModel = BTreeMap<(usize, usize, usize, String), (Vec<f64>, usize)>;
+    let mut per_model = PerModel::new();
     for ((arm, population, round, model, _), running) in &gathered.model_games {
         let entry = per_model
             .entry((*population, arm_index(arm), *round, model.clone()))
