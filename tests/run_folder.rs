@@ -208,6 +208,11 @@ proptest! {
 /// Large enough that a run lasts a second or two: room to be killed at random moments.
 const KILLED: &str = "tests/fixtures/guess-kill.toml";
 
+/// Each step of the killed runs waits this long first (`THRONG_STEP_DELAY_MS`): the runs then
+/// last about the same time whatever else the machine does, so a kill drawn within the
+/// uninterrupted run's time lands inside the run (on CI a run once ended before its kill).
+const STEP_DELAY_MS: &str = "150";
+
 // The same, with what users do: `kill -9` of the running binary at whatever moment it is in,
 // again and again, each resume killed in turn.
 #[test]
@@ -215,9 +220,15 @@ fn a_real_sigkill_at_random_moments_resumes_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let whole = tmp.path().join("whole");
     let started = Instant::now();
-    let Ran { ok, text, .. } = run(KILLED, &whole, &[]);
+    let Ran { ok, text, .. } = output(
+        throng()
+            .env("THRONG_STEP_DELAY_MS", STEP_DELAY_MS)
+            .args(["run", KILLED, "--no-report", "--out"])
+            .arg(&whole),
+    );
     assert!(ok, "{text}");
-    let window = started.elapsed().as_micros() as u64;
+    // Kills fall in the first four fifths of a run's time, so that the first lands.
+    let window = started.elapsed().as_micros() as u64 * 4 / 5;
     let pieces = tmp.path().join("pieces");
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ u64::from(std::process::id());
     let mut next = move || {
@@ -229,6 +240,7 @@ fn a_real_sigkill_at_random_moments_resumes_exactly() {
     let mut kills = Vec::new();
     for attempt in 0..6 {
         let mut cmd = throng();
+        cmd.env("THRONG_STEP_DELAY_MS", STEP_DELAY_MS);
         // A kill before the run wrote its config (the last of the files its start writes)
         // leaves a run that never ran, which --out takes as empty: start it again.
         if attempt == 0 || never_ran(&pieces) {

@@ -330,10 +330,14 @@ fn gather(
         let population = population.as_primitive::<UInt64Type>();
         let step = typed("step", DataType::UInt64)?;
         let step = step.as_primitive::<UInt64Type>();
-        let replicate = typed("replicate", DataType::UInt64)?;
-        let replicate = replicate.as_primitive::<UInt64Type>();
-        // The runner writes `model` when a game's agents ask several models.
+        // The runner writes `model` when a game's agents ask several models; their rounds by
+        // model need each game's own mean, so the replicate too.
         let model_at = g.attributes.iter().position(|(n, _)| n == "model");
+        let replicate = match model_at {
+            Some(_) => Some(typed("replicate", DataType::UInt64)?),
+            None => None,
+        };
+        let replicate = replicate.as_ref().map(|r| r.as_primitive::<UInt64Type>());
         let guess = typed("guess", DataType::Float64)?;
         let guess = guess.as_primitive::<Float64Type>();
         let attributes: Vec<Coded> = g
@@ -363,7 +367,7 @@ fn gather(
                     local[a][arm as usize][coded.keys[i] as usize].push(x);
                 }
             }
-            if let Some(m) = model_at {
+            if let (Some(m), Some(replicate)) = (model_at, replicate) {
                 let model = &attributes[m].labels[attributes[m].keys[i] as usize];
                 if !model.is_empty() {
                     g.model_games
