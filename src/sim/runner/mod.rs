@@ -236,7 +236,12 @@ pub fn run<S: Scenario>(
                 (cells, 0)
             }
         };
-        let share = share::Share::new(ranks, options.split.unwrap_or(cfg.split), cells.infos.len());
+        let share = share::Share::new(
+            ranks,
+            options.split.unwrap_or(cfg.split),
+            cells.infos.len(),
+            exp,
+        );
         for step in first_step..cfg.steps.0 {
             let asked = options
                 .stop
@@ -273,7 +278,7 @@ pub fn run<S: Scenario>(
                     arms,
                     &mut cells,
                     step,
-                    share,
+                    &share,
                     ranks,
                     policies,
                     asked,

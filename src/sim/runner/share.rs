@@ -68,20 +68,56 @@ pub fn model_ranks(agents: &[u64], ranks: usize) -> Vec<Vec<usize>> {
 }
 
 /// This rank's part of a population size's steps.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Share {
     pub rank: usize,
     pub ranks: usize,
     /// `Cells`, `Agents` or `Models`, never `Auto`.
     pub split: Split,
+    /// Split by models: worked out once per population size, not per step.
+    by_model: Option<ByModel>,
+}
+
+/// Where each model's turns go when the split is by models.
+#[derive(Debug, Clone)]
+struct ByModel {
+    /// The ranks of each model ([`model_ranks`]).
+    ranks_of: Vec<Vec<usize>>,
+    /// The model of each (arm, route), at `arm * routes_per_arm + route` (`None`: scripted).
+    model_of_route: Vec<Option<usize>>,
+    routes_per_arm: usize,
 }
 
 impl Share {
-    pub fn new(ranks: &Ranks, split: Split, cells: usize) -> Self {
+    pub fn new(ranks: &Ranks, split: Split, cells: usize, exp: &Experiment) -> Self {
+        let split = choose(split, cells, ranks.size());
+        let by_model = (split == Split::Models).then(|| {
+            let models = exp.models();
+            let agents: Vec<u64> = super::model_agents(exp)
+                .into_iter()
+                .map(|(_, n)| n)
+                .collect();
+            let routes = exp.routes_per_arm();
+            let model_of_route = (0..exp.arms.len() * routes)
+                .map(|i| {
+                    let (arm, route) = (i / routes, (i % routes) as u8);
+                    (exp.policy_of_route(route) == PolicyKind::Llm).then(|| {
+                        let model = &exp.llm_of(arm, route).model;
+                        models.iter().position(|m| m == model).unwrap_or(0)
+                    })
+                })
+                .collect();
+            ByModel {
+                ranks_of: model_ranks(&agents, ranks.size()),
+                model_of_route,
+                routes_per_arm: routes,
+            }
+        });
         Share {
             rank: ranks.rank(),
             ranks: ranks.size(),
-            split: choose(split, cells, ranks.size()),
+            split,
+            by_model,
         }
     }
 
@@ -100,27 +136,16 @@ impl Share {
     }
 
     /// The rank that decides each of the step's turns.
-    fn owners<S: Scenario>(
-        &self,
-        exp: &Experiment,
-        cells: &Cells<S>,
-        turns: &[AgentTurn],
-    ) -> Vec<usize> {
-        let models = exp.models();
-        let agents: Vec<u64> = super::model_agents(exp)
-            .into_iter()
-            .map(|(_, n)| n)
-            .collect();
-        let ranks_of = model_ranks(&agents, self.ranks);
-        self.owners_by(&ranks_of, turns, |t| {
+    fn owners<S: Scenario>(&self, cells: &Cells<S>, turns: &[AgentTurn]) -> Vec<usize> {
+        let Some(m) = &self.by_model else {
+            return self.owners_by(&[], turns, |_| None);
+        };
+        self.owners_by(&m.ranks_of, turns, |t| {
             let route = cells.agents[cells.infos[t.cell].replicate]
                 .route
                 .as_ref()
                 .map_or(0, |r| r[t.agent]);
-            (exp.policy_of_route(route) == PolicyKind::Llm).then(|| {
-                let model = &exp.llm_of(cells.arm_of[t.cell], route).model;
-                models.iter().position(|m| m == model).unwrap_or(0)
-            })
+            m.model_of_route[cells.arm_of[t.cell] * m.routes_per_arm + route as usize]
         })
     }
 
@@ -239,7 +264,7 @@ pub fn step<S: Scenario>(
     arms: &[S],
     cells: &mut Cells<S>,
     step: usize,
-    share: Share,
+    share: &Share,
     ranks: &Ranks,
     policies: &mut Policies<'_>,
     stop: bool,
@@ -247,7 +272,7 @@ pub fn step<S: Scenario>(
 ) -> Result<Stepped<S::Decision>, RunError> {
     let began = Instant::now();
     let all = step::turns(exp, arms, cells, step)?;
-    let owners = share.owners(exp, cells, &all);
+    let owners = share.owners(cells, &all);
     let mine: Vec<AgentTurn> = all
         .iter()
         .zip(&owners)
@@ -440,6 +465,7 @@ mod tests {
                     rank: 0,
                     ranks,
                     split,
+                    by_model: None,
                 };
                 let owners = share.owners_by(&model_ranks(&[0, 5, 3], ranks), &all, model_of);
                 assert_eq!(owners.len(), all.len());
@@ -461,6 +487,7 @@ mod tests {
                 rank: 0,
                 ranks,
                 split: Split::Models,
+                by_model: None,
             };
             // Model 1 (agents 1, 4, 7, 10) and model 2 (agents 2, 5, 8, 11).
             let ranks_of = model_ranks(&[0, 4, 4], ranks);
