@@ -170,9 +170,20 @@ enum Mlp {
 struct Mixture {
     /// `(experts, hidden)` router weights, kept in f32 whatever the weight format (as
     /// llama.cpp keeps them): a rounding here could change which experts a token gets.
-    router: Tensor,
+    router: Router,
     experts: Vec<Ffn>,
     per_token: usize,
+}
+
+/// A mixture's router weights where its scores are computed.
+#[derive(Debug)]
+enum Router {
+    /// On the CPU, each expert's row, scored by [`dot`] in one fixed order: a matrix
+    /// product's kernels round differently by batch size, which could change a token's
+    /// experts.
+    Host(Vec<Vec<f32>>),
+    /// On a GPU, `(experts, hidden)`, scored by one matrix product.
+    Device(Tensor),
 }
 
 /// `a . b` in eight interleaved partial sums, then the sums in order: vectorisable, and the
@@ -208,15 +219,13 @@ impl Mixture {
     /// to sum to one. Returned per expert: the packed rows it serves and their weights.
     fn route(&self, x: &Tensor) -> candle_core::Result<Vec<(Vec<u32>, Vec<f32>)>> {
         let x = x.to_dtype(DType::F32)?;
-        let scores: Vec<Vec<f32>> = if x.device().is_cpu() {
-            // A few multiply-adds per token, summed in one fixed order: a matrix product's
-            // kernels round differently by batch size, which could change a token's experts.
-            let (x, w): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (x.to_vec2()?, self.router.to_vec2()?);
-            x.iter()
+        let scores: Vec<Vec<f32>> = match &self.router {
+            Router::Host(w) => x
+                .to_vec2::<f32>()?
+                .iter()
                 .map(|row| w.iter().map(|expert| dot(row, expert)).collect())
-                .collect()
-        } else {
-            x.matmul(&self.router.t()?)?.to_vec2()?
+                .collect(),
+            Router::Device(w) => x.matmul(&w.t()?)?.to_vec2()?,
         };
         let mut routes = vec![(Vec::new(), Vec::new()); self.experts.len()];
         let mut order: Vec<usize> = Vec::with_capacity(self.experts.len());
@@ -349,10 +358,14 @@ impl Llama {
                 None => Mlp::Dense(ffn(source, Part::Gate(l), Part::Up(l), Part::Down(l))?),
                 Some(e) => {
                     let router = match source.get(Part::Router(l), &cfg)? {
-                        SourceWeight::Dense(t) => t.to_dtype(DType::F32)?.to_device(device),
-                        SourceWeight::Quantized(q) => q.dequantize(device),
+                        SourceWeight::Dense(t) => t.to_dtype(DType::F32),
+                        SourceWeight::Quantized(q) => q.dequantize(&Device::Cpu),
                     }
                     .map_err(wrap)?;
+                    let router = match device.is_cpu() {
+                        true => Router::Host(router.to_vec2().map_err(wrap)?),
+                        false => Router::Device(router.to_device(device).map_err(wrap)?),
+                    };
                     let experts = (0..e.count)
                         .map(|x| {
                             let parts = (
