@@ -56,22 +56,25 @@ share = 0.5
     path
 }
 
+/// `throng run CONFIG --out OUT` with the tests' KV memory and f32 weights.
+fn run_command(config: &Path, out: &Path) -> std::process::Command {
+    let mut cmd = throng();
+    cmd.args([
+        "run",
+        "--no-report",
+        "--kv-memory",
+        "16MiB",
+        "--weights",
+        "f32",
+    ])
+    .arg(config)
+    .arg("--out")
+    .arg(out);
+    cmd
+}
+
 fn run(config: &Path, out: &Path, extra: &[&str]) -> Ran {
-    output(
-        throng()
-            .args([
-                "run",
-                "--no-report",
-                "--kv-memory",
-                "16MiB",
-                "--weights",
-                "f32",
-            ])
-            .arg(config)
-            .arg("--out")
-            .arg(out)
-            .args(extra),
-    )
+    output(run_command(config, out).args(extra))
 }
 
 /// The decisions of `dir` for which `keep` holds, without what measures the process (the
@@ -225,21 +228,7 @@ fn a_two_model_run_resumes_exactly() {
     let Ran { ok, text, .. } = run(&cfg, &whole, &[]);
     assert!(ok, "{text}");
     let out = tmp.path().join("killed");
-    let killed = output(
-        throng()
-            .env("THRONG_CRASH_AT", "2:records")
-            .args([
-                "run",
-                "--no-report",
-                "--kv-memory",
-                "16MiB",
-                "--weights",
-                "f32",
-            ])
-            .arg(&cfg)
-            .arg("--out")
-            .arg(&out),
-    );
+    let killed = output(run_command(&cfg, &out).env("THRONG_CRASH_AT", "2:records"));
     assert!(
         !killed.ok,
         "the crash point was not reached: {}",

@@ -213,21 +213,14 @@ fn plan_tiny(args: &[&str]) -> (Option<i32>, String) {
         ),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_throng"))
-        .args(["plan", config.to_str().unwrap(), "--model"])
-        .arg(model.path())
-        .args(["--weights", "f32"])
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    let ran = common::cli::output(
+        common::cli::throng()
+            .args(["plan", config.to_str().unwrap(), "--model"])
+            .arg(model.path())
+            .args(["--weights", "f32"])
+            .args(args),
+    );
+    (ran.code, ran.text)
 }
 
 #[test]
@@ -295,21 +288,14 @@ fn plan_without_weights(model: &str, args: &[&str]) -> Option<(Option<i32>, Stri
         ),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_throng"))
-        .args(["plan", config.to_str().unwrap(), "--model", model])
-        .args(args)
-        .env("HF_HOME", tmp.path().join("hf"))
-        .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .unwrap();
-    Some((
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    ))
+    let ran = common::cli::output(
+        common::cli::throng()
+            .args(["plan", config.to_str().unwrap(), "--model", model])
+            .args(args)
+            .env("HF_HOME", tmp.path().join("hf"))
+            .env("HF_HUB_OFFLINE", "1"),
+    );
+    Some((ran.code, ran.text))
 }
 
 #[test]
