@@ -454,7 +454,10 @@ fn attend_rows_with<K: Kernels>(
         // Keys before a sliding window get weight zero (adding zeros changes no sum).
         let first = window.map_or(0, |w| visible.saturating_sub(w));
         let row = &mut scores[i * ctx..][..visible];
-        let max = row[first..].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let max = row[first..]
+            .iter()
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
         for s in row[first..].iter_mut() {
             *s = exp_nonpositive(*s - max);
         }
