@@ -14,14 +14,17 @@
 //!   others do not apply; the tests run it on the CPU against `PagedCpu`.
 
 mod flash;
+mod kernels;
+mod paged;
 mod timer;
 
 #[cfg(feature = "flash-attn")]
 pub(crate) use flash::FlashInputs;
+pub(crate) use kernels::exp_nonpositive;
+pub(crate) use paged::SharedPrefix;
 pub(crate) use timer::AttentionTimer;
 
 use candle_core::{DType, Device, Tensor};
-use rayon::prelude::*;
 
 /// Which attention implementation a KV cache's forward passes use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -163,6 +166,10 @@ pub(crate) enum AttentionPlan {
         spans: Vec<SeqSpan>,
         block_size: usize,
         window: Option<usize>,
+        /// Prefixes whose keys and values are read once for all the sequences sharing them.
+        shared: Vec<SharedPrefix>,
+        /// The kernel's working memory, reused by every layer of the pass.
+        scratch: std::sync::Mutex<Vec<f32>>,
     },
     Gathered(GatherPlan),
     #[cfg(feature = "flash-attn")]
@@ -181,13 +188,20 @@ impl AttentionPlan {
         block_size: usize,
         backend: AttentionBackend,
         window: Option<usize>,
+        cascade: bool,
         device: &Device,
     ) -> candle_core::Result<Self> {
         match backend {
             AttentionBackend::PagedCpu => Ok(AttentionPlan::Paged {
+                shared: if cascade {
+                    paged::shared_prefixes(&spans, block_size, window)
+                } else {
+                    Vec::new()
+                },
                 spans,
                 block_size,
                 window,
+                scratch: Default::default(),
             }),
             AttentionBackend::Gathered => Ok(AttentionPlan::Gathered(GatherPlan::new(
                 &spans, block_size, window, device,
@@ -223,7 +237,9 @@ impl AttentionPlan {
                 spans,
                 block_size,
                 window,
-            } if q.dtype() == DType::F32 => paged_cpu(
+                shared,
+                scratch,
+            } if q.dtype() == DType::F32 => paged::attend(
                 q,
                 &as_rows(k_cache)?,
                 &as_rows(v_cache)?,
@@ -231,12 +247,18 @@ impl AttentionPlan {
                 *block_size,
                 heads,
                 *window,
+                shared,
+                paged::Isa::best(),
+                &mut scratch
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
             ),
             // Queries of another dtype than the f32 cache (a caller mixing them): gather.
             AttentionPlan::Paged {
                 spans,
                 block_size,
                 window,
+                ..
             } => GatherPlan::new(spans, *block_size, *window, q.device())?.attend(
                 q,
                 &as_rows(k_cache)?,
@@ -248,610 +270,6 @@ impl AttentionPlan {
             }
             #[cfg(feature = "flash-attn")]
             AttentionPlan::Flash(plan) => plan.attend(q, k_cache, v_cache, heads),
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Paged CPU kernel
-// ---------------------------------------------------------------------------------------------
-
-/// Query rows per work item: small enough to spread a long prefill over every core.
-const ROWS_PER_ITEM: usize = 16;
-
-fn cpu_f32(t: &Tensor) -> candle_core::Result<Vec<f32>> {
-    // Contiguous f32 CPU tensors flatten without copying the storage twice.
-    t.flatten_all()?.to_vec1::<f32>()
-}
-
-fn with_cpu_slice<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
-    let (storage, layout) = t.storage_and_layout();
-    match (&*storage, layout.contiguous_offsets()) {
-        (candle_core::Storage::Cpu(cpu), Some((lo, hi))) => Ok(f(&cpu.as_slice::<f32>()?[lo..hi])),
-        _ => candle_core::bail!("paged attention needs contiguous f32 CPU tensors"),
-    }
-}
-
-fn paged_cpu(
-    q: &Tensor,
-    k_cache: &Tensor,
-    v_cache: &Tensor,
-    spans: &[SeqSpan],
-    block_size: usize,
-    heads: Heads,
-    window: Option<usize>,
-) -> candle_core::Result<Tensor> {
-    let (t, h, d) = q.dims3()?;
-    let q = cpu_f32(&q.contiguous()?)?;
-    let items: Vec<(usize, usize, usize, usize)> = spans
-        .iter()
-        .enumerate()
-        .flat_map(|(s, span)| {
-            (0..heads.num_kv_heads).flat_map(move |kvh| {
-                (0..span.q_len)
-                    .step_by(ROWS_PER_ITEM)
-                    .map(move |r0| (s, kvh, r0, (r0 + ROWS_PER_ITEM).min(span.q_len)))
-            })
-        })
-        .collect();
-    let results: Vec<Vec<f32>> = with_cpu_slice(k_cache, |k| {
-        with_cpu_slice(v_cache, |v| {
-            items
-                .par_iter()
-                .map(|&(s, kvh, r0, r1)| {
-                    let cache = PagedKv {
-                        k,
-                        v,
-                        blocks: &spans[s].blocks,
-                        block_size,
-                        heads,
-                        kvh,
-                    };
-                    attend_rows(&q, &cache, &spans[s], r0..r1, heads, window)
-                })
-                .collect()
-        })
-    })??;
-    let mut out = vec![0f32; t * h * d];
-    let g = heads.group();
-    for (&(s, kvh, r0, r1), result) in items.iter().zip(&results) {
-        let span = &spans[s];
-        for (i, r) in (r0..r1).enumerate() {
-            let dst = ((span.q_start + r) * h + kvh * g) * d;
-            out[dst..dst + g * d].copy_from_slice(&result[i * g * d..(i + 1) * g * d]);
-        }
-    }
-    Tensor::from_vec(out, (t, h * d), &Device::Cpu)
-}
-
-/// One kv head of one sequence, read in place from the cache.
-struct PagedKv<'a> {
-    k: &'a [f32],
-    v: &'a [f32],
-    blocks: &'a [u32],
-    block_size: usize,
-    heads: Heads,
-    kvh: usize,
-}
-
-impl PagedKv<'_> {
-    /// Calls `f(pos, key_or_value_row)` for positions `0..len` in order, walking the block
-    /// table once instead of dividing per position.
-    #[inline(always)]
-    fn for_each_row(&self, cache: &[f32], len: usize, mut f: impl FnMut(usize, &[f32])) {
-        let d = self.heads.head_dim;
-        let stride = self.heads.num_kv_heads * d;
-        for (b, &block) in self.blocks.iter().enumerate() {
-            let first = b * self.block_size;
-            if first >= len {
-                break;
-            }
-            let base = block as usize * self.block_size * stride + self.kvh * d;
-            for o in 0..self.block_size.min(len - first) {
-                let at = base + o * stride;
-                f(first + o, &cache[at..at + d]);
-            }
-        }
-    }
-}
-
-/// Attention of query rows `rows` of `span` (all heads of one kv group); returns
-/// `(rows, group, head_dim)` flattened.
-///
-/// Compiled three times: with AVX-512 or AVX2 (chosen at run time where the CPU has it) and
-/// for the baseline target. All run the same operations in the same order (no fused
-/// multiply-add), so the results do not depend on which one a machine picks.
-fn attend_rows(
-    q: &[f32],
-    kv: &PagedKv<'_>,
-    span: &SeqSpan,
-    rows: std::ops::Range<usize>,
-    heads: Heads,
-    window: Option<usize>,
-) -> Vec<f32> {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") {
-        // SAFETY: the CPU supports AVX-512F, checked just above.
-        return unsafe { attend_rows_avx512(q, kv, span, rows, heads, window) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { attend_rows_avx2(q, kv, span, rows, heads, window) };
-    }
-    attend_rows_with::<Portable>(q, kv, span, rows, heads, window)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn attend_rows_avx512(
-    q: &[f32],
-    kv: &PagedKv<'_>,
-    span: &SeqSpan,
-    rows: std::ops::Range<usize>,
-    heads: Heads,
-    window: Option<usize>,
-) -> Vec<f32> {
-    attend_rows_with::<Avx512>(q, kv, span, rows, heads, window)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn attend_rows_avx2(
-    q: &[f32],
-    kv: &PagedKv<'_>,
-    span: &SeqSpan,
-    rows: std::ops::Range<usize>,
-    heads: Heads,
-    window: Option<usize>,
-) -> Vec<f32> {
-    attend_rows_with::<Avx2>(q, kv, span, rows, heads, window)
-}
-
-#[inline(always)]
-fn attend_rows_with<K: Kernels>(
-    q: &[f32],
-    kv: &PagedKv<'_>,
-    span: &SeqSpan,
-    rows: std::ops::Range<usize>,
-    heads: Heads,
-    window: Option<usize>,
-) -> Vec<f32> {
-    let (h, d, g) = (heads.num_heads, heads.head_dim, heads.group());
-    let scale = heads.scale();
-    let n = rows.len() * g;
-    let ctx = span.start + rows.end; // keys visible to the last row
-    // Row `ri` (query position start + rows.start + ri) sees positions 0..=that position.
-    let first_row_seeing = |pos: usize| (pos + 1).saturating_sub(span.start + rows.start + 1);
-    let queries: Vec<&[f32]> = rows
-        .clone()
-        .flat_map(|r| (0..g).map(move |gi| ((span.q_start + r) * h + kv.kvh * g + gi) * d))
-        .map(|at| &q[at..at + d])
-        .collect();
-    // scores[(row, head)][pos]
-    let mut scores = vec![0f32; n * ctx];
-    let scored = K::score_blocked(
-        &queries,
-        kv,
-        ctx,
-        |i| span.start + rows.start + i / g + 1,
-        scale,
-        &mut scores,
-    );
-    if !scored {
-        let mut dots = vec![0f32; n];
-        kv.for_each_row(kv.k, ctx, |pos, key| {
-            let first = first_row_seeing(pos) * g;
-            K::dots(&queries[first..], key, &mut dots[first..]);
-            for i in first..n {
-                scores[i * ctx + pos] = dots[i] * scale;
-            }
-        });
-    }
-    let mut norms = vec![0f32; n];
-    for (i, norm) in norms.iter_mut().enumerate() {
-        let visible = span.start + rows.start + i / g + 1;
-        // Keys before a sliding window get weight zero (adding zeros changes no sum).
-        let first = window.map_or(0, |w| visible.saturating_sub(w));
-        let row = &mut scores[i * ctx..][..visible];
-        let max = row[first..]
-            .iter()
-            .copied()
-            .fold(f32::NEG_INFINITY, f32::max);
-        for s in row[first..].iter_mut() {
-            *s = exp_nonpositive(*s - max);
-        }
-        row[..first].fill(0.0);
-        *norm = K::sum(row);
-    }
-    let mut out = vec![0f32; n * d];
-    // Query `i` sees positions `0..visible(i)`.
-    let visible = |i: usize| span.start + rows.start + i / g + 1;
-    match d {
-        64 => weigh_values_blocked::<64, 4>(kv, &scores, ctx, n, visible, &mut out),
-        128 => weigh_values_blocked::<128, 2>(kv, &scores, ctx, n, visible, &mut out),
-        _ => kv.for_each_row(kv.v, ctx, |pos, value| {
-            for i in first_row_seeing(pos) * g..n {
-                axpy(&mut out[i * d..(i + 1) * d], scores[i * ctx + pos], value);
-            }
-        }),
-    }
-    for (chunk, norm) in out.chunks_exact_mut(d).zip(&norms) {
-        let inv = 1.0 / norm;
-        chunk.iter_mut().for_each(|x| *x *= inv);
-    }
-    out
-}
-
-/// `e^x` for `x <= 0` (softmax weights), in basic arithmetic only, so that the loop over a
-/// row vectorises and gives the same bits on every instruction set: `x = n ln 2 + r` with
-/// `|r| <= ln 2 / 2`, `e^r` by its degree-6 Taylor polynomial (relative error below 2e-7),
-/// times `2^n` built from the exponent bits. Below -87 the weight is 0 (an f32 underflow).
-#[inline(always)]
-pub(super) fn exp_nonpositive(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    // ln 2 split in a part exact in f32 and the rest (Cody-Waite).
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    // Adding then subtracting 1.5 * 2^23 rounds to the nearest integer in f32 arithmetic.
-    const ROUND: f32 = 12_582_912.0;
-    let x = x.max(-87.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
-    p * scale
-}
-
-/// The inner products of the kernel, per instruction set. Every implementation sums in the
-/// same order: sixteen lanes, then pairwise halving, then the tail.
-trait Kernels {
-    fn dot(a: &[f32], b: &[f32]) -> f32;
-
-    /// `out[i] = dot(queries[i], key)`: one key against several queries (a kv head's group),
-    /// each summed exactly as [`Kernels::dot`] would.
-    #[inline(always)]
-    fn dots(queries: &[&[f32]], key: &[f32], out: &mut [f32]) {
-        for (o, q) in out.iter_mut().zip(queries) {
-            *o = Self::dot(q, key);
-        }
-    }
-
-    /// Fills `scores[i * ctx + pos]` with `dot(queries[i], key[pos]) * scale` for every
-    /// `pos < visible(i)` (and maybe a few positions beyond, which nothing reads), each dot
-    /// summed exactly as [`Kernels::dot`]; returns false where this instruction set has no
-    /// blocked form for this head size, and the caller scores key by key.
-    #[inline(always)]
-    fn score_blocked(
-        _queries: &[&[f32]],
-        _kv: &PagedKv<'_>,
-        _ctx: usize,
-        _visible: impl Fn(usize) -> usize,
-        _scale: f32,
-        _scores: &mut [f32],
-    ) -> bool {
-        false
-    }
-
-    /// The sum of `a`, in the order of [`Kernels::dot`].
-    #[inline(always)]
-    fn sum(a: &[f32]) -> f32 {
-        const LANES: usize = 16;
-        let mut acc = [0f32; LANES];
-        let chunks = a.chunks_exact(LANES);
-        let rest = chunks.remainder();
-        for x in chunks {
-            for i in 0..LANES {
-                acc[i] += x[i];
-            }
-        }
-        let mut width = LANES / 2;
-        while width > 0 {
-            for i in 0..width {
-                acc[i] += acc[i + width];
-            }
-            width /= 2;
-        }
-        rest.iter().fold(acc[0], |s, x| s + x)
-    }
-}
-
-struct Portable;
-
-impl Kernels for Portable {
-    #[inline(always)]
-    fn dot(a: &[f32], b: &[f32]) -> f32 {
-        const LANES: usize = 16;
-        let mut acc = [0f32; LANES];
-        let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-        let (ra, rb) = (ca.remainder(), cb.remainder());
-        for (x, y) in ca.zip(cb) {
-            for i in 0..LANES {
-                acc[i] += x[i] * y[i];
-            }
-        }
-        let mut width = LANES / 2;
-        while width > 0 {
-            for i in 0..width {
-                acc[i] += acc[i + width];
-            }
-            width /= 2;
-        }
-        let mut sum = acc[0];
-        for (x, y) in ra.iter().zip(rb) {
-            sum += x * y;
-        }
-        sum
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-struct Avx2;
-
-#[cfg(target_arch = "x86_64")]
-impl Kernels for Avx2 {
-    #[inline(always)]
-    fn dot(a: &[f32], b: &[f32]) -> f32 {
-        // SAFETY: `Avx2` is only used from `attend_rows_avx2`, which runs on AVX2 CPUs.
-        unsafe { dot_avx2(a, b) }
-    }
-
-    #[inline(always)]
-    fn dots(queries: &[&[f32]], key: &[f32], out: &mut [f32]) {
-        for (qs, os) in queries.chunks(4).zip(out.chunks_mut(4)) {
-            // SAFETY: as above.
-            unsafe { dots4_avx2(qs, key, os) };
-        }
-    }
-}
-
-/// Up to four dot products against one key, loading each slice of the key once; every
-/// product is summed in [`Portable::dot`]'s order.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-fn dots4_avx2(queries: &[&[f32]], key: &[f32], out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let m = queries.len();
-    let n = queries
-        .iter()
-        .map(|q| q.len())
-        .min()
-        .unwrap_or(0)
-        .min(key.len());
-    let full = n / 16 * 16;
-    // SAFETY: loads read 8 floats at `i` or `i + 8` with `i + 16 <= full <= len` of every
-    // slice; queries beyond `m` are never read.
-    unsafe {
-        let zero = _mm256_setzero_ps();
-        let (mut lo, mut hi) = ([zero; 4], [zero; 4]);
-        let mut i = 0;
-        while i < full {
-            let k_lo = _mm256_loadu_ps(key.as_ptr().add(i));
-            let k_hi = _mm256_loadu_ps(key.as_ptr().add(i + 8));
-            for j in 0..m {
-                let q = queries[j].as_ptr().add(i);
-                lo[j] = _mm256_add_ps(lo[j], _mm256_mul_ps(_mm256_loadu_ps(q), k_lo));
-                hi[j] = _mm256_add_ps(hi[j], _mm256_mul_ps(_mm256_loadu_ps(q.add(8)), k_hi));
-            }
-            i += 16;
-        }
-        for j in 0..m {
-            let s8 = _mm256_add_ps(lo[j], hi[j]);
-            let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-            let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-            let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-            let mut sum = _mm_cvtss_f32(s1);
-            for t in full..n {
-                sum += queries[j][t] * key[t];
-            }
-            out[j] = sum;
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    let mut out = [0f32];
-    dots4_avx2(&[a], b, &mut out);
-    out[0]
-}
-
-#[inline(always)]
-fn axpy(out: &mut [f32], w: f32, x: &[f32]) {
-    for (o, x) in out.iter_mut().zip(x) {
-        *o += w * x;
-    }
-}
-
-/// `out[i] = sum over pos < visible(i) of scores[i][pos] * value[pos]`, for `R` queries at a
-/// time whose sums stay in registers while the values stream past once: the same products
-/// added in the same order as one [`axpy`] per position, so the same bits, with a quarter of
-/// the loads and no stores in the loop.
-#[inline(always)]
-fn weigh_values_blocked<const D: usize, const R: usize>(
-    kv: &PagedKv<'_>,
-    scores: &[f32],
-    ctx: usize,
-    n: usize,
-    visible: impl Fn(usize) -> usize,
-    out: &mut [f32],
-) {
-    for i0 in (0..n).step_by(R) {
-        let r_used = R.min(n - i0);
-        let seen: [usize; R] =
-            std::array::from_fn(|r| if r < r_used { visible(i0 + r) } else { 0 });
-        let mut acc = [[0f32; D]; R];
-        kv.for_each_row(kv.v, seen[r_used - 1], |pos, value| {
-            let value: &[f32; D] = value.try_into().expect("invariant: head_dim is D");
-            for r in 0..R {
-                if pos < seen[r] {
-                    let w = scores[(i0 + r) * ctx + pos];
-                    for j in 0..D {
-                        acc[r][j] += w * value[j];
-                    }
-                }
-            }
-        });
-        for (r, acc) in acc.iter().enumerate().take(r_used) {
-            out[(i0 + r) * D..(i0 + r + 1) * D].copy_from_slice(acc);
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-struct Avx512;
-
-#[cfg(target_arch = "x86_64")]
-impl Kernels for Avx512 {
-    #[inline(always)]
-    fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let mut out = [0f32];
-        Self::dots(&[a], b, &mut out);
-        out[0]
-    }
-
-    #[inline(always)]
-    fn dots(queries: &[&[f32]], key: &[f32], out: &mut [f32]) {
-        for (qs, os) in queries.chunks(8).zip(out.chunks_mut(8)) {
-            // SAFETY: `Avx512` is only used from `attend_rows_avx512`, on AVX-512F CPUs.
-            unsafe { dots8_avx512(qs, key, os) };
-        }
-    }
-
-    #[inline(always)]
-    fn score_blocked(
-        queries: &[&[f32]],
-        kv: &PagedKv<'_>,
-        ctx: usize,
-        visible: impl Fn(usize) -> usize,
-        scale: f32,
-        scores: &mut [f32],
-    ) -> bool {
-        // SAFETY (all three): `Avx512` is only used from `attend_rows_avx512`.
-        match kv.heads.head_dim {
-            64 => unsafe { score4_avx512::<4>(queries, kv, ctx, visible, scale, scores) },
-            128 => unsafe { score4_avx512::<8>(queries, kv, ctx, visible, scale, scores) },
-            _ => return false,
-        }
-        true
-    }
-}
-
-/// [`Kernels::score_blocked`] for a head of `C * 16` dimensions: four queries at a time stay
-/// in registers while the keys stream past once, and their four sums are reduced together by a
-/// transposing tree that adds exactly the pairs [`Portable::dot`]'s halving adds.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-// The chunk index `c` addresses the key pointer and the query registers alike.
-#[allow(clippy::needless_range_loop)]
-fn score4_avx512<const C: usize>(
-    queries: &[&[f32]],
-    kv: &PagedKv<'_>,
-    ctx: usize,
-    visible: impl Fn(usize) -> usize,
-    scale: f32,
-    scores: &mut [f32],
-) {
-    use std::arch::x86_64::*;
-    let n = queries.len();
-    for i0 in (0..n).step_by(4) {
-        let m = 4.min(n - i0);
-        let limit = visible(i0 + m - 1).min(ctx);
-        // SAFETY: every query and key has `C * 16` floats (the head size), checked by the
-        // caller's match; the missing queries of a last group are zeros and never stored.
-        unsafe {
-            let q: [[__m512; C]; 4] = std::array::from_fn(|j| {
-                std::array::from_fn(|c| {
-                    if j < m {
-                        _mm512_loadu_ps(queries[i0 + j].as_ptr().add(16 * c))
-                    } else {
-                        _mm512_setzero_ps()
-                    }
-                })
-            });
-            kv.for_each_row(kv.k, limit, |pos, key| {
-                let mut acc = [_mm512_setzero_ps(); 4];
-                for c in 0..C {
-                    let k = _mm512_loadu_ps(key.as_ptr().add(16 * c));
-                    for j in 0..4 {
-                        acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps(q[j][c], k));
-                    }
-                }
-                // Lanes i + 8, for a and b side by side, then c and d.
-                let ab = _mm512_add_ps(
-                    _mm512_shuffle_f32x4(acc[0], acc[1], 0b01_00_01_00),
-                    _mm512_shuffle_f32x4(acc[0], acc[1], 0b11_10_11_10),
-                );
-                let cd = _mm512_add_ps(
-                    _mm512_shuffle_f32x4(acc[2], acc[3], 0b01_00_01_00),
-                    _mm512_shuffle_f32x4(acc[2], acc[3], 0b11_10_11_10),
-                );
-                // Lanes i + 4: one 128-bit lane per query.
-                let v = _mm512_add_ps(
-                    _mm512_shuffle_f32x4(ab, cd, 0b10_00_10_00),
-                    _mm512_shuffle_f32x4(ab, cd, 0b11_01_11_01),
-                );
-                // Lanes i + 2, then i + 1, within each 128-bit lane.
-                let y = _mm512_add_ps(v, _mm512_permute_ps(v, 0b11_10_11_10));
-                let z = _mm512_add_ps(y, _mm512_permute_ps(y, 0b01_01_01_01));
-                let mut sums = [0f32; 16];
-                _mm512_storeu_ps(sums.as_mut_ptr(), z);
-                for j in 0..m {
-                    scores[(i0 + j) * ctx + pos] = sums[4 * j] * scale;
-                }
-            });
-        }
-    }
-}
-
-/// Up to eight dot products against one key, loading each slice of the key once; one 16-lane
-/// register holds exactly the sixteen partial sums of [`Portable::dot`], reduced in its order.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn dots8_avx512(queries: &[&[f32]], key: &[f32], out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let m = queries.len();
-    let n = queries
-        .iter()
-        .map(|q| q.len())
-        .min()
-        .unwrap_or(0)
-        .min(key.len());
-    let full = n / 16 * 16;
-    // SAFETY: loads read 16 floats at `i` with `i + 16 <= full <= len` of every slice;
-    // queries beyond `m` are never read.
-    unsafe {
-        let mut acc = [_mm512_setzero_ps(); 8];
-        let mut i = 0;
-        while i < full {
-            let k = _mm512_loadu_ps(key.as_ptr().add(i));
-            for j in 0..m {
-                let q = _mm512_loadu_ps(queries[j].as_ptr().add(i));
-                acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps(q, k));
-            }
-            i += 16;
-        }
-        for j in 0..m {
-            let s8 = _mm256_add_ps(
-                _mm512_castps512_ps256(acc[j]),
-                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[j]), 1)),
-            );
-            let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-            let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-            let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-            let mut sum = _mm_cvtss_f32(s1);
-            for t in full..n {
-                sum += queries[j][t] * key[t];
-            }
-            out[j] = sum;
         }
     }
 }
@@ -1045,6 +463,32 @@ impl GatherPlan {
 }
 
 #[cfg(test)]
+/// The paged kernel as a plan runs it: with its batch's shared prefixes.
+fn paged_cpu(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    spans: &[SeqSpan],
+    block_size: usize,
+    heads: Heads,
+    window: Option<usize>,
+) -> candle_core::Result<Tensor> {
+    let shared = paged::shared_prefixes(spans, block_size, window);
+    paged::attend(
+        q,
+        k,
+        v,
+        spans,
+        block_size,
+        heads,
+        window,
+        &shared,
+        paged::Isa::best(),
+        &mut Vec::new(),
+    )
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -1072,116 +516,6 @@ mod tests {
         assert_eq!(exp_nonpositive(f32::NEG_INFINITY), exp_nonpositive(-87.0));
     }
 
-    /// The AVX2 inner product sums in the portable order, bit for bit.
-    #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn avx2_and_portable_dot_products_are_identical() {
-        if !std::is_x86_feature_detected!("avx2") {
-            return;
-        }
-        for len in [1, 15, 16, 17, 64, 100] {
-            let a = random((1, len), len as u64)
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap();
-            let b = random((1, len), 99)
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap();
-            // SAFETY: AVX2 checked above.
-            let fast = unsafe { dot_avx2(&a, &b) };
-            assert_eq!(
-                fast.to_bits(),
-                Portable::dot(&a, &b).to_bits(),
-                "length {len}"
-            );
-        }
-    }
-
-    /// Every instruction set the CPU offers computes the paged kernel with the same bits as
-    /// the portable code, for the head sizes with register-blocked value sums (64, 128) and
-    /// one without (24), on decodes and on multi-row prefill chunks.
-    #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn every_instruction_set_gives_the_portable_bits() {
-        for head_dim in [24, 64, 128] {
-            let heads = Heads {
-                num_heads: 6,
-                num_kv_heads: 2,
-                head_dim,
-            };
-            let block_size = 16;
-            let spans = [
-                SeqSpan {
-                    q_start: 0,
-                    q_len: 1,
-                    start: 40,
-                    blocks: vec![0, 1, 2],
-                },
-                SeqSpan {
-                    q_start: 1,
-                    q_len: 37,
-                    start: 5,
-                    blocks: vec![3, 4, 5],
-                },
-            ];
-            let t = 38;
-            let width = heads.num_heads * head_dim;
-            let q = random((t, width), 11)
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap();
-            let kv_width = heads.num_kv_heads * head_dim;
-            let k = random((6 * block_size, kv_width), 12);
-            let v = random((6 * block_size, kv_width), 13);
-            let (k, v) = (cpu_f32(&k).unwrap(), cpu_f32(&v).unwrap());
-            for (window, span) in [None, Some(20)]
-                .into_iter()
-                .flat_map(|w| spans.iter().map(move |s| (w, s)))
-            {
-                for kvh in 0..heads.num_kv_heads {
-                    for r0 in (0..span.q_len).step_by(ROWS_PER_ITEM) {
-                        let rows = r0..(r0 + ROWS_PER_ITEM).min(span.q_len);
-                        let cache = PagedKv {
-                            k: &k,
-                            v: &v,
-                            blocks: &span.blocks,
-                            block_size,
-                            heads,
-                            kvh,
-                        };
-                        let bits = |x: Vec<f32>| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                        let portable = bits(attend_rows_with::<Portable>(
-                            &q,
-                            &cache,
-                            span,
-                            rows.clone(),
-                            heads,
-                            window,
-                        ));
-                        if std::is_x86_feature_detected!("avx2") {
-                            // SAFETY: AVX2 checked just above.
-                            let avx2 = unsafe {
-                                attend_rows_avx2(&q, &cache, span, rows.clone(), heads, window)
-                            };
-                            assert_eq!(bits(avx2), portable, "avx2, head_dim {head_dim}");
-                        }
-                        if std::is_x86_feature_detected!("avx512f") {
-                            // SAFETY: AVX-512F checked just above.
-                            let avx512 = unsafe {
-                                attend_rows_avx512(&q, &cache, span, rows.clone(), heads, window)
-                            };
-                            assert_eq!(bits(avx512), portable, "avx512, head_dim {head_dim}");
-                        }
-                    }
-                }
-            }
-        }
-    }
-
     /// The CPU kernel and the gathered path (the CUDA path) must agree on a ragged batch
     /// of decodes and prefill chunks that share blocks, with full causal attention and with
     /// sliding windows shorter than some of the contexts (Mistral v0.1).
@@ -1190,52 +524,6 @@ mod tests {
         for window in [None, Some(1), Some(3), Some(5), Some(64)] {
             paged_kernel_matches_gathered_matmuls_with(window);
         }
-    }
-
-    /// A window of `w` keys gives the same attention as the full context cut to its last
-    /// `w` positions: the window drops what lies before it and nothing else.
-    #[test]
-    fn a_sliding_window_sees_exactly_its_last_keys() {
-        let heads = Heads {
-            num_heads: 2,
-            num_kv_heads: 1,
-            head_dim: 8,
-        };
-        let block_size = 4;
-        let q = random((1, 16), 1).reshape((1, 2, 8)).unwrap();
-        let k = random((3 * block_size, 8), 2);
-        let v = random((3 * block_size, 8), 3);
-        // A decode at position 9 with a window of 4 sees positions 6..=9, which are the
-        // last four rows of the blocks [0, 1, 2]: block 1 offsets 2, 3 and block 2 offsets 0, 1.
-        let windowed = SeqSpan {
-            q_start: 0,
-            q_len: 1,
-            start: 9,
-            blocks: vec![0, 1, 2],
-        };
-        let got = paged_cpu(&q, &k, &v, &[windowed], block_size, heads, Some(4)).unwrap();
-        // The same four keys copied to the front of a fresh cache, seen in full.
-        let rows = Tensor::new(&[6u32, 7, 8, 9], &Device::Cpu).unwrap();
-        let (k4, v4) = (
-            k.index_select(&rows, 0).unwrap(),
-            v.index_select(&rows, 0).unwrap(),
-        );
-        let full = SeqSpan {
-            q_start: 0,
-            q_len: 1,
-            start: 3,
-            blocks: vec![0],
-        };
-        let expected = paged_cpu(&q, &k4, &v4, &[full], block_size, heads, None).unwrap();
-        let diff = (got - expected)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
-        assert!(diff < 1e-6, "max difference {diff}");
     }
 
     fn paged_kernel_matches_gathered_matmuls_with(window: Option<usize>) {

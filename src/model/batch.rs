@@ -120,7 +120,14 @@ impl BatchInputs {
             slots,
             logit_rows: Tensor::from_vec(logit_rows, num_logit_rows, device)?,
             num_logit_rows,
-            attention: AttentionPlan::new(spans, block_size, kv.attention(), kv.window(), device)?,
+            attention: AttentionPlan::new(
+                spans,
+                block_size,
+                kv.attention(),
+                kv.window(),
+                kv.cascade(),
+                device,
+            )?,
             attention_timer: None,
         })
     }

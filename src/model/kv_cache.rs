@@ -25,6 +25,9 @@ pub struct KvCache {
     /// The model's sliding attention window, which every attention plan over this cache
     /// applies.
     window: Option<usize>,
+    /// Whether the paged CPU kernel reads prefixes shared by several sequences once for all
+    /// of them (the same bits either way; off only to measure what it saves).
+    cascade: bool,
 }
 
 impl KvCache {
@@ -86,6 +89,7 @@ impl KvCache {
             dtype,
             attention,
             window: cfg.sliding_window,
+            cascade: true,
         })
     }
 
@@ -136,6 +140,18 @@ impl KvCache {
         }
         self.attention = backend;
         Ok(())
+    }
+
+    /// Whether the paged CPU kernel reads shared prefixes once per batch (see
+    /// [`KvCache::set_cascade`]).
+    pub fn cascade(&self) -> bool {
+        self.cascade
+    }
+
+    /// Turns the paged CPU kernel's shared-prefix (cascade) reading on or off. Results are
+    /// identical either way; off measures what it saves.
+    pub fn set_cascade(&mut self, on: bool) {
+        self.cascade = on;
     }
 
     /// Keys a query sees, itself included, if attention looks back over a window only.

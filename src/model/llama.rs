@@ -523,7 +523,7 @@ impl Llama {
 /// pays to wake one (a futex wake and, on a virtual machine, an interrupt to another core).
 /// Both together halved the speed of a single stream on two cores. The spinning workers run
 /// [`rayon::yield_now`], which executes whatever work they can take, so nothing waits on them.
-fn on_busy_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+pub(crate) fn on_busy_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     use std::sync::atomic::{AtomicBool, Ordering};
     /// Stops the spinners however `f` ends, a panic included, so that the scope can close.
     struct Done<'a>(&'a AtomicBool);
