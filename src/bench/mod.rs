@@ -200,7 +200,10 @@ impl Bench {
     /// what the device has free once the weights are in) bounds it.
     fn kv_budget(spec: &BenchSpec, device: &Device) -> usize {
         let cfg = spec.shape.config();
-        let dtype = activation_dtype(spec.weights, device, spec.shape);
+        let dtype = spec
+            .engine
+            .kv_format
+            .dtype(device, activation_dtype(spec.weights, device, spec.shape));
         let block = spec
             .engine
             .block_size
@@ -329,7 +332,8 @@ impl Bench {
                 candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
                 other => format!("{other:?}"),
             },
-            weights: format!("{:?}", kv.dtype()),
+            weights: format!("{:?}", self.engine.model().dtype()),
+            kv_format: format!("{:?}", kv.dtype()),
             attention: kv.attention().name().to_string(),
             sampling_on: if self.engine.samples_on_device() {
                 "device"

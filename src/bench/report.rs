@@ -110,6 +110,8 @@ pub struct BenchReport {
     pub device: String,
     /// How the weights are stored and computed (`Dense(BF16)`, ...).
     pub weights: String,
+    /// The KV cache's dtype.
+    pub kv_format: String,
     pub attention: String,
     /// `device` or `host`.
     pub sampling_on: String,
@@ -167,7 +169,7 @@ impl BenchReport {
             "throng bench: {} ({} parameters, random weights), {} on {}, attention: {}, sampling on the {}\n\
              {} agents; step 1 prompts: {} shared + {} own tokens; later steps add each agent's reply and {} own tokens; \
              replies <= {} tokens{}\n\
-             KV cache: {} ({} blocks of {} tokens); built in {:.1} s\n\n",
+             KV cache: {} as {} ({} blocks of {} tokens); built in {:.1} s\n\n",
             self.shape,
             count(self.parameters),
             self.weights,
@@ -185,6 +187,7 @@ impl BenchReport {
                 ""
             },
             gib(self.kv_bytes),
+            self.kv_format,
             self.kv_blocks,
             self.block_size,
             self.load_seconds,

@@ -1,12 +1,12 @@
 //! `throng bench`: the engine on a random-weight model of a preset's shape, stepped as a
 //! simulation steps its agents; prints a table and writes the same as JSON.
 
-use super::choice::{AttentionArg, ShapeArg, WeightsArg};
+use super::choice::{AttentionArg, KvFormatArg, ShapeArg, WeightsArg};
 use super::parse_device;
 use crate::bench::{Bench, BenchSpec};
 use crate::engine::EngineConfig;
 use crate::model::synthetic::Shape;
-use crate::model::{AttentionBackend, WeightFormat};
+use crate::model::{AttentionBackend, KvFormat, WeightFormat};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 
@@ -61,6 +61,9 @@ pub struct BenchArgs {
     /// Memory for the KV cache, e.g. `40GiB` (default: what the agents' contexts need).
     #[arg(long)]
     pub kv_memory: Option<bytesize::ByteSize>,
+    /// How the KV cache stores keys and values.
+    #[arg(long, value_parser = KvFormatArg::parser(), default_value = "auto")]
+    pub kv_format: KvFormat,
     /// Tokens per forward pass (default: 512 on the CPU, 8192 on a GPU).
     #[arg(long)]
     pub max_batch_tokens: Option<usize>,
@@ -97,6 +100,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             max_seqs: args.max_seqs.unwrap_or(0),
             prefix_caching: !args.no_prefix_cache,
             attention: args.attention,
+            kv_format: args.kv_format,
             host_sampling: args.host_sampling,
             ..EngineConfig::default()
         },

@@ -4,7 +4,7 @@
 //! without the other fails to build, and a test holds each spelling to the library's name.
 
 use crate::model::synthetic::Shape;
-use crate::model::{AttentionBackend, WeightFormat};
+use crate::model::{AttentionBackend, KvFormat, WeightFormat};
 use crate::sim::config::{PolicyKind, Split};
 use clap::builder::{EnumValueParser, TypedValueParser};
 
@@ -62,6 +62,18 @@ choice! {
         /// int8 in groups of 64 weights, activations quantized per row in two 8-bit parts,
         /// integer dot products (CPU).
         Int8,
+    }
+}
+
+choice! {
+    /// `--kv-format`.
+    KvFormatArg => KvFormat {
+        /// f16 on the CPU (half the bytes, within the quality gate), the model's dtype on a GPU.
+        Auto,
+        /// The model's activation dtype: f32 on the CPU, bf16 on a GPU.
+        Model,
+        F32,
+        F16,
     }
 }
 
@@ -176,6 +188,15 @@ mod tests {
             .iter()
             .map(|&a| AttentionBackend::from(a));
         assert_eq!(spellings::<AttentionArg>(), serde_names(attention));
+
+        let kv: Vec<_> = KvFormatArg::value_variants()
+            .iter()
+            .map(|&k| KvFormat::from(k))
+            .collect();
+        assert_eq!(spellings::<KvFormatArg>(), serde_names(kv.clone()));
+        let names: Vec<_> = kv.iter().map(|k| k.name().to_string()).collect();
+        assert_eq!(spellings::<KvFormatArg>(), names);
+        assert_eq!(kv, KvFormat::ALL);
 
         let shapes: Vec<_> = ShapeArg::value_variants()
             .iter()

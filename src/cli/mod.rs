@@ -21,7 +21,7 @@ pub mod run;
 pub mod serve;
 
 use crate::engine::{Engine, EngineConfig};
-use crate::model::{LoadOptions, WeightFormat, loader};
+use crate::model::{KvFormat, LoadOptions, WeightFormat, loader};
 use crate::scenarios::Registry;
 use anyhow::{Context, Result, bail};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -48,6 +48,9 @@ pub struct ModelArgs {
     /// Memory for the KV cache, e.g. `2GiB` (default: derived from the device).
     #[arg(long)]
     pub kv_memory: Option<bytesize::ByteSize>,
+    /// How the KV cache stores keys and values.
+    #[arg(long, value_parser = choice::KvFormatArg::parser(), default_value = "auto")]
+    pub kv_format: KvFormat,
     /// Tokens per forward pass (default: 512 on CPU, 8192 on GPU).
     #[arg(long)]
     pub max_batch_tokens: Option<usize>,
@@ -274,6 +277,7 @@ impl ModelArgs {
             max_batch_tokens: self.max_batch_tokens,
             max_seqs: self.max_seqs,
             prefix_caching: !self.no_prefix_cache,
+            kv_format: self.kv_format,
             ..EngineConfig::default()
         }
     }

@@ -426,7 +426,10 @@ fn size_model(model: &ModelArgs, profile: Option<DeviceProfile>) -> Result<Sized
                 ),
                 weight_bytes,
                 how,
-                Figure::new(cfg.kv_bytes_per_token(dtype_bytes) as f64, Source::Computed),
+                Figure::new(
+                    cfg.kv_bytes_per_token(engine.kv_cache().dtype().size_in_bytes()) as f64,
+                    Source::Computed,
+                ),
                 format!("this machine ({}), weights as {weights}", model.device),
             )
         }

@@ -14,7 +14,7 @@ use super::sampler::Sampler;
 use super::scheduler::{Scheduled, Scheduler, SchedulerConfig};
 use super::sequence::{SeqId, Sequence};
 use super::tokenizer::Tokenizer;
-use crate::model::{AttentionBackend, CausalLm, KvCache, LoadedModel, ModelError};
+use crate::model::{AttentionBackend, CausalLm, KvCache, KvFormat, LoadedModel, ModelError};
 use candle_core::Tensor;
 use rayon::prelude::*;
 use std::time::{Duration, Instant};
@@ -50,8 +50,10 @@ pub struct EngineConfig {
     /// Append the tokens a grammar forces without sampling them one per step.
     pub fast_forward: bool,
     /// The attention implementation (default: the fastest that runs on the device with the
-    /// model's dtype, head size and block size).
+    /// cache's dtype, head size and block size).
     pub attention: Option<AttentionBackend>,
+    /// How the KV cache stores keys and values.
+    pub kv_format: KvFormat,
     /// On a GPU, copy logits to the host and sample there instead of on the device.
     pub host_sampling: bool,
     /// Measure each phase of a step exactly (inputs, forward, attention, sampling, copies):
@@ -70,6 +72,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             fast_forward: true,
             attention: None,
+            kv_format: KvFormat::Auto,
             host_sampling: false,
             profile: false,
         }
@@ -220,7 +223,7 @@ impl Engine {
         } = loaded;
         let model_cfg = model.config().clone();
         let device = model.device().clone();
-        let dtype = model.dtype();
+        let dtype = cfg.kv_format.dtype(&device, model.dtype());
         let block_size = cfg
             .block_size
             .unwrap_or(if device.is_cpu() { 16 } else { 32 });

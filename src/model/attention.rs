@@ -49,7 +49,7 @@ pub const FLASH_BLOCK_MULTIPLE: usize = 32;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AttentionUnavailable {
     #[error(
-        "the paged CPU attention kernel runs f32 on the CPU, not {dtype:?} on {device:?}; use `gathered`"
+        "the paged CPU attention kernel reads f32 or f16 caches on the CPU, not {dtype:?} on {device:?}; use `gathered`"
     )]
     PagedCpu { dtype: DType, device: Device },
     #[error("paged FlashAttention is not in this build; rebuild with `--features flash-attn`")]
@@ -71,7 +71,7 @@ pub enum AttentionUnavailable {
 impl AttentionBackend {
     /// The fastest implementation that runs on `device` with these settings.
     pub fn best(device: &Device, dtype: DType, head_dim: usize, block_size: usize) -> Self {
-        if device.is_cpu() && dtype == DType::F32 {
+        if device.is_cpu() && matches!(dtype, DType::F32 | DType::F16) {
             AttentionBackend::PagedCpu
         } else if AttentionBackend::FlashPaged
             .check(device, dtype, head_dim, block_size)
@@ -93,7 +93,11 @@ impl AttentionBackend {
     ) -> Result<(), AttentionUnavailable> {
         match self {
             AttentionBackend::Gathered => Ok(()),
-            AttentionBackend::PagedCpu if device.is_cpu() && dtype == DType::F32 => Ok(()),
+            AttentionBackend::PagedCpu
+                if device.is_cpu() && matches!(dtype, DType::F32 | DType::F16) =>
+            {
+                Ok(())
+            }
             AttentionBackend::PagedCpu => Err(AttentionUnavailable::PagedCpu {
                 dtype,
                 device: device.clone(),
@@ -522,11 +526,13 @@ mod tests {
     #[test]
     fn paged_kernel_matches_gathered_matmuls() {
         for window in [None, Some(1), Some(3), Some(5), Some(64)] {
-            paged_kernel_matches_gathered_matmuls_with(window);
+            for dtype in [DType::F32, DType::F16] {
+                paged_kernel_matches_gathered_matmuls_with(window, dtype);
+            }
         }
     }
 
-    fn paged_kernel_matches_gathered_matmuls_with(window: Option<usize>) {
+    fn paged_kernel_matches_gathered_matmuls_with(window: Option<usize>, dtype: DType) {
         let heads = Heads {
             num_heads: 6,
             num_kv_heads: 2,
@@ -566,6 +572,7 @@ mod tests {
             .unwrap();
         let k = random((6 * block_size, heads.num_kv_heads * heads.head_dim), 2);
         let v = random((6 * block_size, heads.num_kv_heads * heads.head_dim), 3);
+        let (k, v) = (k.to_dtype(dtype).unwrap(), v.to_dtype(dtype).unwrap());
         let paged = paged_cpu(&q, &k, &v, &spans, block_size, heads, window).unwrap();
         let gathered = GatherPlan::new(&spans, block_size, window, &Device::Cpu)
             .unwrap()
@@ -579,6 +586,9 @@ mod tests {
             .unwrap()
             .to_scalar::<f32>()
             .unwrap();
-        assert!(diff < 1e-5, "window {window:?}: max difference {diff}");
+        assert!(
+            diff < 1e-5,
+            "window {window:?}, {dtype:?}: max difference {diff}"
+        );
     }
 }

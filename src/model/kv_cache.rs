@@ -11,6 +11,52 @@ use super::attention::AttentionBackend;
 use super::{ModelConfig, ModelError};
 use candle_core::{DType, Device, Tensor};
 
+/// How the KV cache stores keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KvFormat {
+    /// f16 on the CPU: half the bytes of f32 for attention to read and twice the tokens in
+    /// the same memory, within the quality gate (`throng eval --kv-format f16`); the model's
+    /// own dtype on a GPU.
+    #[default]
+    Auto,
+    /// The model's activation dtype (f32 on the CPU, bf16 or f16 on a GPU).
+    Model,
+    F32,
+    F16,
+}
+
+impl KvFormat {
+    pub const ALL: [KvFormat; 4] = [
+        KvFormat::Auto,
+        KvFormat::Model,
+        KvFormat::F32,
+        KvFormat::F16,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvFormat::Auto => "auto",
+            KvFormat::Model => "model",
+            KvFormat::F32 => "f32",
+            KvFormat::F16 => "f16",
+        }
+    }
+
+    /// The dtype a cache in this format holds for a model computing in `activations` on
+    /// `device`.
+    pub fn dtype(self, device: &Device, activations: DType) -> DType {
+        match self {
+            // The paged CPU kernel widens f16 rows exactly; other activation dtypes on the
+            // CPU take the gathered path, which gains nothing from a narrower cache.
+            KvFormat::Auto if device.is_cpu() && activations == DType::F32 => DType::F16,
+            KvFormat::Auto | KvFormat::Model => activations,
+            KvFormat::F32 => DType::F32,
+            KvFormat::F16 => DType::F16,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct KvCache {
     /// `(keys, values)` per layer, each `(num_blocks, block_size, kv_heads, head_dim)`.

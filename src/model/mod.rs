@@ -30,7 +30,7 @@ pub use config::{
     ConfigProblem, Experts, Family, Llama3RopeScaling, ModelConfig, RopeConfig, RopeStyle,
 };
 pub use error::ModelError;
-pub use kv_cache::KvCache;
+pub use kv_cache::{KvCache, KvFormat};
 pub use linear::WeightFormat;
 pub use llama::Llama;
 pub use loader::{LoadOptions, LoadedModel, ModelSource};

@@ -60,6 +60,14 @@ pub(super) trait Kernels {
         false
     }
 
+    /// `dst[i] = src[i]` widened to f32 (exactly: every f16 is an f32).
+    #[inline(always)]
+    fn widen(src: &[half::f16], dst: &mut [f32]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = s.to_f32_const();
+        }
+    }
+
     /// The sum of `a`, in the order of [`Kernels::dot`].
     #[inline(always)]
     fn sum(a: &[f32]) -> f32 {
@@ -117,6 +125,24 @@ pub(super) struct Avx2;
 
 #[cfg(target_arch = "x86_64")]
 impl Kernels for Avx2 {
+    #[inline(always)]
+    fn widen(src: &[half::f16], dst: &mut [f32]) {
+        use std::arch::x86_64::*;
+        let n = src.len().min(dst.len());
+        let full = n / 8 * 8;
+        // SAFETY: `Avx2` runs where the CPU has AVX2 and F16C; each load reads 8 halves and
+        // each store writes 8 floats at `i + 8 <= full <= n`.
+        unsafe {
+            for i in (0..full).step_by(8) {
+                let h = _mm_loadu_si128(src.as_ptr().add(i).cast());
+                _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+            }
+        }
+        for i in full..n {
+            dst[i] = src[i].to_f32_const();
+        }
+    }
+
     #[inline(always)]
     fn dot(a: &[f32], b: &[f32]) -> f32 {
         // SAFETY: `Avx2` is only used from functions compiled with AVX2 and called where the
@@ -200,7 +226,7 @@ pub(super) fn axpy(out: &mut [f32], w: f32, x: &[f32]) {
 /// quarter of the loads and no stores in the loop. Summing `a..b` then `b..c` into the same
 /// `out` gives the bits of summing `a..c`.
 #[inline(always)]
-pub(super) fn weigh_values_blocked<const D: usize, const R: usize>(
+pub(super) fn weigh_values_blocked<K: Kernels + ?Sized, const D: usize, const R: usize>(
     kv: &PagedKv<'_>,
     weights: &[&[f32]],
     from: usize,
@@ -221,7 +247,7 @@ pub(super) fn weigh_values_blocked<const D: usize, const R: usize>(
                 [0f32; D]
             }
         });
-        kv.for_each_row(
+        kv.for_each_row::<K>(
             kv.v,
             from,
             seen[r_used - 1],
@@ -249,6 +275,24 @@ pub(super) struct Avx512;
 
 #[cfg(target_arch = "x86_64")]
 impl Kernels for Avx512 {
+    #[inline(always)]
+    fn widen(src: &[half::f16], dst: &mut [f32]) {
+        use std::arch::x86_64::*;
+        let n = src.len().min(dst.len());
+        let full = n / 16 * 16;
+        // SAFETY: AVX-512F (as for every `Avx512` method); each load reads 16 halves and each
+        // store writes 16 floats at `i + 16 <= full <= n`.
+        unsafe {
+            for i in (0..full).step_by(16) {
+                let h = _mm256_loadu_si256(src.as_ptr().add(i).cast());
+                _mm512_storeu_ps(dst.as_mut_ptr().add(i), _mm512_cvtph_ps(h));
+            }
+        }
+        for i in full..n {
+            dst[i] = src[i].to_f32_const();
+        }
+    }
+
     #[inline(always)]
     fn dot(a: &[f32], b: &[f32]) -> f32 {
         let mut out = [0f32];
@@ -318,7 +362,7 @@ fn score4_avx512<const C: usize>(
                     }
                 })
             });
-            kv.for_each_row(
+            kv.for_each_row::<Avx512>(
                 kv.k,
                 from,
                 limit,

@@ -135,7 +135,7 @@ impl PagedKv<'_> {
     /// Calls `f(pos, key_or_value_row)` for positions `from..to` in order, walking the block
     /// table instead of dividing per position.
     #[inline(always)]
-    pub fn for_each_row(
+    pub fn for_each_row<K: Kernels + ?Sized>(
         &self,
         cache: Rows<'_>,
         from: usize,
@@ -151,7 +151,6 @@ impl PagedKv<'_> {
                 |pos, at| f(pos, &cache[at..at + d]),
             ),
             Rows::F16(cache) => {
-                use half::slice::HalfFloatSliceExt;
                 let mut row = [0f32; MAX_HEAD_DIM];
                 let row = &mut row[..d];
                 self.walk(
@@ -159,7 +158,7 @@ impl PagedKv<'_> {
                     to,
                     #[inline(always)]
                     |pos, at| {
-                        cache[at..at + d].convert_to_f32_slice(row);
+                        K::widen(&cache[at..at + d], row);
                         f(pos, row)
                     },
                 )
@@ -205,7 +204,7 @@ impl Isa {
             return Isa::Avx512;
         }
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") {
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
             return Isa::Avx2;
         }
         Isa::Portable
@@ -216,7 +215,7 @@ impl Isa {
     pub fn available() -> Vec<Self> {
         let mut all = vec![Isa::Portable];
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") {
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
             all.push(Isa::Avx2);
         }
         #[cfg(target_arch = "x86_64")]
@@ -239,7 +238,7 @@ impl Isa {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 fn run_avx2(x: &Inputs<'_>, task: Task<'_, '_>) {
     run::<Avx2>(x, task)
 }
@@ -446,7 +445,7 @@ fn score<K: Kernels>(
     }
     let mut dots = vec![0f32; n];
     let mut first = 0;
-    kv.for_each_row(
+    kv.for_each_row::<K>(
         kv.k,
         from,
         visible(n - 1),
@@ -478,11 +477,11 @@ fn weigh<K: Kernels>(
         return;
     }
     match kv.heads.head_dim {
-        64 => weigh_values_blocked::<64, 4>(kv, weights, from, visible, out),
-        128 => weigh_values_blocked::<128, 2>(kv, weights, from, visible, out),
+        64 => weigh_values_blocked::<K, 64, 4>(kv, weights, from, visible, out),
+        128 => weigh_values_blocked::<K, 128, 2>(kv, weights, from, visible, out),
         _ => {
             let mut first = 0;
-            kv.for_each_row(
+            kv.for_each_row::<K>(
                 kv.v,
                 from,
                 visible(n - 1),
@@ -733,6 +732,17 @@ mod tests {
             }
         }
 
+        /// The same case with the cache stored in `dtype`.
+        fn stored_as(&self, dtype: DType) -> Self {
+            Self {
+                k: self.k.to_dtype(dtype).unwrap(),
+                v: self.v.to_dtype(dtype).unwrap(),
+                q: self.q.clone(),
+                spans: self.spans.clone(),
+                ..*self
+            }
+        }
+
         fn attend(&self, window: Option<usize>, cascade: bool, isa: Isa) -> Vec<u32> {
             let shared = if cascade {
                 shared_prefixes(&self.spans, self.block_size, window)
@@ -810,18 +820,21 @@ mod tests {
 
     /// The cascade reads memory differently and changes no bit: on every instruction set
     /// the CPU offers, for head sizes with register-blocked loops (64, 128) and without (24),
-    /// on decodes and prefill chunks, with and without a window.
+    /// on decodes and prefill chunks, with and without a window, from f32 and f16 caches.
     #[test]
     fn every_instruction_set_with_or_without_the_cascade_gives_the_portable_bits() {
-        for head_dim in [24, 64, 128] {
-            let case = agents(head_dim);
+        for (head_dim, dtype) in [24, 64, 128]
+            .into_iter()
+            .flat_map(|d| [(d, DType::F32), (d, DType::F16)])
+        {
+            let case = agents(head_dim).stored_as(dtype);
             for window in [None, Some(20)] {
                 let portable = case.attend(window, false, Isa::Portable);
                 for isa in Isa::available() {
                     for cascade in [false, true] {
                         assert!(
                             case.attend(window, cascade, isa) == portable,
-                            "{isa:?}, cascade {cascade}, head_dim {head_dim}, window {window:?}"
+                            "{isa:?}, cascade {cascade}, head_dim {head_dim}, {dtype:?}, window {window:?}"
                         );
                     }
                 }
