@@ -25,8 +25,8 @@ pub use handle::{EngineHandle, Pending};
 pub use llm_engine::{
     Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, default_kv_memory,
 };
-pub use retention::KvPolicy;
 pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
+pub use retention::KvPolicy;
 pub use sampler::SamplingParams;
 pub use shared_prefix::{PromptCost, SharedPrefix};
 pub use tokenizer::Tokenizer;
