@@ -8,7 +8,10 @@
 //! agent's history key and each step's turns are announced to the engine in order
 //! ([`Engine::expect_calls`]), so that a KV cache too small for every agent's history keeps
 //! those of the agents called soonest, rather than the least recently used (exactly the
-//! agents called last).
+//! agents called last). That holds while the system prompt stays the same from step to step
+//! (the energy market's does; the guessing game's shows the latest results) and until the
+//! history is cut to its last `history` turns: past that the previous prompt is no longer a
+//! prefix, and the hints keep blocks that will not be found.
 
 use super::{AgentTurn, CellView, Decided, LlmTrace, Policy, PolicyError, PolicyTimes};
 use crate::engine::{
