@@ -4,7 +4,7 @@
 use serde_json::Value;
 use std::process::Command;
 
-const STEP_FIELDS: [&str; 18] = [
+const STEP_FIELDS: [&str; 19] = [
     "step",
     "seconds",
     "engine_steps",
@@ -18,6 +18,7 @@ const STEP_FIELDS: [&str; 18] = [
     "prefix_cache_hit_rate",
     "kv_blocks_peak",
     "kv_bytes_peak",
+    "kv_evictions",
     "finished_stop",
     "finished_length",
     "failed",
@@ -36,7 +37,7 @@ const PHASES: [&str; 8] = [
     "other",
 ];
 
-const RUN_FIELDS: [&str; 21] = [
+const RUN_FIELDS: [&str; 22] = [
     "shape",
     "parameters",
     "device",
@@ -46,6 +47,7 @@ const RUN_FIELDS: [&str; 21] = [
     "block_size",
     "kv_blocks",
     "kv_bytes",
+    "kv_policy",
     "agents",
     "shared_tokens",
     "own_tokens",
@@ -97,6 +99,7 @@ fn bench_on_the_tiny_shape_reports_every_field_and_reuses_previous_turns() {
     assert_eq!(report["device"], "cpu");
     assert_eq!(report["attention"], "paged CPU kernel");
     assert_eq!(report["sampling_on"], "host");
+    assert_eq!(report["kv_policy"], "next-call");
     let steps = report["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 3);
     for (i, step) in steps.iter().enumerate() {
@@ -149,5 +152,65 @@ fn bench_refuses_contexts_longer_than_the_model_with_the_fix() {
     assert!(
         stderr.contains("lower --steps, --shared, --own or --reply"),
         "{stderr}"
+    );
+}
+
+/// One bench run of 8 agents on the tiny shape under `policy`, with room for a quarter of their
+/// contexts; the JSON report.
+fn squeezed_bench(policy: &str, dir: &std::path::Path) -> Value {
+    let json = dir.join(format!("bench-{policy}.json"));
+    // 64 shared + 4 * 32 own + 3 * 16 reply tokens, and the last reply: 16 blocks of 16
+    // tokens an agent at the end, 4 of them shared; 100 blocks would hold everyone. The tiny
+    // model's f32 block is 8 KiB: 32 blocks hold the rules, the running agent and about a
+    // quarter of the others' own tokens.
+    let out = Command::new(env!("CARGO_BIN_EXE_throng"))
+        .args([
+            "bench", "--shape", "tiny", "--device", "cpu", "--agents", "8",
+        ])
+        .args([
+            "--shared", "64", "--own", "32", "--reply", "16", "--steps", "4",
+        ])
+        .args(["--no-schema", "--temperature", "0", "--max-seqs", "1"])
+        .args(["--kv-memory", "256KiB", "--kv-policy", policy, "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "throng bench failed: {stderr}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains(&format!("{policy} eviction")), "{table}");
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
+#[test]
+fn bench_compares_kv_policies_under_a_small_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cached = |report: &Value| -> u64 {
+        report["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["cached_tokens"].as_u64().unwrap())
+            .sum()
+    };
+    let lru = squeezed_bench("lru", dir.path());
+    let next = squeezed_bench("next-call", dir.path());
+    assert_eq!(lru["kv_policy"], "lru");
+    assert_eq!(next["kv_policy"], "next-call");
+    assert_eq!(lru["kv_blocks"], 32);
+    let evicted: u64 = lru["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kv_evictions"].as_u64().unwrap())
+        .sum();
+    assert!(evicted > 0, "the cache is too small for every agent");
+    // Agents come one at a time, in the same order every step: LRU evicts each history just
+    // before it is needed; the bench's announcements let next-call keep some.
+    assert!(
+        cached(&next) > cached(&lru),
+        "next-call found {} prompt tokens in the cache, LRU {}",
+        cached(&next),
+        cached(&lru)
     );
 }

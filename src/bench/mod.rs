@@ -4,7 +4,10 @@
 //!
 //! Step 1 is cold: only the prompt prefix every agent shares can come from the prefix cache.
 //! Later steps extend each agent's previous prompt and reply (see [`Workload`]), which the
-//! prefix cache serves, as a simulation whose agents keep their history does.
+//! prefix cache serves, as a simulation whose agents keep their history does. Like a
+//! simulation's LLM policy, the bench announces each step's agents to the engine, in order
+//! ([`Engine::expect_calls`]), each request keyed by its agent, so that with a KV budget too
+//! small for every agent `--kv-policy next-call` keeps the histories needed soonest.
 //! `benches/synthetic.rs` runs the same code under criterion.
 
 mod report;
@@ -226,6 +229,9 @@ impl Bench {
     /// Runs the next simulation step: every agent's prompt in one continuous batch.
     pub fn step(&mut self) -> Result<&StepReport, BenchError> {
         let (step, prompts) = self.workload.next_prompts();
+        // Agents are submitted in order, every step: the engine's retention hints.
+        self.engine
+            .expect_calls((0..self.spec.agents).map(Workload::agent_key));
         let schema = self
             .spec
             .constrained
@@ -235,6 +241,7 @@ impl Bench {
             .enumerate()
             .map(|(a, prompt)| {
                 let mut r = Request::new(Prompt::Tokens(prompt))
+                    .with_retention_key(Workload::agent_key(a))
                     .with_max_tokens(self.spec.reply)
                     .with_sampling(SamplingParams {
                         temperature: self.spec.temperature,
@@ -287,6 +294,7 @@ impl Bench {
         let secs = wall.as_secs_f64();
         let queried = after.cache.queried_tokens - before.cache.queried_tokens;
         let hits = after.cache.hit_tokens - before.cache.hit_tokens;
+        let evictions = after.cache.evictions - before.cache.evictions;
         let kv_blocks_peak = metrics.iter().map(|m| m.blocks_used).max().unwrap_or(0);
         let kv = self.engine.kv_cache();
         let bytes_per_block = (kv.bytes() / kv.num_blocks()) as u64;
@@ -311,6 +319,7 @@ impl Bench {
             },
             kv_blocks_peak,
             kv_bytes_peak: kv_blocks_peak as u64 * bytes_per_block,
+            kv_evictions: evictions,
             finished_stop: stop,
             finished_length: length,
             failed,
@@ -344,6 +353,7 @@ impl Bench {
             block_size: kv.block_size(),
             kv_blocks: kv.num_blocks(),
             kv_bytes: kv.bytes() as u64,
+            kv_policy: self.engine.kv_policy().name().to_string(),
             agents: self.spec.agents,
             shared_tokens: self.spec.shared,
             own_tokens: self.spec.own,

@@ -93,6 +93,8 @@ pub struct StepReport {
     /// Most KV blocks held at once, and their bytes.
     pub kv_blocks_peak: usize,
     pub kv_bytes_peak: u64,
+    /// Cached KV blocks evicted to make room.
+    pub kv_evictions: u64,
     /// Replies that ended by completing their schema (or their stop), by their token limit,
     /// and by an error.
     pub finished_stop: usize,
@@ -118,6 +120,8 @@ pub struct BenchReport {
     pub block_size: usize,
     pub kv_blocks: usize,
     pub kv_bytes: u64,
+    /// Which cached blocks go first when the cache is full (`--kv-policy`).
+    pub kv_policy: String,
     pub agents: usize,
     pub shared_tokens: usize,
     pub own_tokens: usize,
@@ -169,7 +173,7 @@ impl BenchReport {
             "throng bench: {} ({} parameters, random weights), {} on {}, attention: {}, sampling on the {}\n\
              {} agents; step 1 prompts: {} shared + {} own tokens; later steps add each agent's reply and {} own tokens; \
              replies <= {} tokens{}\n\
-             KV cache: {} as {} ({} blocks of {} tokens); built in {:.1} s\n\n",
+             KV cache: {} as {} ({} blocks of {} tokens, {} eviction); built in {:.1} s\n\n",
             self.shape,
             count(self.parameters),
             self.weights,
@@ -190,6 +194,7 @@ impl BenchReport {
             self.kv_format,
             self.kv_blocks,
             self.block_size,
+            self.kv_policy,
             self.load_seconds,
         );
         out.push_str(

@@ -66,6 +66,11 @@ impl Workload {
         }
     }
 
+    /// The key agent `agent`'s requests carry, under which the engine retains its history.
+    pub fn agent_key(agent: usize) -> String {
+        format!("agent {agent}")
+    }
+
     /// The seed of agent `agent`'s sampling at step `step`.
     pub fn sampling_seed(&self, agent: usize, step: usize) -> u64 {
         derive(self.seed, &[2, agent as u64, step as u64])

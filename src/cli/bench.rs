@@ -1,10 +1,10 @@
 //! `throng bench`: the engine on a random-weight model of a preset's shape, stepped as a
 //! simulation steps its agents; prints a table and writes the same as JSON.
 
-use super::choice::{AttentionArg, KvFormatArg, ShapeArg, WeightsArg};
+use super::choice::{AttentionArg, KvFormatArg, KvPolicyArg, ShapeArg, WeightsArg};
 use super::parse_device;
 use crate::bench::{Bench, BenchSpec};
-use crate::engine::EngineConfig;
+use crate::engine::{EngineConfig, KvPolicy};
 use crate::model::synthetic::Shape;
 use crate::model::{AttentionBackend, KvFormat, WeightFormat};
 use anyhow::{Context, Result};
@@ -73,6 +73,11 @@ pub struct BenchArgs {
     /// Turn off prefix caching (for comparisons).
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// Which cached KV blocks go first when the cache is full: `next-call` keeps the agents
+    /// called soonest (the bench announces each step's agents), `lru` the least recently
+    /// freed, for comparison (with a --kv-memory too small for every agent's context).
+    #[arg(long, value_parser = KvPolicyArg::parser(), default_value = "next-call")]
+    pub kv_policy: KvPolicy,
     /// Where to write the JSON report (default: runs/bench-SHAPE-AGENTS-TIME.json).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -99,6 +104,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             max_batch_tokens: args.max_batch_tokens,
             max_seqs: args.max_seqs.unwrap_or(0),
             prefix_caching: !args.no_prefix_cache,
+            kv_policy: args.kv_policy,
             attention: args.attention,
             kv_format: args.kv_format,
             host_sampling: args.host_sampling,
@@ -114,11 +120,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
     for _ in 0..args.steps {
         let step = bench.step()?;
         eprintln!(
-            "throng bench: step {} took {:.3} s ({:.0} decode tok/s, {:.0}% prefix-cache hits)",
+            "throng bench: step {} took {:.3} s ({:.0} decode tok/s, {:.0}% prefix-cache hits, \
+             {} KV blocks evicted)",
             step.step,
             step.seconds,
             step.decode_tokens_per_s,
-            100.0 * step.prefix_cache_hit_rate
+            100.0 * step.prefix_cache_hit_rate,
+            step.kv_evictions
         );
     }
     let report = bench.report();

@@ -3,6 +3,7 @@
 //! text) that converts both ways to the library's, so that a variant added on either side
 //! without the other fails to build, and a test holds each spelling to the library's name.
 
+use crate::engine::KvPolicy;
 use crate::model::synthetic::Shape;
 use crate::model::{AttentionBackend, KvFormat, WeightFormat};
 use crate::sim::config::{PolicyKind, Split};
@@ -117,6 +118,18 @@ choice! {
 }
 
 choice! {
+    /// `--kv-policy`: which cached KV blocks go first when the cache is full.
+    KvPolicyArg => KvPolicy {
+        /// Least recently freed first.
+        Lru,
+        /// Blocks no announced caller needs first, then those whose caller is called again
+        /// furthest in the future: simulations and `throng bench` announce each step's agents,
+        /// in order (LRU where nobody announces).
+        NextCall,
+    }
+}
+
+choice! {
     /// `throng run --policy`.
     PolicyArg => PolicyKind {
         /// Ask the language model (all agents of a step in one batch).
@@ -217,5 +230,13 @@ mod tests {
 
         let splits = SplitArg::value_variants().iter().map(|&s| Split::from(s));
         assert_eq!(spellings::<SplitArg>(), serde_names(splits));
+
+        let kv: Vec<_> = KvPolicyArg::value_variants()
+            .iter()
+            .map(|&p| KvPolicy::from(p))
+            .collect();
+        let names: Vec<_> = kv.iter().map(|p| p.name().to_string()).collect();
+        assert_eq!(spellings::<KvPolicyArg>(), names);
+        assert_eq!(kv, KvPolicy::ALL);
     }
 }

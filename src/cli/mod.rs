@@ -60,6 +60,9 @@ pub struct ModelArgs {
     /// Turn off prefix caching (for comparisons).
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// Which cached KV blocks go first when the cache is full.
+    #[arg(long, value_parser = choice::KvPolicyArg::parser(), default_value = "next-call")]
+    pub kv_policy: crate::engine::KvPolicy,
 }
 
 /// The arguments given on the command line (not defaulted), by clap id (`model`, `device`).
@@ -278,6 +281,7 @@ impl ModelArgs {
             max_seqs: self.max_seqs,
             prefix_caching: !self.no_prefix_cache,
             kv_format: self.kv_format,
+            kv_policy: self.kv_policy,
             ..EngineConfig::default()
         }
     }

@@ -4,9 +4,25 @@
 //! and nano-vllm do), so equal prefixes get equal names. Once computed, a block is
 //! registered under its name and any later sequence whose prompt starts the same way takes
 //! it instead of recomputing it: the shared rules of hundreds of agents are computed once.
-//! Blocks nobody holds stay in the cache, in least-recently-freed order, and are evicted
-//! only when a fresh block is needed.
+//! Blocks nobody holds stay in the cache and are evicted only when a fresh block is needed,
+//! in this order:
+//! 1. blocks that hold nothing reusable (never registered, or a private copy of a name
+//!    another block carries): evicting them costs nothing;
+//! 2. registered blocks no announced caller will use (all of them under [`KvPolicy::Lru`]),
+//!    least recently freed first;
+//! 3. under [`KvPolicy::NextCall`], registered blocks an announced caller will use (see
+//!    [`super::retention`]), the one needed furthest in the future first (Belady's MIN, as
+//!    far as the hints go).
+//!
+//! A sequence lets go of its blocks last to first, so that among blocks freed together the
+//! tail of a prompt goes before its head: a prefix is found only up to its first missing
+//! block, so evicting the head first would leave the rest cached but unreachable.
+//!
+//! Blocks a sequence holds are never free, so never evicted. The free blocks sit in one
+//! ordered set keyed by eviction priority; each free block remembers its key, so a hint that
+//! changes a block's next use moves it in O(log n).
 
+use super::retention::{KvPolicy, NextUse, Retention};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 
@@ -41,13 +57,19 @@ pub fn extend_hashes(hashes: &mut Vec<BlockHash>, tokens: &[u32], block_size: us
     }
 }
 
+/// A free block's place in the eviction order: the smallest is evicted first.
+/// `(class, order, freed at)`: class 0 holds nothing reusable, 1 has no known next use, 2
+/// has one, `order` being `NextUse::MAX - next use` so that the furthest goes first; the
+/// time it was freed breaks ties (least recently freed first) and makes every key unique.
+type FreeKey = (u8, u64, u64);
+
 #[derive(Debug, Clone, Default)]
 struct Block {
     ref_count: u32,
     /// The name it is registered under, while registered.
     hash: Option<BlockHash>,
-    /// Its place in the free queue, while free.
-    freed_at: Option<u64>,
+    /// Its place in the free set, while free.
+    free_key: Option<FreeKey>,
 }
 
 /// Prefix-cache counters.
@@ -65,17 +87,33 @@ pub struct CacheStats {
 pub struct BlockManager {
     block_size: usize,
     blocks: Vec<Block>,
-    /// Free blocks by the time they were freed: the first is evicted first.
-    free: BTreeMap<u64, BlockId>,
+    /// Free blocks by eviction priority: the first is evicted first.
+    free: BTreeMap<FreeKey, BlockId>,
     clock: u64,
     /// Computed blocks by name.
     cached: HashMap<BlockHash, BlockId>,
     caching: bool,
     stats: CacheStats,
+    policy: KvPolicy,
+    /// The callers announced for this round and the blocks they hold (next-call only).
+    retention: Retention,
+    /// Names whose next use changed, to move their blocks if free (reused buffer).
+    touched: Vec<BlockHash>,
 }
 
 impl BlockManager {
+    /// A manager with the default policy (tests).
+    #[cfg(test)]
     pub fn new(num_blocks: usize, block_size: usize, caching: bool) -> Self {
+        Self::with_policy(num_blocks, block_size, caching, KvPolicy::default())
+    }
+
+    pub fn with_policy(
+        num_blocks: usize,
+        block_size: usize,
+        caching: bool,
+        policy: KvPolicy,
+    ) -> Self {
         let mut m = Self {
             block_size,
             blocks: vec![Block::default(); num_blocks],
@@ -84,6 +122,9 @@ impl BlockManager {
             cached: HashMap::new(),
             caching,
             stats: CacheStats::default(),
+            policy,
+            retention: Retention::default(),
+            touched: Vec::new(),
         };
         for b in 0..num_blocks as BlockId {
             m.push_free(b);
@@ -91,10 +132,79 @@ impl BlockManager {
         m
     }
 
+    /// Where free block `b`, freed at `freed_at`, stands in the eviction order.
+    fn free_key(&self, b: BlockId, freed_at: u64) -> FreeKey {
+        let Some(hash) = self.blocks[b as usize].hash else {
+            return (0, 0, freed_at);
+        };
+        let next: Option<NextUse> = match self.policy {
+            KvPolicy::Lru => None,
+            KvPolicy::NextCall => self.retention.next_use(&hash),
+        };
+        match next {
+            None => (1, 0, freed_at),
+            Some(at) => (2, NextUse::MAX - at, freed_at),
+        }
+    }
+
     fn push_free(&mut self, b: BlockId) {
         self.clock += 1;
-        self.free.insert(self.clock, b);
-        self.blocks[b as usize].freed_at = Some(self.clock);
+        let key = self.free_key(b, self.clock);
+        self.free.insert(key, b);
+        self.blocks[b as usize].free_key = Some(key);
+    }
+
+    /// Moves the free blocks among those named in `touched` to their place in the eviction
+    /// order, their next use having changed.
+    fn reposition_touched(&mut self) {
+        let mut touched = std::mem::take(&mut self.touched);
+        for h in touched.drain(..) {
+            let Some(&b) = self.cached.get(&h) else {
+                continue;
+            };
+            let Some(old) = self.blocks[b as usize].free_key else {
+                continue;
+            };
+            let new = self.free_key(b, old.2);
+            if new != old {
+                self.free.remove(&old);
+                self.free.insert(new, b);
+                self.blocks[b as usize].free_key = Some(new);
+            }
+        }
+        self.touched = touched;
+    }
+
+    /// Whether hints are kept at all: next-call with prefix caching on.
+    fn retains(&self) -> bool {
+        self.caching && self.policy == KvPolicy::NextCall
+    }
+
+    pub fn policy(&self) -> KvPolicy {
+        self.policy
+    }
+
+    /// Starts a round in which the sequences keyed `keys` will be admitted in this order (see
+    /// [`super::retention`]); keys not listed are forgotten. Ignored under [`KvPolicy::Lru`].
+    pub fn expect_calls<K: AsRef<str>>(&mut self, keys: impl IntoIterator<Item = K>) {
+        if !self.retains() {
+            return;
+        }
+        let cached = &self.cached;
+        self.retention
+            .begin_round(keys, |h| cached.contains_key(h), &mut self.touched);
+        self.reposition_touched();
+    }
+
+    /// A sequence keyed `key` is finishing with the full, computed blocks named `hashes`
+    /// (its prompt and reply): they are the prefix of the key's next prompt, needed at its
+    /// next call. Call it before releasing the sequence's blocks.
+    pub fn retain(&mut self, key: &str, hashes: &[BlockHash]) {
+        if !self.retains() {
+            return;
+        }
+        self.retention.served(key, hashes, &mut self.touched);
+        self.reposition_touched();
     }
 
     pub fn block_size(&self) -> usize {
@@ -153,8 +263,8 @@ impl BlockManager {
         }
         for &b in &shared {
             let block = &mut self.blocks[b as usize];
-            if let Some(at) = block.freed_at.take() {
-                self.free.remove(&at);
+            if let Some(key) = block.free_key.take() {
+                self.free.remove(&key);
             }
             block.ref_count += 1;
         }
@@ -162,10 +272,12 @@ impl BlockManager {
         for _ in 0..fresh {
             let (_, b) = self.free.pop_first().expect("invariant: counted above");
             let block = &mut self.blocks[b as usize];
-            block.freed_at = None;
+            debug_assert_eq!(block.ref_count, 0, "a held block was free");
+            block.free_key = None;
             block.ref_count = 1;
             if let Some(old) = block.hash.take() {
                 self.cached.remove(&old);
+                self.retention.forget(&old);
                 self.stats.evictions += 1;
             }
             blocks.push(b);
@@ -193,16 +305,39 @@ impl BlockManager {
         self.blocks[b as usize].hash = Some(hash);
     }
 
-    /// Lets go of `blocks`; those nobody holds any more become free, registered ones staying
-    /// findable until evicted.
+    /// Lets go of `blocks` (a block table, first block first); those nobody holds any more
+    /// become free, registered ones staying findable until evicted. Freed last to first, so
+    /// that of one table the tail is evicted before the head.
     pub fn release(&mut self, blocks: &[BlockId]) {
-        for &b in blocks {
+        for &b in blocks.iter().rev() {
             let count = &mut self.blocks[b as usize].ref_count;
             debug_assert!(*count > 0, "releasing free block {b}");
             *count -= 1;
             if *count == 0 {
                 self.push_free(b);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+impl BlockManager {
+    /// Checks the free set against the blocks: exactly the blocks nobody holds are free, each
+    /// at the place its name's current next use gives it; names map to their blocks.
+    fn check_consistency(&self) {
+        let unheld = self.blocks.iter().filter(|b| b.ref_count == 0).count();
+        assert_eq!(self.free.len(), unheld, "free count");
+        for (key, &b) in &self.free {
+            let block = &self.blocks[b as usize];
+            assert_eq!(block.ref_count, 0, "block {b} is held yet free");
+            assert_eq!(block.free_key, Some(*key));
+            assert_eq!(*key, self.free_key(b, key.2), "block {b} is out of place");
+        }
+        for (i, block) in self.blocks.iter().enumerate() {
+            assert_eq!(block.free_key.is_some(), block.ref_count == 0, "block {i}");
+        }
+        for (h, &b) in &self.cached {
+            assert_eq!(self.blocks[b as usize].hash, Some(*h));
         }
     }
 }
@@ -267,5 +402,259 @@ mod tests {
         assert_eq!(m.cached_prefix(&h), 0, "nothing is cached with caching off");
         assert!(m.allocate(&[], 0, 2).is_none());
         assert_eq!(m.num_free(), 1);
+    }
+}
+
+#[cfg(test)]
+mod retention_tests {
+    //! Eviction under each policy, for simulations' calls: every caller once per round, in the
+    //! same order, each prompt the shared rules and the caller's own history.
+
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use std::collections::BTreeSet;
+
+    const BS: usize = 4;
+
+    fn key(caller: usize) -> String {
+        format!("agent {caller}")
+    }
+
+    /// Caller `c`'s prompt: a block of rules everyone shares, then a block of its own.
+    fn prompt(c: usize) -> Vec<BlockHash> {
+        let mut tokens = vec![7; BS];
+        tokens.extend(std::iter::repeat_n(100 + c as u32, BS));
+        block_hashes(&tokens, BS)
+    }
+
+    /// One call of caller `c`: its prompt's blocks (cached ones reused) and one more for the
+    /// reply, registered, retained under its key, let go. Whether its own block was cached.
+    fn call(m: &mut BlockManager, c: usize) -> bool {
+        let hashes = prompt(c);
+        let hits = m.cached_prefix(&hashes);
+        let blocks = m.allocate(&hashes, hits, hashes.len() + 1).unwrap();
+        for (b, h) in blocks.iter().zip(&hashes) {
+            m.register(*b, *h);
+        }
+        m.retain(&key(c), &hashes);
+        m.release(&blocks);
+        hits == hashes.len()
+    }
+
+    /// Runs `rounds` rounds of `callers` callers; own-block hits per round, and which callers'
+    /// blocks are cached at the end.
+    fn rounds(policy: KvPolicy, callers: usize, rounds: usize) -> (Vec<usize>, BTreeSet<usize>) {
+        // While one caller runs it holds 3 blocks (rules, own, reply); 3 more hold 3 other
+        // callers' own blocks.
+        let mut m = BlockManager::with_policy(6, BS, true, policy);
+        let mut hits = Vec::new();
+        for _ in 0..rounds {
+            m.expect_calls((0..callers).map(key));
+            hits.push((0..callers).filter(|&c| call(&mut m, c)).count());
+            m.check_consistency();
+        }
+        let kept = (0..callers)
+            .filter(|&c| m.cached_prefix(&prompt(c)) == 2)
+            .collect();
+        (hits, kept)
+    }
+
+    /// Belady's MIN on the same calls, with room for `room` callers' own blocks: on a miss
+    /// with no room, evict the one called again furthest in the future.
+    fn min_hits(callers: usize, rounds: usize, room: usize) -> (Vec<usize>, BTreeSet<usize>) {
+        // One round more than is run, so that the last round's evictions see the next one.
+        let trace: Vec<usize> = (0..=rounds).flat_map(|_| 0..callers).collect();
+        let mut cache = BTreeSet::new();
+        let mut hits = vec![0; rounds];
+        for (t, &c) in trace.iter().enumerate().take(rounds * callers) {
+            if cache.contains(&c) {
+                hits[t / callers] += 1;
+                continue;
+            }
+            if cache.len() == room {
+                let next = |x: usize| trace[t + 1..].iter().position(|&y| y == x);
+                let victim = *cache.iter().max_by_key(|&&x| next(x)).unwrap();
+                cache.remove(&victim);
+            }
+            cache.insert(c);
+        }
+        (hits, cache)
+    }
+
+    #[test]
+    fn next_call_keeps_the_callers_called_soonest_and_lru_thrashes() {
+        let (callers, n) = (8, 5);
+        // LRU keeps the callers freed last, who are the ones called last in the next round:
+        // each is evicted just before it is called. Not one hit after the cold round.
+        let (lru, lru_kept) = rounds(KvPolicy::Lru, callers, n);
+        assert_eq!(lru, vec![0; n]);
+        assert_eq!(lru_kept, BTreeSet::from([4, 5, 6, 7]));
+
+        // Next-call evicts the caller called again furthest in the future: exactly Belady's
+        // MIN, since the hints are the future. Between calls the cache holds four callers'
+        // own blocks: three beside the running caller's, and its own.
+        let (next, next_kept) = rounds(KvPolicy::NextCall, callers, n);
+        let (min, min_kept) = min_hits(callers, n, 4);
+        assert_eq!(next, min);
+        assert_eq!(next_kept, min_kept);
+        assert_eq!(next[0], 0, "the first round is cold");
+        // Room for 4 of 8 callers: 3 or 4 hits a round (4, 4, 4, 3 here).
+        assert!(next[1..].iter().all(|&h| h >= 3), "{next:?}");
+    }
+
+    #[test]
+    fn without_hints_next_call_is_lru() {
+        let mut m = BlockManager::with_policy(6, BS, true, KvPolicy::NextCall);
+        let mut hits = 0;
+        for _ in 0..4 {
+            hits += (0..8).filter(|&c| call(&mut m, c)).count();
+        }
+        assert_eq!(hits, 0);
+        // Hints for other keys change nothing either.
+        m.expect_calls(["someone else"]);
+        assert_eq!((0..8).filter(|&c| call(&mut m, c)).count(), 0);
+    }
+
+    #[test]
+    fn blocks_that_hold_nothing_reusable_go_before_cached_ones() {
+        for policy in KvPolicy::ALL {
+            let mut m = BlockManager::with_policy(3, BS, true, policy);
+            let h = block_hashes(&[1; 4], BS);
+            let a = m.allocate(&h, 0, 1).unwrap();
+            m.register(a[0], h[0]);
+            m.release(&a);
+            // The two never-registered blocks were freed before it, yet go first.
+            m.allocate(&[], 0, 2).unwrap();
+            assert_eq!(m.cached_prefix(&h), 1, "{policy:?}");
+            assert_eq!(m.stats().evictions, 0);
+        }
+    }
+
+    #[test]
+    fn a_released_table_is_evicted_tail_first() {
+        for policy in KvPolicy::ALL {
+            let mut m = BlockManager::with_policy(3, BS, true, policy);
+            let h = block_hashes(&[1; 12], BS);
+            let a = m.allocate(&h, 0, 3).unwrap();
+            for i in 0..3 {
+                m.register(a[i], h[i]);
+            }
+            m.release(&a);
+            m.allocate(&[], 0, 1).unwrap();
+            // The first two blocks are still a usable prefix.
+            assert_eq!(m.cached_prefix(&h), 2, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn a_hint_moves_free_blocks_and_unlisted_callers_are_forgotten() {
+        let mut m = BlockManager::with_policy(4, BS, true, KvPolicy::NextCall);
+        m.expect_calls(["a", "b"]);
+        let (ha, hb) = (block_hashes(&[1; 4], BS), block_hashes(&[2; 4], BS));
+        for (k, h) in [("a", &ha), ("b", &hb)] {
+            let x = m.allocate(h, 0, 1).unwrap();
+            m.register(x[0], h[0]);
+            m.retain(k, h);
+            m.release(&x);
+        }
+        // Next round b is called first: a is needed later, so a goes.
+        m.expect_calls(["b", "a"]);
+        m.check_consistency();
+        m.allocate(&[], 0, 3).unwrap();
+        assert_eq!((m.cached_prefix(&ha), m.cached_prefix(&hb)), (0, 1));
+    }
+
+    /// Random admissions, growth, finishes and hints: a block that a live sequence holds is
+    /// never handed out again, and the free set is always exactly the unheld blocks, in the
+    /// order their current hints give.
+    #[test]
+    fn a_block_a_running_sequence_holds_is_never_evicted() {
+        for policy in KvPolicy::ALL {
+            for seed in 0..20 {
+                random_run(policy, seed);
+            }
+        }
+    }
+
+    struct Live {
+        key: String,
+        hashes: Vec<BlockHash>,
+        blocks: Vec<BlockId>,
+        registered: usize,
+    }
+
+    fn random_run(policy: KvPolicy, seed: u64) {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let num_blocks = 24;
+        let mut m = BlockManager::with_policy(num_blocks, BS, true, policy);
+        let mut live: Vec<Live> = Vec::new();
+        let held = |live: &[Live]| {
+            let mut count = vec![0u32; num_blocks];
+            for s in live {
+                for &b in &s.blocks {
+                    count[b as usize] += 1;
+                }
+            }
+            count
+        };
+        for _ in 0..400 {
+            match rng.random_range(0..10) {
+                0 => {
+                    let mut keys: Vec<String> = (0..rng.random_range(0..10))
+                        .map(|_| format!("k{}", rng.random_range(0..12)))
+                        .collect();
+                    keys.dedup();
+                    m.expect_calls(&keys);
+                }
+                1..=4 => {
+                    // A prompt: shared rules, then 0 to 4 blocks of the caller's own.
+                    let caller = rng.random_range(0..12u32);
+                    let mut tokens = vec![9; BS * rng.random_range(0..3)];
+                    for i in 0..rng.random_range(0..5) {
+                        tokens.extend(std::iter::repeat_n(caller * 16 + i, BS));
+                    }
+                    tokens.push(1);
+                    let hashes = block_hashes(&tokens, BS);
+                    let hits = m.cached_prefix(&hashes);
+                    let total = tokens.len().div_ceil(BS);
+                    let before = held(&live);
+                    if let Some(blocks) = m.allocate(&hashes, hits, total) {
+                        for &b in &blocks[hits..] {
+                            assert_eq!(before[b as usize], 0, "block {b} handed out twice");
+                        }
+                        let registered = rng.random_range(hits..=hashes.len());
+                        for i in hits..registered {
+                            m.register(blocks[i], hashes[i]);
+                        }
+                        live.push(Live {
+                            key: format!("k{caller}"),
+                            hashes,
+                            blocks,
+                            registered,
+                        });
+                    }
+                }
+                5 if !live.is_empty() => {
+                    // A running sequence grows by a block.
+                    let i = rng.random_range(0..live.len());
+                    let before = held(&live);
+                    if let Some(more) = m.allocate(&[], 0, 1) {
+                        assert_eq!(before[more[0] as usize], 0, "block handed out twice");
+                        live[i].blocks.extend(more);
+                    }
+                }
+                _ if !live.is_empty() => {
+                    let s = live.swap_remove(rng.random_range(0..live.len()));
+                    m.retain(&s.key, &s.hashes[..s.registered]);
+                    m.release(&s.blocks);
+                }
+                _ => {}
+            }
+            let count = held(&live);
+            for (b, block) in m.blocks.iter().enumerate() {
+                assert_eq!(block.ref_count, count[b], "block {b}'s holders");
+            }
+            m.check_consistency();
+        }
     }
 }

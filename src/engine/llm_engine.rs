@@ -10,6 +10,7 @@ use super::chat::ChatTemplate;
 use super::constraint::Grammars;
 use super::model_runner::ModelRunner;
 use super::request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
+use super::retention::KvPolicy;
 use super::sampler::Sampler;
 use super::scheduler::{Scheduled, Scheduler, SchedulerConfig};
 use super::sequence::{SeqId, Sequence};
@@ -47,6 +48,8 @@ pub struct EngineConfig {
     pub max_context: Option<usize>,
     /// Reuse computed KV blocks across requests with the same prefix.
     pub prefix_caching: bool,
+    /// Which cached blocks go first when the KV cache is full (see [`Engine::expect_calls`]).
+    pub kv_policy: KvPolicy,
     /// Append the tokens a grammar forces without sampling them one per step.
     pub fast_forward: bool,
     /// The attention implementation (default: the fastest that runs on the device with the
@@ -70,6 +73,7 @@ impl Default for EngineConfig {
             max_seqs: 256,
             max_context: None,
             prefix_caching: true,
+            kv_policy: KvPolicy::default(),
             fast_forward: true,
             attention: None,
             kv_format: KvFormat::Auto,
@@ -262,7 +266,7 @@ impl Engine {
                 max_batch_tokens,
                 max_seqs: cfg.max_seqs,
             },
-            BlockManager::new(num_blocks, block_size, cfg.prefix_caching),
+            BlockManager::with_policy(num_blocks, block_size, cfg.prefix_caching, cfg.kv_policy),
         );
         let tokenizer = Tokenizer::new(tokenizer, model_cfg.eos_token_ids.clone());
         let pick_on = if device.is_cpu() || cfg.host_sampling {
@@ -344,6 +348,23 @@ impl Engine {
     pub fn take_kv_peak_bytes(&mut self) -> u64 {
         let peak = std::mem::take(&mut self.kv_peak_blocks);
         (peak * self.runner.kv().block_bytes()) as u64
+    }
+
+    /// Announces the next round of calls: requests keyed `keys` (their
+    /// [`Request::retention_key`]) will come in this order, and, once served, again in the same
+    /// order in the round after. Under [`KvPolicy::NextCall`] a full cache then evicts first
+    /// the blocks no announced key holds, then those whose key is called furthest in the future
+    /// (Belady's MIN, as far as the announcement is right), instead of the least recently freed,
+    /// which is the next to be called when every caller comes once per round in the same order.
+    /// Keys it does not list are forgotten. Call it before submitting the round's requests; a
+    /// wrong or missing announcement costs cache hits, never a different reply.
+    pub fn expect_calls<K: AsRef<str>>(&mut self, keys: impl IntoIterator<Item = K>) {
+        self.scheduler.blocks.expect_calls(keys);
+    }
+
+    /// The eviction policy of the KV cache.
+    pub fn kv_policy(&self) -> KvPolicy {
+        self.scheduler.blocks.policy()
     }
 
     pub fn num_kv_blocks(&self) -> usize {
@@ -476,6 +497,7 @@ impl Engine {
         );
         seq.stop = request.stop;
         seq.tag = request.tag;
+        seq.retention_key = request.retention_key;
         seq.constraint = constraint;
         if self.fast_forward {
             // Tokens the grammar forces at the start ride along with the prompt's prefill.

@@ -10,6 +10,7 @@ mod handle;
 mod llm_engine;
 mod model_runner;
 mod request;
+mod retention;
 pub mod sampler;
 mod scheduler;
 mod sequence;
@@ -25,6 +26,7 @@ pub use llm_engine::{
     Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, default_kv_memory,
 };
 pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
+pub use retention::KvPolicy;
 pub use sampler::SamplingParams;
 pub use shared_prefix::{PromptCost, SharedPrefix};
 pub use tokenizer::Tokenizer;

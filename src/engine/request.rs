@@ -29,6 +29,10 @@ pub struct Request {
     pub stop: Vec<String>,
     /// Opaque label returned with the response (agent id, say).
     pub tag: Option<String>,
+    /// Who is calling, for KV retention (an agent's history key, say): when the request
+    /// finishes, the cached blocks of its prompt and reply are kept for this key's next call,
+    /// as [`crate::engine::Engine::expect_calls`] announces it.
+    pub retention_key: Option<String>,
 }
 
 impl Request {
@@ -40,6 +44,7 @@ impl Request {
             max_tokens: 256,
             stop: Vec::new(),
             tag: None,
+            retention_key: None,
         }
     }
 
@@ -65,6 +70,12 @@ impl Request {
 
     pub fn with_tag(mut self, tag: impl Into<String>) -> Self {
         self.tag = Some(tag.into());
+        self
+    }
+
+    /// Keys the request for KV retention (see [`Request::retention_key`]).
+    pub fn with_retention_key(mut self, key: impl Into<String>) -> Self {
+        self.retention_key = Some(key.into());
         self
     }
 }

@@ -242,10 +242,15 @@ impl Scheduler {
         }
     }
 
-    /// Removes running sequence `index`, freeing its blocks (registered ones stay cached).
+    /// Removes running sequence `index`, freeing its blocks (registered ones stay cached,
+    /// and with a retention key are kept for the key's next call).
     pub fn finish(&mut self, index: usize) -> Sequence {
         let mut seq = self.running.remove(index);
         self.withdraw(&mut seq);
+        if let Some(key) = &seq.retention_key {
+            let full = seq.registered.min(seq.hashes.len());
+            self.blocks.retain(key, &seq.hashes[..full]);
+        }
         self.blocks.release(&seq.blocks);
         seq
     }

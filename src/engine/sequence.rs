@@ -37,6 +37,8 @@ pub struct Sequence {
     pub text: String,
     pub detok: Detokenizer,
     pub tag: Option<String>,
+    /// Its caller's key, under which its blocks are retained when it finishes.
+    pub retention_key: Option<String>,
     pub arrived: Instant,
     pub first_scheduled: Option<Instant>,
     pub first_token: Option<Instant>,
@@ -61,6 +63,7 @@ impl Sequence {
             text: String::new(),
             detok: Detokenizer::default(),
             tag: None,
+            retention_key: None,
             arrived: Instant::now(),
             first_scheduled: None,
             first_token: None,

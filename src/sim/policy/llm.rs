@@ -2,6 +2,16 @@
 //! tokenized once per step; each agent's own prompt is rendered and tokenized in parallel a
 //! wave at a time, as the engine has room, so that memory stays bounded whatever the number
 //! of agents.
+//!
+//! With history (`history > 0`) each agent's next prompt starts with its previous prompt and
+//! reply, and every step calls the agents in the same order. Each request is keyed by its
+//! agent's history key and each step's turns are announced to the engine in order
+//! ([`Engine::expect_calls`]), so that a KV cache too small for every agent's history keeps
+//! those of the agents called soonest, rather than the least recently used (exactly the
+//! agents called last). That holds while the system prompt stays the same from step to step
+//! (the energy market's does; the guessing game's shows the latest results) and until the
+//! history is cut to its last `history` turns: past that the previous prompt is no longer a
+//! prefix, and the hints keep blocks that will not be found.
 
 use super::{AgentTurn, CellView, Decided, LlmTrace, Policy, PolicyError, PolicyTimes};
 use crate::engine::{
@@ -109,6 +119,8 @@ struct Prep<'a> {
     histories: &'a HashMap<String, History>,
     chat: &'a ChatTemplate,
     tokenizer: &'a Tokenizer,
+    /// Whether agents keep history: requests are then keyed by agent for KV retention.
+    keyed: bool,
 }
 
 impl Llm {
@@ -150,6 +162,7 @@ impl Llm {
             histories: &self.histories,
             chat: self.engines[0].chat_template(),
             tokenizer: self.engines[0].tokenizer(),
+            keyed: self.keep > 0,
         }
     }
 
@@ -271,7 +284,8 @@ fn prepare<S: Scenario>(
         .render(cell.scenario.role(cell.world, t.agent), &turn.context)?;
     let rendered = started.elapsed();
     let mut own = Vec::new();
-    if let Some(history) = prep.histories.get(&history_key(cell.info, t.agent)) {
+    let key = history_key(cell.info, t.agent);
+    if let Some(history) = prep.histories.get(&key) {
         for (prompt, reply) in history {
             own.push(Message::user(prompt.clone()));
             own.push(Message::assistant(reply.clone()));
@@ -288,14 +302,19 @@ fn prepare<S: Scenario>(
     let llm = cell.llm_of(t.agent);
     let request = tokens.map(|(tokens, c)| {
         cost += c;
-        Request::new(Prompt::Tokens(tokens))
+        let request = Request::new(Prompt::Tokens(tokens))
             .with_max_tokens(llm.max_tokens)
             .with_sampling(SamplingParams {
                 temperature: llm.temperature,
                 top_p: llm.top_p,
                 top_k: llm.top_k,
                 seed: t.seed,
-            })
+            });
+        if prep.keyed {
+            request.with_retention_key(key)
+        } else {
+            request
+        }
     });
     Ok(Prepared {
         request,
@@ -408,6 +427,14 @@ impl Llm {
             done,
         };
         let engine = &mut self.engines[e];
+        if self.keep > 0 {
+            // Turns are submitted in this order, and the next step's come in the same one.
+            engine.expect_calls(
+                turns
+                    .iter()
+                    .map(|t| history_key(cells[t.cell].info, t.agent)),
+            );
+        }
         let before = engine.totals();
         // The step's own peak, not one of earlier work (personas, an earlier policy's step).
         engine.take_kv_peak_bytes();
@@ -539,6 +566,7 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
                 histories: self.histories,
                 chat: queue.engine().chat_template(),
                 tokenizer: queue.engine().tokenizer(),
+                keyed: self.keep > 0,
             };
             let (cells, prefixes, prefix_of) = (self.cells, &self.prefixes, &self.prefix_of);
             let prepared: Vec<Prepared> = batch
