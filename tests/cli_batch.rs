@@ -296,3 +296,142 @@ fn lines_that_are_not_utf8_become_error_lines_and_the_rest_are_answered() {
         assert_eq!(lines[6]["tag"], "g");
     }
 }
+
+/// A response line from `lines` within a minute, or the test fails (a coprocess that waits
+/// for more input before answering would otherwise hang it).
+fn next_line(lines: &std::sync::mpsc::Receiver<String>, what: &str) -> serde_json::Value {
+    let line = lines
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("no response line for {what}: {e}"));
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+// A multi-step conversation needs one process (its prefix cache) across steps: `--requests -`
+// answers each request as it arrives while stdin stays open, and an error line comes out
+// without waiting for the next request either.
+#[test]
+fn stdin_requests_are_answered_as_they_arrive_as_a_coprocess() {
+    let model = tiny();
+    let mut child = throng()
+        .args(["generate", "--model"])
+        .arg(model.path())
+        .args(["--requests", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let (tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in stdout.lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
+        text
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    // Long enough for whole KV blocks (the byte tokenizer makes a token of each byte).
+    let rules = "You are an agent in a simulated market; answer briefly. ".repeat(2);
+    let requests = [
+        format!(r#"{{"prompt": "{rules} Step 1.", "max_tokens": 4, "tag": "a"}}"#),
+        r#"{"prompt": "broken", "#.to_string(),
+        format!(r#"{{"prompt": "{rules} Step 2.", "max_tokens": 4, "tag": "c"}}"#),
+        r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "tag": "d"}"#
+            .to_string(),
+    ];
+    let mut answered = Vec::new();
+    for (i, request) in requests.iter().enumerate() {
+        writeln!(stdin, "{request}").unwrap();
+        stdin.flush().unwrap();
+        let line = next_line(&lines, &format!("request {i}, stdin still open"));
+        assert_eq!(line["index"], i, "{line}");
+        answered.push(line);
+    }
+    assert!(answered[0].get("error").is_none(), "{}", answered[0]);
+    assert_eq!(answered[0]["tag"], "a");
+    let error = answered[1]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("stdin line 2"), "{error}");
+    assert_eq!(answered[2]["tag"], "c");
+    assert!(
+        answered[2]["cached_tokens"].as_u64().unwrap() > 0,
+        "the second step finds the first one's prefix in the cache: {}",
+        answered[2]
+    );
+    assert_eq!(answered[3]["tag"], "d");
+    drop(stdin);
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    assert!(lines.try_recv().is_err(), "one line per request");
+    let stderr = errors.join().unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!status.success(), "a request failed: {stderr}");
+    assert!(stderr.contains("1 of 4 requests failed"), "{stderr}");
+}
+
+// The end of stdin ends the run once every request read is answered, each line written; an
+// empty stdin is a run of nothing, not an error.
+#[test]
+fn stdin_eof_ends_the_run_with_every_response_written() {
+    let model = tiny();
+    let mut child = throng()
+        .args(["generate", "--model"])
+        .arg(model.path())
+        .args(["--requests", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for i in 0..6 {
+        writeln!(
+            stdin,
+            r#"{{"prompt": "p{i}", "max_tokens": {}, "tag": "t{i}"}}"#,
+            1 + 3 * (i % 3)
+        )
+        .unwrap();
+    }
+    stdin.write_all(b"{\"prompt\": \"caf\xe9\"}\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("1 of 7 requests failed"), "{stderr}");
+    let lines = json_lines(&out.stdout);
+    assert_eq!(lines.len(), 7, "one line per request: {lines:?}");
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["index"], i, "{line}");
+    }
+    for (i, line) in lines.iter().take(6).enumerate() {
+        assert!(line.get("error").is_none(), "{line}");
+        assert_eq!(line["tag"], format!("t{i}"));
+    }
+    let error = lines[6]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("stdin line 7") && error.contains("not valid UTF-8"),
+        "{error}"
+    );
+
+    let out = throng()
+        .args(["generate", "--model"])
+        .arg(model.path())
+        .args(["--requests", "-"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(stderr.contains("0 requests"), "{stderr}");
+}

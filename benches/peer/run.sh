@@ -7,14 +7,22 @@
 #
 # Environment: THRONG_PEER_WEIGHTS (throng formats to run, default "auto f32"),
 # THRONG_PEER_THREADS (threads for both engines, default: all cores), THRONG_PEER_ROUNDS
-# (single-stream rounds, default 5),
+# (single-stream rounds, default 5), THRONG_PEER_HISTORY_STEPS (steps of the history
+# workload, default 10), THRONG_PEER_HISTORY=0 (skip the history workload),
+# THRONG_PEER_DECISIONS=0 (skip the decision workload and the single stream),
+# THRONG_PEER_BASELINE (another throng binary, e.g. one built from main: every throng run is
+# repeated with it, labelled throng-baseline, so that before and after come from one run),
 # LLAMA_CPP_PYTHON_VERSION (the PyPI sdist that vendors llama.cpp, default 0.3.36).
 #
 # It builds throng (release), builds llama-server from the llama.cpp sources vendored in the
 # PyPI sdist of llama-cpp-python (cmake from Debian's packages if missing), fetches SmolLM2-135M
 # (GGUF Q4_1, the same file for both), then prints one JSON line per run and a summary table:
 # decisions/s, generated tokens/s, the share of schema-valid replies, and single-stream decode
-# tokens/s of each.
+# tokens/s of each. Then the history workload (agents.py): the agents keep their chat over the
+# steps (history = 10 turns), throng as one `generate --requests -` coprocess, llama-server with
+# `cache_prompt` and one slot per agent (agent a pinned to slot a, each slot with context for
+# every step; fewer slots only if that many do not start); a second table gives decisions/s
+# overall and per step, the prefix-cache hit rate, each engine's peak memory and valid replies.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -24,6 +32,7 @@ WEIGHTS=(${THRONG_PEER_WEIGHTS:-auto f32})
 THREADS=${THRONG_PEER_THREADS:-$(nproc)}
 ROUNDS=${THRONG_PEER_ROUNDS:-5}
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+STEPS=${THRONG_PEER_HISTORY_STEPS:-10}
 WORK=$ROOT/target/peer
 PORT=${THRONG_PEER_PORT:-18080}
 mkdir -p "$WORK"
@@ -31,6 +40,12 @@ mkdir -p "$WORK"
 echo "== building throng" >&2
 cargo build --release --quiet
 THRONG=$ROOT/target/release/throng
+# "label binary" pairs: the throng under test, then the baseline when one is given.
+THRONGS=("throng $THRONG")
+if [[ -n ${THRONG_PEER_BASELINE:-} ]]; then
+    [[ -x $THRONG_PEER_BASELINE ]] || { echo "THRONG_PEER_BASELINE=$THRONG_PEER_BASELINE: not an executable" >&2; exit 1; }
+    THRONGS+=("throng-baseline $THRONG_PEER_BASELINE")
+fi
 "$THRONG" fetch >&2
 MODEL=$(find "${THRONG_CACHE:-$HOME/.cache/throng}" -name 'SmolLM2-135M-Instruct.Q4_1.gguf' | head -1)
 
@@ -58,12 +73,28 @@ if [[ ! -x $SERVER ]]; then
 fi
 
 RESULTS=$WORK/results.jsonl
+HISTORY=$WORK/history.jsonl
 : >"$RESULTS"
+: >"$HISTORY"
 AGENT_PY=$ROOT/benches/peer/agents.py
 
+# Waits for the llama-server of PID $1 to answer on $PORT; fails if it ends first.
+wait_for_server() {
+    for _ in $(seq 240); do
+        curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && return 0
+        kill -0 "$1" 2>/dev/null || return 1
+        sleep 0.5
+    done
+    return 1
+}
+
+if [[ ${THRONG_PEER_DECISIONS:-1} != 0 ]]; then
 echo "== throng: $AGENTS agents in one continuous batch" >&2
-for w in "${WEIGHTS[@]}"; do
-    RAYON_NUM_THREADS=$THREADS python3 "$AGENT_PY" throng "$THRONG" "$MODEL" "$AGENTS" "$w" | tee -a "$RESULTS"
+for t in "${THRONGS[@]}"; do
+    for w in "${WEIGHTS[@]}"; do
+        RAYON_NUM_THREADS=$THREADS python3 "$AGENT_PY" throng "${t#* }" "$MODEL" "$AGENTS" "$w" \
+            "${t%% *}" | tee -a "$RESULTS"
+    done
 done
 
 for slots in "${SLOTS[@]}"; do
@@ -71,10 +102,7 @@ for slots in "${SLOTS[@]}"; do
     "$SERVER" -m "$MODEL" -t "$THREADS" -np "$slots" -c $((slots * 512)) --port "$PORT" \
         --host 127.0.0.1 >"$WORK/server-$slots.log" 2>&1 &
     PID=$!
-    for _ in $(seq 120); do
-        curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
-        sleep 0.5
-    done
+    wait_for_server "$PID" || true
     python3 "$AGENT_PY" llama-server "http://127.0.0.1:$PORT" "$AGENTS" "$slots" | tee -a "$RESULTS" || true
     kill "$PID"
     wait "$PID" 2>/dev/null || true
@@ -87,11 +115,13 @@ echo "== single stream: 128 new tokens after a short prompt, $ROUNDS rounds" >&2
 : >"$WORK/single.txt"
 PROMPT="Write a long story about a lighthouse keeper."
 for round in $(seq "$ROUNDS"); do
-    for w in "${WEIGHTS[@]}" q8_0; do
-        rate=$("$THRONG" generate --model "$MODEL" --weights "$w" --prompt "$PROMPT" \
-            --max-tokens 128 --threads "$THREADS" 2>&1 >/dev/null \
-            | sed -n 's/.*decode [0-9]* tokens in [0-9.]*s (\([0-9.]*\) tokens\/s).*/\1/p')
-        echo "$round throng-$w ${rate:-nan}" | tee -a "$WORK/single.txt" >&2
+    for t in "${THRONGS[@]}"; do
+        for w in "${WEIGHTS[@]}" q8_0; do
+            rate=$("${t#* }" generate --model "$MODEL" --weights "$w" --prompt "$PROMPT" \
+                --max-tokens 128 --threads "$THREADS" 2>&1 >/dev/null \
+                | sed -n 's/.*decode [0-9]* tokens in [0-9.]*s (\([0-9.]*\) tokens\/s).*/\1/p')
+            echo "$round ${t%% *}-$w ${rate:-nan}" | tee -a "$WORK/single.txt" >&2
+        done
     done
     rate=$("$WORK/llama.cpp/build/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 0 -n 128 -r 1 \
         -o csv 2>/dev/null | tail -1 | awk -F, '{print $(NF-1)}' | tr -d '"')
@@ -112,7 +142,48 @@ for engine, rates in runs.items():
     print(f"| {engine} | {statistics.median(rates.values()):.1f} | "
           f"{' '.join(f'{v:.0f}' for v in rates.values())} | {ratio} |")
 EOF
+fi
 
+if [[ ${THRONG_PEER_HISTORY:-1} != 0 ]]; then
+    echo "== history: $AGENTS agents, $STEPS steps, each keeping its chat (history = 10)" >&2
+    for t in "${THRONGS[@]}"; do
+        for w in "${WEIGHTS[@]}"; do
+            RAYON_NUM_THREADS=$THREADS python3 "$AGENT_PY" history-throng "${t#* }" "$MODEL" \
+                "$AGENTS" "$STEPS" "$w" "${t%% *}" | tee -a "$HISTORY" || true
+        done
+    done
+    # llama-server's best set-up for it: one slot per agent, agent a pinned to slot a, so that
+    # its previous prompt and reply are still in that slot's cache (cache_prompt), each slot
+    # with context for the rules, 10 turns and a reply (~170 tokens a step; -c is split evenly
+    # over the slots). Halved only if that many slots do not start (memory).
+    CTX=$(((400 + STEPS * 180 + 255) / 256 * 256))
+    slots=$AGENTS
+    while :; do
+        echo "== llama-server history: $slots slots of $CTX tokens, cache_prompt" >&2
+        "$SERVER" -m "$MODEL" -t "$THREADS" -np "$slots" -c $((slots * CTX)) --port "$PORT" \
+            --host 127.0.0.1 >"$WORK/server-history-$slots.log" 2>&1 &
+        PID=$!
+        wait_for_server "$PID" && break
+        kill "$PID" 2>/dev/null || true
+        wait "$PID" 2>/dev/null || true
+        if ((slots == 1)); then
+            echo "llama-server did not start: $WORK/server-history-$slots.log" >&2
+            slots=0
+            break
+        fi
+        echo "llama-server did not start with $slots slots; trying $((slots / 2))" >&2
+        slots=$((slots / 2))
+    done
+    if ((slots > 0)); then
+        # Its PID, for its peak memory (VmHWM), read before it is stopped.
+        python3 "$AGENT_PY" history-llama-server "http://127.0.0.1:$PORT" "$AGENTS" "$STEPS" \
+            "$slots" "$PID" | tee -a "$HISTORY" || true
+        kill "$PID"
+        wait "$PID" 2>/dev/null || true
+    fi
+fi
+
+if [[ -s $RESULTS ]]; then
 echo "== summary ($WORK/results.jsonl)" >&2
 python3 - "$RESULTS" <<'EOF'
 import json, sys
@@ -126,3 +197,27 @@ for r in rows:
     print(f"| {name} | {r['decisions_per_s']:.2f} | {r['generated_tokens_per_s']:.0f} | "
           f"{r['valid']}/{r['agents']} |{ratio}")
 EOF
+fi
+
+if [[ -s $HISTORY ]]; then
+echo "== history summary ($HISTORY)" >&2
+python3 - "$HISTORY" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+peer = next((r["decisions_per_s"] for r in rows if r["engine"] == "llama-server"), None)
+print("| history workload | decisions/s | per step | prefix-cache hit rate | peak memory MB | valid |"
+      " vs llama-server |")
+print("|---|---|---|---|---|---|---|")
+for r in rows:
+    if r["engine"] == "llama-server":
+        name = f"llama-server, {r['slots']} slots" + (", one per agent" if r["pinned_slots"] else "")
+    else:
+        name = f"{r['engine']} --weights {r['weights']}"
+        name += " (a process per step)" if r["process_per_step"] else ""
+    ratio = f"{r['decisions_per_s'] / peer:.2f}x" if peer and r["engine"] != "llama-server" else "-"
+    peak = f"{r['peak_memory_mb']:.0f}" if r["peak_memory_mb"] else "?"
+    print(f"| {name} | {r['decisions_per_s']:.2f} | "
+          f"{' '.join(f'{v:.2f}' for v in r['decisions_per_s_by_step'])} | "
+          f"{r['prefix_cache_hit_rate']:.0%} | {peak} | {r['valid']}/{r['decisions']} | {ratio} |")
+EOF
+fi

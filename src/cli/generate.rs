@@ -39,7 +39,9 @@ pub struct GenerateArgs {
     /// A JSON Lines file of requests (`messages`, through the chat template, or `prompt`, raw
     /// text without it; optional `json_schema`, `max_tokens`, `temperature`, `top_p`,
     /// `top_k`, `seed`, `stop`, `tag`); one response line per request, in order, each written
-    /// as soon as it and every earlier one are done.
+    /// as soon as it and every earlier one are done. `-` reads standard input as requests
+    /// arrive, so that another program can drive one process as a coprocess (write a request,
+    /// read its response, write the next) and keep its prefix cache from call to call.
     #[arg(long)]
     pub requests: Option<PathBuf>,
     #[arg(long, default_value_t = 256)]
@@ -103,6 +105,62 @@ struct Item {
     tag: Option<String>,
 }
 
+/// What a [`Source`] has for the engine next.
+enum Pull {
+    Item(Item),
+    /// Nothing yet (standard input has not sent the next line); more may come.
+    Later,
+    /// Nothing more will come.
+    End,
+}
+
+/// Where the lines of `--requests` come from.
+enum Lines {
+    /// A file, read as the engine has room: reading it never waits long.
+    File(std::io::Split<std::io::BufReader<std::fs::File>>),
+    /// Standard input, read on a thread of its own as lines arrive: a writer that pauses (it
+    /// waits for a response before it writes the next request) must not stall the requests
+    /// already in flight, nor be left waiting for responses to requests that never started.
+    Stdin(std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>),
+}
+
+impl Lines {
+    /// Standard input's lines, read on a thread that keeps at most `ahead` lines the engine
+    /// has not taken, so that a large file piped in is not read into memory whole.
+    fn stdin(ahead: usize) -> Self {
+        let (tx, rx) = std::sync::mpsc::sync_channel(ahead.max(1));
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().split(b'\n') {
+                let failed = line.is_err();
+                if tx.send(line).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Lines::Stdin(rx)
+    }
+
+    /// The next line; with `wait`, waits for it rather than say [`Next::Later`].
+    fn next(&mut self, wait: bool) -> Next {
+        match self {
+            Lines::File(lines) => lines.next().map_or(Next::End, Next::Line),
+            Lines::Stdin(rx) if wait => rx.recv().map_or(Next::End, Next::Line),
+            Lines::Stdin(rx) => match rx.try_recv() {
+                Ok(line) => Next::Line(line),
+                Err(std::sync::mpsc::TryRecvError::Empty) => Next::Later,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => Next::End,
+            },
+        }
+    }
+}
+
+/// A line of input, or why there is none.
+enum Next {
+    Line(std::io::Result<Vec<u8>>),
+    Later,
+    End,
+}
+
 /// The requests of a run, made one at a time as the engine has room for them.
 enum Source {
     Copies {
@@ -112,10 +170,11 @@ enum Source {
         seed: u64,
     },
     File {
-        path: PathBuf,
+        /// What error lines name: the file's path, or `stdin`.
+        name: String,
         /// Read as bytes: a line that is not UTF-8 is an error of its own, not the end of
         /// the file.
-        lines: std::io::Split<std::io::BufReader<std::fs::File>>,
+        lines: Lines,
         line: usize,
         index: usize,
         max_tokens: usize,
@@ -124,7 +183,9 @@ enum Source {
 }
 
 impl Source {
-    fn next_item(&mut self) -> Result<Option<Item>> {
+    /// The next request; with `wait`, waits for standard input's next line rather than say
+    /// [`Pull::Later`].
+    fn next_item(&mut self, wait: bool) -> Result<Pull> {
         match self {
             Source::Copies {
                 template,
@@ -133,7 +194,7 @@ impl Source {
                 seed,
             } => {
                 if *next >= *n {
-                    return Ok(None);
+                    return Ok(Pull::End);
                 }
                 let i = *next;
                 *next += 1;
@@ -141,25 +202,27 @@ impl Source {
                 if *n > 1 {
                     request.sampling.seed = crate::seed::derive(*seed, &[i as u64]);
                 }
-                Ok(Some(Item {
+                Ok(Pull::Item(Item {
                     index: i,
                     request: Ok(request),
                     tag: None,
                 }))
             }
             Source::File {
-                path,
+                name,
                 lines,
                 line,
                 index,
                 max_tokens,
                 sampling,
             } => loop {
-                let Some(bytes) = lines.next() else {
-                    return Ok(None);
+                let bytes = match lines.next(wait) {
+                    Next::Line(bytes) => bytes,
+                    Next::Later => return Ok(Pull::Later),
+                    Next::End => return Ok(Pull::End),
                 };
                 *line += 1;
-                let mut bytes = bytes.with_context(|| format!("reading {}", path.display()))?;
+                let mut bytes = bytes.with_context(|| format!("reading {name}"))?;
                 if bytes.last() == Some(&b'\r') {
                     bytes.pop();
                 }
@@ -169,9 +232,9 @@ impl Source {
                 }
                 let i = *index;
                 *index += 1;
-                return Ok(Some(match text {
-                    Ok(text) => parse_line(&text, i, *line, path, *max_tokens, *sampling),
-                    Err(e) => not_utf8(&e, i, *line, path),
+                return Ok(Pull::Item(match text {
+                    Ok(text) => parse_line(&text, i, *line, name, *max_tokens, *sampling),
+                    Err(e) => not_utf8(&e, i, *line, name),
                 }));
             },
         }
@@ -180,12 +243,7 @@ impl Source {
 
 /// A line of a requests file that is not UTF-8 (JSON must be): an error of its own, carrying
 /// the line's `tag` when the rest of the line still says it.
-fn not_utf8(
-    e: &std::string::FromUtf8Error,
-    index: usize,
-    line: usize,
-    path: &std::path::Path,
-) -> Item {
+fn not_utf8(e: &std::string::FromUtf8Error, index: usize, line: usize, name: &str) -> Item {
     let bytes = e.as_bytes();
     let at = e.utf8_error().valid_up_to();
     let tag = serde_json::from_str::<serde_json::Value>(&String::from_utf8_lossy(bytes))
@@ -194,10 +252,9 @@ fn not_utf8(
     Item {
         index,
         request: Err(format!(
-            "{} line {line}: not valid UTF-8 (byte 0x{:02x} at column {}): a requests file is \
+            "{name} line {line}: not valid UTF-8 (byte 0x{:02x} at column {}): a requests file is \
              JSON Lines, which must be UTF-8; re-save the file as UTF-8 (e.g. `iconv -f latin1 -t \
              utf-8`)",
-            path.display(),
             bytes[at],
             at + 1
         )),
@@ -211,11 +268,11 @@ fn parse_line(
     text: &str,
     index: usize,
     line: usize,
-    path: &std::path::Path,
+    name: &str,
     max_tokens: usize,
     sampling: SamplingParams,
 ) -> Item {
-    let at = format!("{} line {line}", path.display());
+    let at = format!("{name} line {line}");
     let tag = serde_json::from_str::<serde_json::Value>(text)
         .ok()
         .and_then(|v| v.get("tag").and_then(|t| t.as_str()).map(str::to_string));
@@ -276,11 +333,17 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     };
     let mut source = match &args.requests {
         Some(path) => {
-            let file =
-                std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+            let (name, lines) = if path.as_os_str() == "-" {
+                ("stdin".to_string(), Lines::stdin(STDIN_AHEAD))
+            } else {
+                let file = std::fs::File::open(path)
+                    .with_context(|| format!("opening {}", path.display()))?;
+                let lines = Lines::File(std::io::BufReader::new(file).split(b'\n'));
+                (path.display().to_string(), lines)
+            };
             Source::File {
-                path: path.clone(),
-                lines: std::io::BufReader::new(file).split(b'\n'),
+                name,
+                lines,
                 line: 0,
                 index: 0,
                 max_tokens: args.max_tokens,
@@ -316,7 +379,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let json_lines = schema.is_some() || args.n > 1 || args.requests.is_some();
     let started = Instant::now();
     if !json_lines {
-        let Some(item) = source.next_item()? else {
+        let Pull::Item(item) = source.next_item(true)? else {
             bail!("nothing to generate");
         };
         let request = item.request.map_err(anyhow::Error::msg)?;
@@ -372,6 +435,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// Lines of standard input read ahead of the engine at most.
+const STDIN_AHEAD: usize = 1024;
 
 /// How a stream of requests ended.
 struct Counts {
@@ -480,12 +546,22 @@ impl Client for Batch<'_> {
 
     fn fill(&mut self, queue: &mut Queue<'_, Line>) -> Result<Fill> {
         let mut wrote = false;
-        while queue.room() > 0 {
-            let Some(item) = self.source.next_item()? else {
-                if wrote {
-                    self.flush()?;
-                }
-                return Ok(Fill::Done);
+        let fill = loop {
+            if queue.room() == 0 {
+                break Fill::More;
+            }
+            // With nothing in flight there is nothing to do but wait for the next request;
+            // the error lines written so far go out first, as their writer may be waiting
+            // for them before it writes more.
+            let wait = queue.idle();
+            if wait && wrote {
+                self.flush()?;
+                wrote = false;
+            }
+            let item = match self.source.next_item(wait)? {
+                Pull::Item(item) => item,
+                Pull::Later => break Fill::More,
+                Pull::End => break Fill::Done,
             };
             self.total += 1;
             let seed = item.request.as_ref().ok().map(|r| r.sampling.seed);
@@ -503,11 +579,11 @@ impl Client for Batch<'_> {
                 self.write(item.index, l, false)?;
                 wrote = true;
             }
-        }
+        };
         if wrote {
             self.flush()?;
         }
-        Ok(Fill::More)
+        Ok(fill)
     }
 
     fn finished(&mut self, key: Line, result: Result<Response, RequestError>) -> Result<()> {
