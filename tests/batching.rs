@@ -1,5 +1,6 @@
 //! Continuous batching: a sequence's output does not depend on who shares its batch, on the
-//! prefix cache, on memory pressure, or on which thread submitted it.
+//! prefix cache, on memory pressure, or on which thread submitted it; with the KV cache in f32
+//! and in `auto`'s f16 alike.
 
 mod common;
 
@@ -9,7 +10,7 @@ use throng::engine::{
     Client, Engine, EngineConfig, EngineHandle, Fill, Message, Queue, Request, RequestError,
     Response,
 };
-use throng::model::WeightFormat;
+use throng::model::{KvFormat, WeightFormat};
 
 fn requests(n: usize) -> Vec<Request> {
     (0..n)
@@ -41,17 +42,31 @@ fn engine_with(dir: &std::path::Path, cfg: EngineConfig, weights: WeightFormat) 
     common::engine_with(dir.to_str().unwrap(), cfg, weights)
 }
 
+/// The KV formats every engine property is held to: what `auto` picks, and f32.
+const KV_FORMATS: [KvFormat; 2] = [KvFormat::Auto, KvFormat::F32];
+
 #[test]
 fn greedy_outputs_do_not_depend_on_who_shares_the_batch() {
     for weights in common::AUTO_CPU_FORMATS {
-        outputs_do_not_depend_on_who_shares_the_batch(weights);
+        for kv in KV_FORMATS {
+            outputs_do_not_depend_on_who_shares_the_batch(weights, kv);
+        }
     }
 }
 
-fn outputs_do_not_depend_on_who_shares_the_batch(weights: WeightFormat) {
+fn outputs_do_not_depend_on_who_shares_the_batch(weights: WeightFormat, kv: KvFormat) {
     let dir = common::tiny_model(&TinyLlama::default());
     let n = 32;
-    let engine = |dir: &std::path::Path, cfg| engine_with(dir, cfg, weights);
+    let engine = |dir: &std::path::Path, cfg| {
+        engine_with(
+            dir,
+            EngineConfig {
+                kv_format: kv,
+                ..cfg
+            },
+            weights,
+        )
+    };
     let all_at_once = tokens(engine(dir.path(), EngineConfig::default()).generate(requests(n)));
 
     let mut alone = engine(dir.path(), EngineConfig::default());
@@ -76,7 +91,7 @@ fn outputs_do_not_depend_on_who_shares_the_batch(weights: WeightFormat) {
     };
     staggered.run(usize::MAX, &mut arrivals).unwrap();
     let staggered: Vec<Vec<u32>> = arrivals.done.into_iter().map(Option::unwrap).collect();
-    assert_eq!(staggered, all_at_once, "{weights:?}");
+    assert_eq!(staggered, all_at_once, "{weights:?}, KV {kv:?}");
 }
 
 /// Three more requests before every step, whatever is running.
@@ -113,13 +128,24 @@ impl Client for Staggered {
 #[test]
 fn prefix_caching_changes_nothing_but_the_work_done() {
     for weights in common::AUTO_CPU_FORMATS {
-        prefix_caching_changes_nothing(weights);
+        for kv in KV_FORMATS {
+            prefix_caching_changes_nothing(weights, kv);
+        }
     }
 }
 
-fn prefix_caching_changes_nothing(weights: WeightFormat) {
+fn prefix_caching_changes_nothing(weights: WeightFormat, kv: KvFormat) {
     let dir = common::tiny_model(&TinyLlama::default());
-    let engine = |dir: &std::path::Path, cfg| engine_with(dir, cfg, weights);
+    let engine = |dir: &std::path::Path, cfg| {
+        engine_with(
+            dir,
+            EngineConfig {
+                kv_format: kv,
+                ..cfg
+            },
+            weights,
+        )
+    };
     let without = engine(
         dir.path(),
         EngineConfig {
@@ -130,7 +156,7 @@ fn prefix_caching_changes_nothing(weights: WeightFormat) {
     .generate(requests(24));
     let mut cached_engine = engine(dir.path(), EngineConfig::default());
     let with = cached_engine.generate(requests(24));
-    assert_eq!(tokens(with), tokens(without), "{weights:?}");
+    assert_eq!(tokens(with), tokens(without), "{weights:?}, KV {kv:?}");
     assert!(
         cached_engine.totals().prefix_hit_rate() > 0.3,
         "{:?}",
@@ -162,18 +188,29 @@ fn the_second_of_two_requests_sharing_a_100_token_prefix_reuses_it() {
 #[test]
 fn a_kv_cache_too_small_for_everyone_still_finishes_everyone_identically() {
     for weights in common::AUTO_CPU_FORMATS {
-        preemption_changes_nothing(weights);
+        for kv in KV_FORMATS {
+            preemption_changes_nothing(weights, kv);
+        }
     }
 }
 
-fn preemption_changes_nothing(weights: WeightFormat) {
+fn preemption_changes_nothing(weights: WeightFormat, kv: KvFormat) {
     let spec = TinyLlama::default();
     let dir = common::tiny_model(&spec);
-    let engine = |dir: &std::path::Path, cfg| engine_with(dir, cfg, weights);
+    let engine = |dir: &std::path::Path, cfg| {
+        engine_with(
+            dir,
+            EngineConfig {
+                kv_format: kv,
+                ..cfg
+            },
+            weights,
+        )
+    };
     let roomy = tokens(engine(dir.path(), EngineConfig::default()).generate(requests(16)));
     // Room for 12 blocks of 16 tokens: prompts take 7, so one or two sequences at a time.
-    // The cache holds keys and values in the weights' float type: bf16 halves a block.
-    let element_bytes = if weights == WeightFormat::Bf16 { 2 } else { 4 };
+    // `auto` keeps keys and values in 2 bytes on the CPU (f16, or bf16 for bf16 weights).
+    let element_bytes = if kv == KvFormat::F32 { 4 } else { 2 };
     let block_bytes = 2
         * spec.num_layers
         * 16
@@ -189,7 +226,7 @@ fn preemption_changes_nothing(weights: WeightFormat) {
     );
     assert_eq!(tight.num_kv_blocks(), 12);
     let squeezed = tokens(tight.generate(requests(16)));
-    assert_eq!(squeezed, roomy, "{weights:?}");
+    assert_eq!(squeezed, roomy, "{weights:?}, KV {kv:?}");
     assert!(
         tight.totals().preemptions > 0,
         "the small cache forces preemption"

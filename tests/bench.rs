@@ -37,11 +37,12 @@ const PHASES: [&str; 8] = [
     "other",
 ];
 
-const RUN_FIELDS: [&str; 22] = [
+const RUN_FIELDS: [&str; 23] = [
     "shape",
     "parameters",
     "device",
     "weights",
+    "kv_format",
     "attention",
     "sampling_on",
     "block_size",
@@ -100,6 +101,10 @@ fn bench_on_the_tiny_shape_reports_every_field_and_reuses_previous_turns() {
     assert_eq!(report["attention"], "paged CPU kernel");
     assert_eq!(report["sampling_on"], "host");
     assert_eq!(report["kv_policy"], "next-call");
+    assert_eq!(
+        report["kv_format"], "F16",
+        "auto keeps keys and values in f16 on the CPU"
+    );
     let steps = report["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 3);
     for (i, step) in steps.iter().enumerate() {
@@ -171,7 +176,7 @@ fn squeezed_bench(policy: &str, dir: &std::path::Path) -> Value {
             "--shared", "64", "--own", "32", "--reply", "16", "--steps", "4",
         ])
         .args(["--no-schema", "--temperature", "0", "--max-seqs", "1"])
-        .args(["--kv-memory", "256KiB", "--kv-policy", policy, "--json"])
+        .args(["--kv-memory", "128KiB", "--kv-policy", policy, "--json"])
         .arg(&json)
         .output()
         .unwrap();

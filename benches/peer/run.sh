@@ -10,6 +10,7 @@
 # (single-stream rounds, default 5), THRONG_PEER_HISTORY_STEPS (steps of the history
 # workload, default 10), THRONG_PEER_HISTORY=0 (skip the history workload),
 # THRONG_PEER_DECISIONS=0 (skip the decision workload and the single stream),
+# THRONG_PEER_BIN (a throng binary already built, instead of building one),
 # THRONG_PEER_BASELINE (another throng binary, e.g. one built from main: every throng run is
 # repeated with it, labelled throng-baseline, so that before and after come from one run),
 # LLAMA_CPP_PYTHON_VERSION (the PyPI sdist that vendors llama.cpp, default 0.3.36).
@@ -37,9 +38,13 @@ WORK=$ROOT/target/peer
 PORT=${THRONG_PEER_PORT:-18080}
 mkdir -p "$WORK"
 
-echo "== building throng" >&2
-cargo build --release --quiet
-THRONG=$ROOT/target/release/throng
+if [[ -n ${THRONG_PEER_BIN:-} ]]; then
+    THRONG=$THRONG_PEER_BIN
+else
+    echo "== building throng" >&2
+    cargo build --release --quiet
+    THRONG=$ROOT/target/release/throng
+fi
 # "label binary" pairs: the throng under test, then the baseline when one is given.
 THRONGS=("throng $THRONG")
 if [[ -n ${THRONG_PEER_BASELINE:-} ]]; then

@@ -81,7 +81,8 @@ choice! {
 choice! {
     /// `throng bench --attention`.
     AttentionArg => AttentionBackend {
-        /// The paged CPU kernel: f32 on the CPU, batch invariant.
+        /// The paged CPU kernel: f32 queries over an f32 or f16 cache on the CPU, batch
+        /// invariant.
         PagedCpu,
         /// Gathered keys and values with dense matmuls: any device and dtype.
         Gathered,

@@ -18,6 +18,9 @@ pub struct EvalArgs {
     /// choose on the device).
     #[arg(long, value_parser = super::choice::WeightsArg::parser(), value_delimiter = ',')]
     pub weights: Vec<WeightFormat>,
+    /// How the candidates' KV caches store keys and values (the f32 reference's is f32).
+    #[arg(long, value_parser = super::choice::KvFormatArg::parser(), default_value = "auto")]
+    pub kv_format: crate::model::KvFormat,
     /// A tokenizer.json to use instead of the model's own.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
@@ -60,6 +63,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
         spec.formats = args.weights.clone();
     }
     spec.tokenizer = args.tokenizer;
+    spec.kv_format = args.kv_format;
     spec.decisions = args.decisions;
     spec.prompts = args.prompts;
     spec.seed = args.seed;

@@ -8,6 +8,7 @@
 //! times positions is ever kept.
 
 use crate::model::{BatchInputs, CausalLm, KvCache, ModelError, SeqChunk};
+use candle_core::DType;
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -69,6 +70,7 @@ struct Position {
 pub fn compare(
     reference: &dyn CausalLm,
     candidate: &dyn CausalLm,
+    candidate_kv: DType,
     sequences: &[Scored],
 ) -> Result<Divergence, ModelError> {
     let vocab = reference.config().vocab_size;
@@ -83,8 +85,12 @@ pub fn compare(
     // block per sequence.
     let blocks =
         TOKENS_PER_PASS.max(longest).div_ceil(BLOCK) + sequences.len().min(TOKENS_PER_PASS);
-    let cache = |m: &dyn CausalLm| KvCache::new(m.config(), blocks, BLOCK, m.dtype(), m.device());
-    let (mut ref_kv, mut cand_kv) = (cache(reference)?, cache(candidate)?);
+    let cache =
+        |m: &dyn CausalLm, dtype| KvCache::new(m.config(), blocks, BLOCK, dtype, m.device());
+    let (mut ref_kv, mut cand_kv) = (
+        cache(reference, reference.dtype())?,
+        cache(candidate, candidate_kv)?,
+    );
     let mut positions = Vec::new();
     for group in passes(sequences) {
         let mut next_block = 0u32;

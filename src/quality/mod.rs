@@ -26,7 +26,7 @@ pub use divergence::{Divergence, Scored};
 use crate::engine::{
     Engine, EngineConfig, EngineError, FinishReason, Request, RequestError, Response,
 };
-use crate::model::{LoadOptions, ModelError, WeightFormat, loader};
+use crate::model::{KvFormat, LoadOptions, ModelError, WeightFormat, loader};
 use candle_core::Device;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -94,6 +94,9 @@ pub struct EvalSpec {
     pub tokenizer: Option<PathBuf>,
     /// The formats compared with f32.
     pub formats: Vec<WeightFormat>,
+    /// How the candidates' KV caches store keys and values (the reference's is f32): by
+    /// default what `auto` picks, so that the gate judges `auto`'s whole choice.
+    pub kv_format: KvFormat,
     /// Requests of the decision workload.
     pub decisions: usize,
     /// Agent prompts whose next-token distributions are compared (the first of the workload).
@@ -110,6 +113,7 @@ impl EvalSpec {
     pub fn new(model: impl Into<String>, device: Device) -> Self {
         Self {
             formats: auto_choices(&device),
+            kv_format: KvFormat::Auto,
             model: model.into(),
             device,
             tokenizer: None,
@@ -360,9 +364,13 @@ impl QualityReport {
             line.insert_str(line.len() - 1, if f.passes() { "  pass" } else { "  FAIL" });
             out.push_str(&line);
         }
+        out.push('\n');
+        for f in &self.formats {
+            out.push_str(&format!("{}: {}\n", name(f.format), f.weights));
+        }
         let b = &self.bounds;
         out.push_str(&format!(
-            "\nbounds: perplexity ratio <= {}, mean KL <= {}, top-1 agreement >= {:.0}%, valid \
+            "bounds: perplexity ratio <= {}, mean KL <= {}, top-1 agreement >= {:.0}%, valid \
              decisions not significantly fewer than f32's (one-sided McNemar p >= {})\n",
             b.max_perplexity_ratio,
             b.max_mean_kl,
@@ -441,7 +449,7 @@ pub fn evaluate(
             "nothing to measure: give a text, prompts or decisions".into(),
         ));
     }
-    let load = |weights: WeightFormat| -> Result<(Engine, String), QualityError> {
+    let load = |weights: WeightFormat, kv_format| -> Result<(Engine, String), QualityError> {
         let loaded = loader::load(
             &spec.model,
             &LoadOptions {
@@ -456,13 +464,18 @@ pub fn evaluate(
             loaded,
             EngineConfig {
                 kv_memory: Some(kv),
+                kv_format,
                 ..EngineConfig::default()
             },
         )?;
+        let described = match kv_format {
+            KvFormat::Model => described,
+            _ => format!("{described}, KV cache {:?}", engine.kv_cache().dtype()),
+        };
         Ok((engine, described))
     };
     progress("loading the reference (f32)");
-    let (mut reference, reference_weights) = load(WeightFormat::F32)?;
+    let (mut reference, reference_weights) = load(WeightFormat::F32, KvFormat::F32)?;
     let workload = workload::agent_requests(spec.decisions.max(spec.prompts), spec.seed);
     let text = text_windows(&reference, &spec.text)?;
     let prompts = workload
@@ -496,11 +509,12 @@ pub fn evaluate(
     for &format in &spec.formats {
         let name = name(format);
         progress(&format!("loading {name}"));
-        let (mut candidate, weights) = load(format)?;
+        let (mut candidate, weights) = load(format, spec.kv_format)?;
+        let kv = candidate.kv_cache().dtype();
         progress(&format!("{name}: the text ({} windows)", text.len()));
-        let text_div = divergence::compare(reference.model(), candidate.model(), &text)?;
+        let text_div = divergence::compare(reference.model(), candidate.model(), kv, &text)?;
         progress(&format!("{name}: {} prompts", prompts.len()));
-        let prompt_div = divergence::compare(reference.model(), candidate.model(), &prompts)?;
+        let prompt_div = divergence::compare(reference.model(), candidate.model(), kv, &prompts)?;
         progress(&format!("{name}: {} decisions", requests.len()));
         let (results, decisions) = decide(&mut candidate, &requests, Some(&reference_values));
         all_replies.extend(replies(&name, &requests, &results));
