@@ -107,14 +107,22 @@ impl KvCache {
             )));
         }
         let shape = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim);
+        let zeros = || -> candle_core::Result<Tensor> {
+            if device.is_cpu() && dtype == DType::F16 {
+                // From zeroed u16s: the allocator hands out pages that stay untouched until a
+                // block is written, as f32 zeros do; `vec![f16::ZERO; n]` would write every
+                // page of the pool at start-up.
+                use half::vec::HalfBitsVecExt;
+                let n = num_blocks * block_size * cfg.num_kv_heads * cfg.head_dim;
+                let halves: Vec<half::f16> = vec![0u16; n].reinterpret_into();
+                Tensor::from_vec(halves, shape, device)
+            } else {
+                Tensor::zeros(shape, dtype, device)
+            }
+        };
         let alloc = || -> candle_core::Result<Vec<(Tensor, Tensor)>> {
             (0..cfg.num_layers)
-                .map(|_| {
-                    Ok((
-                        Tensor::zeros(shape, dtype, device)?,
-                        Tensor::zeros(shape, dtype, device)?,
-                    ))
-                })
+                .map(|_| Ok((zeros()?, zeros()?)))
                 .collect()
         };
         let layers = alloc().map_err(|e| ModelError::during("allocating the KV cache", e))?;
