@@ -21,7 +21,6 @@ mod timer;
 #[cfg(feature = "flash-attn")]
 pub(crate) use flash::FlashInputs;
 pub(crate) use kernels::exp_nonpositive;
-pub(crate) use paged::SharedPrefix;
 pub(crate) use timer::AttentionTimer;
 
 use candle_core::{DType, Device, Tensor};
@@ -170,8 +169,11 @@ pub(crate) enum AttentionPlan {
         spans: Vec<SeqSpan>,
         block_size: usize,
         window: Option<usize>,
-        /// Prefixes whose keys and values are read once for all the sequences sharing them.
-        shared: Vec<SharedPrefix>,
+        /// Whether prefixes shared by several sequences are read once for all of them.
+        cascade: bool,
+        /// Items, tiles and shared prefixes, worked out at the first layer (which brings the
+        /// head layout) and the same for every other.
+        plan: std::sync::OnceLock<paged::Plan>,
         /// The kernel's working memory, reused by every layer of the pass.
         scratch: std::sync::Mutex<Vec<f32>>,
     },
@@ -197,11 +199,8 @@ impl AttentionPlan {
     ) -> candle_core::Result<Self> {
         match backend {
             AttentionBackend::PagedCpu => Ok(AttentionPlan::Paged {
-                shared: if cascade {
-                    paged::shared_prefixes(&spans, block_size, window)
-                } else {
-                    Vec::new()
-                },
+                cascade,
+                plan: Default::default(),
                 spans,
                 block_size,
                 window,
@@ -241,7 +240,8 @@ impl AttentionPlan {
                 spans,
                 block_size,
                 window,
-                shared,
+                cascade,
+                plan,
                 scratch,
             } if q.dtype() == DType::F32 => paged::attend(
                 q,
@@ -251,7 +251,7 @@ impl AttentionPlan {
                 *block_size,
                 heads,
                 *window,
-                shared,
+                plan.get_or_init(|| paged::Plan::new(spans, *block_size, heads, *window, *cascade)),
                 paged::Isa::best(),
                 &mut scratch
                     .lock()
@@ -477,7 +477,7 @@ fn paged_cpu(
     heads: Heads,
     window: Option<usize>,
 ) -> candle_core::Result<Tensor> {
-    let shared = paged::shared_prefixes(spans, block_size, window);
+    let plan = paged::Plan::new(spans, block_size, heads, window, true);
     paged::attend(
         q,
         k,
@@ -486,7 +486,7 @@ fn paged_cpu(
         block_size,
         heads,
         window,
-        &shared,
+        &plan,
         paged::Isa::best(),
         &mut Vec::new(),
     )

@@ -71,7 +71,7 @@ fn with_rows<R>(t: &Tensor, f: impl FnOnce(Rows<'_>) -> R) -> candle_core::Resul
 /// Sequences of a batch whose block tables begin with the same blocks, every one of them
 /// wholly before the sequences' first queries (so every query sees all of it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SharedPrefix {
+struct SharedPrefix {
     /// The shared leading blocks.
     pub blocks: Vec<u32>,
     /// The spans that begin with them.
@@ -81,7 +81,7 @@ pub(crate) struct SharedPrefix {
 /// The shared prefixes of a batch: sequences grouped by their first block, each group's
 /// prefix the blocks all its members have in common. A sliding window would hide part of a
 /// prefix from some queries, so windowed models (Mistral v0.1) attend without a cascade.
-pub(crate) fn shared_prefixes(
+fn shared_prefixes(
     spans: &[SeqSpan],
     block_size: usize,
     window: Option<usize>,
@@ -312,24 +312,121 @@ struct Item<'s> {
 }
 
 /// Where an item sits, before its working memory is handed out.
+#[derive(Debug)]
 struct Layout {
     span: usize,
     kvh: usize,
     rows: Range<usize>,
     shared: usize,
+    /// Floats of its scores and of its output.
+    scores_len: usize,
+    out_len: usize,
 }
 
 impl Layout {
-    /// `(scores, out)` floats it needs.
-    fn sizes(&self, spans: &[SeqSpan], heads: Heads) -> (usize, usize) {
-        let n = self.rows.len() * heads.group();
-        let ctx = spans[self.span].start + self.rows.end;
-        (n * ctx, n * heads.head_dim)
+    fn new(
+        spans: &[SeqSpan],
+        heads: Heads,
+        span: usize,
+        kvh: usize,
+        rows: Range<usize>,
+        shared: usize,
+    ) -> Self {
+        let n = rows.len() * heads.group();
+        let ctx = spans[span].start + rows.end;
+        Self {
+            span,
+            kvh,
+            rows,
+            shared,
+            scores_len: n * ctx,
+            out_len: n * heads.head_dim,
+        }
+    }
+}
+
+/// A batch cut into items and tiles, with its shared prefixes: the same for every layer of a
+/// forward pass, so worked out once per pass.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    shared: Vec<SharedPrefix>,
+    /// Items of shared prefixes first, each prefix's per kv head in a run cut into tiles.
+    layout: Vec<Layout>,
+    /// Runs of `layout` and the prefix they share.
+    tiles: Vec<(Range<usize>, usize)>,
+    /// Items `..with_prefix` have a shared prefix.
+    with_prefix: usize,
+    scores_len: usize,
+    out_len: usize,
+}
+
+impl Plan {
+    /// The plan of `spans`, with their shared prefixes if `cascade`.
+    pub fn new(
+        spans: &[SeqSpan],
+        block_size: usize,
+        heads: Heads,
+        window: Option<usize>,
+        cascade: bool,
+    ) -> Self {
+        let shared = if cascade {
+            shared_prefixes(spans, block_size, window)
+        } else {
+            Vec::new()
+        };
+        let g = heads.group();
+        let row_chunks = |span: &SeqSpan| {
+            let len = span.q_len;
+            (0..len)
+                .step_by(ROWS_PER_ITEM)
+                .map(move |r0| r0..(r0 + ROWS_PER_ITEM).min(len))
+        };
+        let mut layout = Vec::new();
+        let mut tiles: Vec<(Range<usize>, usize)> = Vec::new();
+        let mut alone = vec![true; spans.len()];
+        for (p, prefix) in shared.iter().enumerate() {
+            let len = prefix.blocks.len() * block_size;
+            for kvh in 0..heads.num_kv_heads {
+                let mut start = layout.len();
+                let mut stacked = 0;
+                for &s in &prefix.members {
+                    alone[s] = false;
+                    for rows in row_chunks(&spans[s]) {
+                        let queries = rows.len() * g;
+                        if stacked > 0 && stacked + queries > TILE_QUERIES {
+                            tiles.push((start..layout.len(), p));
+                            (start, stacked) = (layout.len(), 0);
+                        }
+                        stacked += queries;
+                        layout.push(Layout::new(spans, heads, s, kvh, rows, len));
+                    }
+                }
+                if layout.len() > start {
+                    tiles.push((start..layout.len(), p));
+                }
+            }
+        }
+        let with_prefix = layout.len();
+        for (s, span) in spans.iter().enumerate().filter(|&(s, _)| alone[s]) {
+            for kvh in 0..heads.num_kv_heads {
+                layout.extend(
+                    row_chunks(span).map(|rows| Layout::new(spans, heads, s, kvh, rows, 0)),
+                );
+            }
+        }
+        Self {
+            scores_len: layout.iter().map(|at| at.scores_len).sum(),
+            out_len: layout.iter().map(|at| at.out_len).sum(),
+            shared,
+            layout,
+            tiles,
+            with_prefix,
+        }
     }
 }
 
 impl<'s> Item<'s> {
-    fn new(at: Layout, spans: &[SeqSpan], scores: &'s mut [f32], out: &'s mut [f32]) -> Self {
+    fn new(at: &Layout, spans: &[SeqSpan], scores: &'s mut [f32], out: &'s mut [f32]) -> Self {
         let span = &spans[at.span];
         out.fill(0.0);
         Self {
@@ -337,7 +434,7 @@ impl<'s> Item<'s> {
             kvh: at.kvh,
             first_visible: span.start + at.rows.start + 1,
             ctx: span.start + at.rows.end,
-            rows: at.rows,
+            rows: at.rows.clone(),
             shared: at.shared,
             scores,
             norms: Vec::new(),
@@ -526,8 +623,9 @@ fn softmax<K: Kernels>(row: &mut [f32], window: Option<usize>) -> f32 {
 }
 
 /// Attends packed queries `q` `(T, heads, head_dim)` to the keys and values of `spans`' blocks
-/// in `k_cache` and `v_cache` `(slots, kv_heads * head_dim)`, reading each of `shared`'s
-/// prefixes once per tile of stacked queries; returns `(T, heads * head_dim)`.
+/// in `k_cache` and `v_cache` `(slots, kv_heads * head_dim)` as `plan` (made for these spans
+/// and heads) cuts them, reading each shared prefix once per tile of stacked queries; returns
+/// `(T, heads * head_dim)`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn attend(
     q: &Tensor,
@@ -537,75 +635,23 @@ pub(super) fn attend(
     block_size: usize,
     heads: Heads,
     window: Option<usize>,
-    shared: &[SharedPrefix],
+    plan: &Plan,
     isa: Isa,
     scratch: &mut Vec<f32>,
 ) -> candle_core::Result<Tensor> {
     let (t, h, d) = q.dims3()?;
     let q = cpu_f32(&q.contiguous()?)?;
     let g = heads.group();
-    let row_chunks = |span: &SeqSpan| {
-        let len = span.q_len;
-        (0..len)
-            .step_by(ROWS_PER_ITEM)
-            .map(move |r0| r0..(r0 + ROWS_PER_ITEM).min(len))
-    };
-    // Items of shared prefixes first, each prefix's per kv head in a run cut into tiles.
-    let mut layout = Vec::new();
-    let mut tiles: Vec<(Range<usize>, usize)> = Vec::new();
-    let mut alone = vec![true; spans.len()];
-    for (p, prefix) in shared.iter().enumerate() {
-        let len = prefix.blocks.len() * block_size;
-        for kvh in 0..heads.num_kv_heads {
-            let mut start = layout.len();
-            let mut stacked = 0;
-            for &s in &prefix.members {
-                alone[s] = false;
-                for rows in row_chunks(&spans[s]) {
-                    let queries = rows.len() * g;
-                    if stacked > 0 && stacked + queries > TILE_QUERIES {
-                        tiles.push((start..layout.len(), p));
-                        (start, stacked) = (layout.len(), 0);
-                    }
-                    stacked += queries;
-                    layout.push(Layout {
-                        span: s,
-                        kvh,
-                        rows,
-                        shared: len,
-                    });
-                }
-            }
-            if layout.len() > start {
-                tiles.push((start..layout.len(), p));
-            }
-        }
-    }
-    let with_prefix = layout.len();
-    for (s, span) in spans.iter().enumerate().filter(|&(s, _)| alone[s]) {
-        for kvh in 0..heads.num_kv_heads {
-            layout.extend(row_chunks(span).map(|rows| Layout {
-                span: s,
-                kvh,
-                rows,
-                shared: 0,
-            }));
-        }
-    }
     // Every item's working memory, out of one buffer kept from layer to layer.
-    let (scores_len, out_len) = layout
-        .iter()
-        .map(|at| at.sizes(spans, heads))
-        .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+    let (scores_len, out_len) = (plan.scores_len, plan.out_len);
     if scratch.len() < scores_len + out_len {
         scratch.resize(scores_len + out_len, 0.0);
     }
     let (mut scores_rest, mut out_rest) = scratch[..scores_len + out_len].split_at_mut(scores_len);
-    let mut items: Vec<Item<'_>> = Vec::with_capacity(layout.len());
-    for at in layout {
-        let (sl, ol) = at.sizes(spans, heads);
-        let (sc, sr) = std::mem::take(&mut scores_rest).split_at_mut(sl);
-        let (oc, or) = std::mem::take(&mut out_rest).split_at_mut(ol);
+    let mut items: Vec<Item<'_>> = Vec::with_capacity(plan.layout.len());
+    for at in &plan.layout {
+        let (sc, sr) = std::mem::take(&mut scores_rest).split_at_mut(at.scores_len);
+        let (oc, or) = std::mem::take(&mut out_rest).split_at_mut(at.out_len);
         (scores_rest, out_rest) = (sr, or);
         items.push(Item::new(at, spans, sc, oc));
     }
@@ -626,10 +672,10 @@ pub(super) fn attend(
                 window,
             };
             let tiled = |items: &mut Vec<Item<'_>>, values: bool| {
-                split_tiles(items, &tiles)
+                split_tiles(items, &plan.tiles)
                     .into_par_iter()
                     .for_each(|(tile, p)| {
-                        let blocks = &shared[p].blocks[..];
+                        let blocks = &plan.shared[p].blocks[..];
                         isa.run(
                             &x,
                             if values {
@@ -645,7 +691,7 @@ pub(super) fn attend(
                 .par_iter_mut()
                 .for_each(|it| isa.run(&x, Task::Own(it, it.shared == 0)));
             tiled(&mut items, true);
-            items[..with_prefix]
+            items[..plan.with_prefix]
                 .par_iter_mut()
                 .for_each(|it| isa.run(&x, Task::OwnValues(it)));
         })
@@ -744,11 +790,7 @@ mod tests {
         }
 
         fn attend(&self, window: Option<usize>, cascade: bool, isa: Isa) -> Vec<u32> {
-            let shared = if cascade {
-                shared_prefixes(&self.spans, self.block_size, window)
-            } else {
-                Vec::new()
-            };
+            let plan = Plan::new(&self.spans, self.block_size, self.heads, window, cascade);
             let out = attend(
                 &self.q,
                 &self.k,
@@ -757,7 +799,7 @@ mod tests {
                 self.block_size,
                 self.heads,
                 window,
-                &shared,
+                &plan,
                 isa,
                 &mut Vec::new(),
             )
@@ -914,11 +956,17 @@ mod tests {
             &q,
             &k,
             &v,
-            &[windowed],
+            std::slice::from_ref(&windowed),
             block_size,
             heads,
             Some(4),
-            &[],
+            &Plan::new(
+                std::slice::from_ref(&windowed),
+                block_size,
+                heads,
+                Some(4),
+                false,
+            ),
             Isa::best(),
             &mut Vec::new(),
         )
@@ -934,11 +982,11 @@ mod tests {
             &q,
             &k4,
             &v4,
-            &[full],
+            std::slice::from_ref(&full),
             block_size,
             heads,
             None,
-            &[],
+            &Plan::new(std::slice::from_ref(&full), block_size, heads, None, false),
             Isa::best(),
             &mut Vec::new(),
         )
@@ -1006,12 +1054,12 @@ mod timing {
             })
             .collect();
         let q = Tensor::from_vec(data(agents * 9 * 64, 0), (agents, 9, 64), &Device::Cpu).unwrap();
-        let shared = shared_prefixes(&spans, bs, None);
+        let plans = [false, true].map(|cascade| Plan::new(&spans, bs, heads, None, cascade));
         let only = std::env::var("THRONG_TIMING").ok();
         let mut scratch = Vec::new();
         let mut best = [f64::INFINITY; 2];
         for _ in 0..15 {
-            for (m, sh) in [&[][..], &shared[..]].into_iter().enumerate() {
+            for (m, plan) in plans.iter().enumerate() {
                 if only
                     .as_deref()
                     .is_some_and(|o| o != ["plain", "cascade"][m])
@@ -1022,7 +1070,7 @@ mod timing {
                 crate::model::llama::on_busy_pool(|| {
                     for (k, v) in &caches {
                         let isa = Isa::best();
-                        attend(&q, k, v, &spans, bs, heads, None, sh, isa, &mut scratch).unwrap();
+                        attend(&q, k, v, &spans, bs, heads, None, plan, isa, &mut scratch).unwrap();
                     }
                 });
                 best[m] = best[m].min(t.elapsed().as_secs_f64() * 1e3);
