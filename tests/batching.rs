@@ -38,7 +38,17 @@ fn engine(dir: &std::path::Path, cfg: EngineConfig) -> Engine {
     common::engine(dir.to_str().unwrap(), cfg)
 }
 
-fn engine_with(dir: &std::path::Path, cfg: EngineConfig, weights: WeightFormat) -> Engine {
+/// An engine of `weights` whose KV cache is in `kv`, whatever `cfg` says.
+fn engine_with(
+    dir: &std::path::Path,
+    cfg: EngineConfig,
+    weights: WeightFormat,
+    kv: KvFormat,
+) -> Engine {
+    let cfg = EngineConfig {
+        kv_format: kv,
+        ..cfg
+    };
     common::engine_with(dir.to_str().unwrap(), cfg, weights)
 }
 
@@ -57,16 +67,7 @@ fn greedy_outputs_do_not_depend_on_who_shares_the_batch() {
 fn outputs_do_not_depend_on_who_shares_the_batch(weights: WeightFormat, kv: KvFormat) {
     let dir = common::tiny_model(&TinyLlama::default());
     let n = 32;
-    let engine = |dir: &std::path::Path, cfg| {
-        engine_with(
-            dir,
-            EngineConfig {
-                kv_format: kv,
-                ..cfg
-            },
-            weights,
-        )
-    };
+    let engine = |dir: &std::path::Path, cfg| engine_with(dir, cfg, weights, kv);
     let all_at_once = tokens(engine(dir.path(), EngineConfig::default()).generate(requests(n)));
 
     let mut alone = engine(dir.path(), EngineConfig::default());
@@ -136,16 +137,7 @@ fn prefix_caching_changes_nothing_but_the_work_done() {
 
 fn prefix_caching_changes_nothing(weights: WeightFormat, kv: KvFormat) {
     let dir = common::tiny_model(&TinyLlama::default());
-    let engine = |dir: &std::path::Path, cfg| {
-        engine_with(
-            dir,
-            EngineConfig {
-                kv_format: kv,
-                ..cfg
-            },
-            weights,
-        )
-    };
+    let engine = |dir: &std::path::Path, cfg| engine_with(dir, cfg, weights, kv);
     let without = engine(
         dir.path(),
         EngineConfig {
@@ -197,16 +189,7 @@ fn a_kv_cache_too_small_for_everyone_still_finishes_everyone_identically() {
 fn preemption_changes_nothing(weights: WeightFormat, kv: KvFormat) {
     let spec = TinyLlama::default();
     let dir = common::tiny_model(&spec);
-    let engine = |dir: &std::path::Path, cfg| {
-        engine_with(
-            dir,
-            EngineConfig {
-                kv_format: kv,
-                ..cfg
-            },
-            weights,
-        )
-    };
+    let engine = |dir: &std::path::Path, cfg| engine_with(dir, cfg, weights, kv);
     let roomy = tokens(engine(dir.path(), EngineConfig::default()).generate(requests(16)));
     // Room for 12 blocks of 16 tokens: prompts take 7, so one or two sequences at a time.
     // `auto` keeps keys and values in 2 bytes on the CPU (f16, or bf16 for bf16 weights).

@@ -138,9 +138,7 @@ impl Kernels for Avx2 {
                 _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
             }
         }
-        for i in full..n {
-            dst[i] = src[i].to_f32_const();
-        }
+        Portable::widen(&src[full..n], &mut dst[full..n]);
     }
 
     #[inline(always)]
@@ -288,9 +286,7 @@ impl Kernels for Avx512 {
                 _mm512_storeu_ps(dst.as_mut_ptr().add(i), _mm512_cvtph_ps(h));
             }
         }
-        for i in full..n {
-            dst[i] = src[i].to_f32_const();
-        }
+        Portable::widen(&src[full..n], &mut dst[full..n]);
     }
 
     #[inline(always)]
