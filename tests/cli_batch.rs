@@ -306,21 +306,26 @@ fn next_line(lines: &std::sync::mpsc::Receiver<String>, what: &str) -> serde_jso
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
 }
 
+/// `throng generate --requests -` on `model`, its three streams piped.
+fn generate_from_stdin(model: &std::path::Path) -> std::process::Child {
+    throng()
+        .args(["generate", "--model"])
+        .arg(model)
+        .args(["--requests", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 // A multi-step conversation needs one process (its prefix cache) across steps: `--requests -`
 // answers each request as it arrives while stdin stays open, and an error line comes out
 // without waiting for the next request either.
 #[test]
 fn stdin_requests_are_answered_as_they_arrive_as_a_coprocess() {
     let model = tiny();
-    let mut child = throng()
-        .args(["generate", "--model"])
-        .arg(model.path())
-        .args(["--requests", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = generate_from_stdin(model.path());
     let stdout = BufReader::new(child.stdout.take().unwrap());
     let (tx, lines) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
@@ -380,15 +385,7 @@ fn stdin_requests_are_answered_as_they_arrive_as_a_coprocess() {
 #[test]
 fn stdin_eof_ends_the_run_with_every_response_written() {
     let model = tiny();
-    let mut child = throng()
-        .args(["generate", "--model"])
-        .arg(model.path())
-        .args(["--requests", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = generate_from_stdin(model.path());
     let mut stdin = child.stdin.take().unwrap();
     for i in 0..6 {
         writeln!(
