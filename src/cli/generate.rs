@@ -276,34 +276,66 @@ fn parse_line(
     let tag = serde_json::from_str::<serde_json::Value>(text)
         .ok()
         .and_then(|v| v.get("tag").and_then(|t| t.as_str()).map(str::to_string));
-    let request = (|| {
-        let r: RequestLine =
-            serde_json::from_str(text).map_err(|e| format!("{at}: not a valid request: {e}"))?;
-        let prompt = match (r.messages, r.prompt) {
-            (Some(messages), None) => Prompt::Messages(messages),
-            (None, Some(text)) => Prompt::Text(text),
-            _ => return Err(format!("{at}: give either `messages` or `prompt`")),
-        };
-        let mut request = Request::new(prompt)
-            .with_max_tokens(r.max_tokens.unwrap_or(max_tokens))
-            .with_sampling(SamplingParams {
-                temperature: r.temperature.unwrap_or(sampling.temperature),
-                top_p: r.top_p.unwrap_or(sampling.top_p),
-                top_k: r.top_k.or(sampling.top_k),
-                seed: r
-                    .seed
-                    .unwrap_or_else(|| crate::seed::derive(sampling.seed, &[index as u64])),
-            });
-        request.json_schema = r.json_schema.map(Schema::new);
-        request.stop = r.stop;
-        request.tag = r.tag;
-        Ok(request)
-    })();
     Item {
         index,
-        request,
+        request: request_from_json(text, index, &at, max_tokens, sampling),
         tag,
     }
+}
+
+/// A request from one line of a `--requests` file, as `throng generate` reads it (also for
+/// programs that embed throng, such as the Python package). `index` is its place: a request
+/// without a `seed` gets `derive(sampling.seed, index)`. `at` names it in errors
+/// (`requests.jsonl line 3`); `max_tokens` and `sampling` are the defaults.
+pub fn request_from_json(
+    text: &str,
+    index: usize,
+    at: &str,
+    max_tokens: usize,
+    sampling: SamplingParams,
+) -> Result<Request, String> {
+    let r: RequestLine =
+        serde_json::from_str(text).map_err(|e| format!("{at}: not a valid request: {e}"))?;
+    let prompt = match (r.messages, r.prompt) {
+        (Some(messages), None) => Prompt::Messages(messages),
+        (None, Some(text)) => Prompt::Text(text),
+        _ => return Err(format!("{at}: give either `messages` or `prompt`")),
+    };
+    let mut request = Request::new(prompt)
+        .with_max_tokens(r.max_tokens.unwrap_or(max_tokens))
+        .with_sampling(SamplingParams {
+            temperature: r.temperature.unwrap_or(sampling.temperature),
+            top_p: r.top_p.unwrap_or(sampling.top_p),
+            top_k: r.top_k.or(sampling.top_k),
+            seed: r
+                .seed
+                .unwrap_or_else(|| crate::seed::derive(sampling.seed, &[index as u64])),
+        });
+    request.json_schema = r.json_schema.map(Schema::new);
+    request.stop = r.stop;
+    request.tag = r.tag;
+    Ok(request)
+}
+
+/// The output line of request `index`, as `throng generate --requests` writes it: its seed
+/// (once it became a request) and its response, or its error with the request's tag.
+pub fn response_line(
+    index: usize,
+    seed: Option<u64>,
+    result: Result<&Response, (String, Option<&str>)>,
+) -> String {
+    let (response, error, tag) = match result {
+        Ok(r) => (Some(r), None, None),
+        Err((e, tag)) => (None, Some(e), tag),
+    };
+    serde_json::to_string(&ResponseLine {
+        index,
+        seed,
+        response,
+        tag,
+        error,
+    })
+    .expect("invariant: response lines serialise")
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
@@ -496,25 +528,6 @@ struct Batch<'a> {
 }
 
 impl Batch<'_> {
-    fn line(
-        index: usize,
-        seed: Option<u64>,
-        result: Result<&Response, (String, Option<&str>)>,
-    ) -> String {
-        let (response, error, tag) = match result {
-            Ok(r) => (Some(r), None, None),
-            Err((e, tag)) => (None, Some(e), tag),
-        };
-        serde_json::to_string(&ResponseLine {
-            index,
-            seed,
-            response,
-            tag,
-            error,
-        })
-        .expect("invariant: response lines serialise")
-    }
-
     /// Writes a finished line, or keeps it until every earlier one is written.
     fn write(&mut self, index: usize, line: String, ok: bool) -> Result<()> {
         self.failed += (!ok) as usize;
@@ -575,7 +588,7 @@ impl Client for Batch<'_> {
                     .map_err(|refused| refused.error.to_string())
             });
             if let Err(e) = submitted {
-                let l = Self::line(item.index, seed, Err((e, item.tag.as_deref())));
+                let l = response_line(item.index, seed, Err((e, item.tag.as_deref())));
                 self.write(item.index, l, false)?;
                 wrote = true;
             }
@@ -588,8 +601,8 @@ impl Client for Batch<'_> {
 
     fn finished(&mut self, key: Line, result: Result<Response, RequestError>) -> Result<()> {
         let l = match &result {
-            Ok(r) => Self::line(key.index, Some(key.seed), Ok(r)),
-            Err(e) => Self::line(key.index, Some(key.seed), Err((e.to_string(), None))),
+            Ok(r) => response_line(key.index, Some(key.seed), Ok(r)),
+            Err(e) => response_line(key.index, Some(key.seed), Err((e.to_string(), None))),
         };
         self.write(key.index, l, result.is_ok())
     }

@@ -28,7 +28,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::RwLock;
 
 /// Where and how to load the model.
 #[derive(clap::Args, Clone, Debug)]
@@ -65,8 +65,10 @@ pub struct ModelArgs {
     pub kv_policy: crate::engine::KvPolicy,
 }
 
-/// The arguments given on the command line (not defaulted), by clap id (`model`, `device`).
-static GIVEN: OnceLock<BTreeSet<String>> = OnceLock::new();
+/// The arguments given on the command line (not defaulted), by clap id (`model`, `device`):
+/// of the process's one command line, or of the command an embedding program (the Python
+/// package) parsed last.
+static GIVEN: RwLock<BTreeSet<String>> = RwLock::new(BTreeSet::new());
 
 /// Remembers which arguments of the command line `matches` (and its subcommand) were given.
 pub fn remember_given(matches: &clap::ArgMatches) {
@@ -80,13 +82,31 @@ pub fn remember_given(matches: &clap::ArgMatches) {
         }
         level = m.subcommand().map(|(_, sub)| sub);
     }
-    let _ = GIVEN.set(given);
+    *GIVEN.write().unwrap_or_else(|e| e.into_inner()) = given;
 }
 
 /// Whether argument `id` (`model` for `--model`) was given on the command line, rather than
 /// left at its default.
 pub fn given(id: &str) -> bool {
-    GIVEN.get().is_some_and(|g| g.contains(id))
+    GIVEN.read().unwrap_or_else(|e| e.into_inner()).contains(id)
+}
+
+/// `throng run`'s arguments from `args` (what follows `throng run` on a command line), parsed
+/// as the command line is, for a program that embeds throng (the Python package): which were
+/// given is remembered ([`given`]), and a mistake is returned as clap's message rather than
+/// printed with the process ended.
+pub fn parse_run(args: impl IntoIterator<Item = OsString>) -> Result<run::RunArgs> {
+    let argv = [OsString::from("throng"), OsString::from("run")]
+        .into_iter()
+        .chain(args);
+    let matches = Cli::command()
+        .try_get_matches_from(argv)
+        .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim_end()))?;
+    remember_given(&matches);
+    match Cli::from_arg_matches(&matches)?.command {
+        Command::Run(args) => Ok(*args),
+        _ => unreachable!("invariant: the arguments were parsed as `throng run`"),
+    }
 }
 
 /// The model for a config whose `[llm]` names none: the CLI's choice, not the simulation's.

@@ -187,8 +187,36 @@ fn stop_at_once(rank: usize, dir: &Path, why: &str) -> ! {
     std::process::exit(130);
 }
 
+/// Who watches for Ctrl-C and SIGTERM during a run.
+pub enum Signals<'a> {
+    /// The run catches them itself, as the command does (see [`stop_on_signal`]).
+    Catch,
+    /// The program embedding throng watches them (the Python package: its interpreter owns
+    /// the signal handlers): the run calls this often on its own thread, and a `true` stops
+    /// it after the current step, paused and resumable.
+    Watch(&'a mut dyn FnMut() -> bool),
+}
+
+/// Where a run was written, and how it ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub dir: PathBuf,
+    pub ended: Ended,
+}
+
 /// `threads`: the global --threads, if given.
 pub fn run(registry: &Registry, args: RunArgs, threads: Option<usize>) -> Result<()> {
+    run_with(registry, args, threads, Signals::Catch).map(|_| ())
+}
+
+/// As [`run`], saying where the run went and how it ended, with signals watched as `signals`
+/// says.
+pub fn run_with(
+    registry: &Registry,
+    args: RunArgs,
+    threads: Option<usize>,
+    signals: Signals<'_>,
+) -> Result<Outcome> {
     let ranks = Ranks::join(Duration::from_secs(args.rank_timeout.max(1)))?;
     let local = ranks.topology().local_size;
     if threads.is_none() && local > 1 {
@@ -199,7 +227,7 @@ pub fn run(registry: &Registry, args: RunArgs, threads: Option<usize>) -> Result
             .num_threads((cores / local).max(1))
             .build_global();
     }
-    let result = run_ranked(registry, args, &ranks);
+    let result = run_ranked(registry, args, &ranks, signals);
     if let Err(e) = &result
         && ranks.size() > 1
     {
@@ -211,7 +239,12 @@ pub fn run(registry: &Registry, args: RunArgs, threads: Option<usize>) -> Result
     result
 }
 
-fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
+fn run_ranked(
+    registry: &Registry,
+    args: RunArgs,
+    ranks: &Ranks,
+    mut signals: Signals<'_>,
+) -> Result<Outcome> {
     let root = ranks.is_root();
     let model_given = super::given("model");
     let overrides = Overrides {
@@ -441,7 +474,12 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
             }
         );
     }
-    let stop = stop_on_signal(ranks.rank(), &dir, Duration::from_secs(args.stop_timeout));
+    let stop = match signals {
+        Signals::Catch => {
+            stop_on_signal(ranks.rank(), &dir, Duration::from_secs(args.stop_timeout))
+        }
+        Signals::Watch(_) => Arc::new(AtomicBool::new(false)),
+    };
     let options = RunOptions {
         resume,
         stop_after: args.stop_after,
@@ -449,12 +487,15 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
         ranks: ranks.clone(),
         split: args.split,
     };
-    let ended = loaded.run(
-        llm.as_mut(),
-        &dir,
-        &mut manifest,
-        &options,
-        &mut |p| match p {
+    let ended = loaded.run(llm.as_mut(), &dir, &mut manifest, &options, &mut |p| {
+        if let Signals::Watch(stop_asked) = &mut signals
+            && !stop.load(Ordering::SeqCst)
+            && stop_asked()
+        {
+            stop.store(true, Ordering::SeqCst);
+            bar.println("throng: stopping after the current step");
+        }
+        match p {
             Progress::Decided(n) => bar.inc(n as u64),
             Progress::Step {
                 population,
@@ -468,8 +509,8 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
                     "{population} agents, step {step}/{steps} took {step_seconds:.2}s"
                 ));
             }
-        },
-    );
+        }
+    });
     let ended = match ended {
         Ok(ended) => ended,
         Err(e) if !root => return Err(e.into()),
@@ -521,8 +562,12 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
         }
     };
     bar.finish();
+    let outcome = Outcome {
+        dir: dir.clone(),
+        ended,
+    };
     if !root {
-        return Ok(());
+        return Ok(outcome);
     }
     if ended == Ended::Paused {
         manifest.status = Status::Paused;
@@ -540,7 +585,7 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
                 _ => " (under mpirun or srun, with any number of ranks)",
             }
         )?;
-        return Ok(());
+        return Ok(outcome);
     }
     manifest.status = Status::Finished;
     manifest.finished_unix = Some(record::now_unix());
@@ -576,7 +621,7 @@ fn run_ranked(registry: &Registry, args: RunArgs, ranks: &Ranks) -> Result<()> {
     } else {
         out!("run: {}", dir.display())?;
     }
-    Ok(())
+    Ok(outcome)
 }
 
 /// `--resume` runs exactly what the run started with: flags that would change its bits are

@@ -6,7 +6,7 @@ pub mod energy_market;
 pub mod guess;
 
 use crate::record::{self, Manifest};
-use crate::sim::config::{ConfigError, PolicyKind};
+use crate::sim::config::{ConfigError, PolicyKind, ScenarioProblem};
 use crate::sim::experiment::{Experiment, Overrides};
 use crate::sim::plan::{Footprint, SizeError};
 use crate::sim::policy::{Llm, template_name};
@@ -19,20 +19,44 @@ use std::path::{Path, PathBuf};
 
 pub use crate::analysis::ReportError;
 
-/// One scenario, as the registry knows it.
-struct Entry {
-    name: &'static str,
-    roles: fn() -> &'static [&'static str],
-    load: fn(Experiment) -> Result<Box<dyn Loaded>, ConfigError>,
+/// A kind of scenario, as the registry knows it: its name, its roles (for the prompt
+/// templates it needs), how a config becomes its typed arms, and how its report is written.
+/// A Rust type registers through [`Registry::with`]; a kind defined at run time (a Python
+/// class) implements this itself and registers through [`Registry::with_kind`].
+pub trait Kind: Send + Sync {
+    fn name(&self) -> &str;
+    /// The roles agents play; each needs a prompt template `<role>.jinja`.
+    fn roles(&self) -> Vec<String>;
+    /// Types and checks the experiment's arms (see [`load_with`]).
+    fn load(&self, exp: Experiment) -> Result<Box<dyn Loaded>, ConfigError>;
     /// Writes the report of a run folder; returns its key numbers as text.
-    report: fn(&Path) -> Result<String, ReportError>,
+    fn report(&self, dir: &Path) -> Result<String, ReportError>;
+}
+
+/// A scenario type's kind: everything from the type itself.
+struct Native<S>(std::marker::PhantomData<fn() -> S>);
+
+impl<S: Scenario> Kind for Native<S> {
+    fn name(&self) -> &str {
+        S::NAME
+    }
+    fn roles(&self) -> Vec<String> {
+        S::roles().iter().map(|r| r.to_string()).collect()
+    }
+    fn load(&self, exp: Experiment) -> Result<Box<dyn Loaded>, ConfigError> {
+        load_with(exp, S::from_table)
+    }
+    fn report(&self, dir: &Path) -> Result<String, ReportError> {
+        S::report(dir)
+    }
 }
 
 /// The scenarios a `throng` program knows, by name: the ones throng ships
 /// ([`Registry::builtin`]) and any a study adds with [`Registry::with`], which then get the
 /// whole command line through [`crate::cli::main_with`].
+#[derive(Clone)]
 pub struct Registry {
-    entries: Vec<Entry>,
+    entries: Vec<std::sync::Arc<dyn Kind>>,
 }
 
 impl Registry {
@@ -52,24 +76,27 @@ impl Registry {
 
     /// Adds scenario `S` under its [`Scenario::NAME`]; a scenario of the same name registered
     /// before is replaced (a study may ship its own version of a built-in one).
-    pub fn with<S: Scenario + 'static>(mut self) -> Self {
-        self.entries.retain(|e| e.name != S::NAME);
-        self.entries.push(Entry {
-            name: S::NAME,
-            roles: S::roles,
-            load: load_typed::<S>,
-            report: S::report,
-        });
+    pub fn with<S: Scenario + 'static>(self) -> Self {
+        self.with_kind(std::sync::Arc::new(Native::<S>(std::marker::PhantomData)))
+    }
+
+    /// Adds a kind of scenario under its own name, replacing one of the same name.
+    pub fn with_kind(mut self, kind: std::sync::Arc<dyn Kind>) -> Self {
+        self.entries.retain(|e| e.name() != kind.name());
+        self.entries.push(kind);
         self
     }
 
     /// The names of the registered scenarios, in the order they were added.
-    pub fn names(&self) -> Vec<&'static str> {
-        self.entries.iter().map(|e| e.name).collect()
+    pub fn names(&self) -> Vec<&str> {
+        self.entries.iter().map(|e| e.name()).collect()
     }
 
-    fn find(&self, name: &str) -> Option<&Entry> {
-        self.entries.iter().find(|e| e.name == name)
+    fn find(&self, name: &str) -> Option<&dyn Kind> {
+        self.entries
+            .iter()
+            .find(|e| e.name() == name)
+            .map(|e| e.as_ref())
     }
 
     fn known(&self) -> String {
@@ -91,21 +118,24 @@ impl Registry {
             ));
         };
         self.prompts(&exp)?;
-        (entry.load)(exp)
+        entry.load(exp)
     }
 
     /// The experiment's prompt templates, checked to exist and compile: `system.jinja`, one
     /// per role, and the persona meta-prompt when personas are written by the model.
     pub fn prompts(&self, exp: &Experiment) -> Result<PromptBook, ConfigError> {
         let dir = templates_dir(exp);
-        let roles = self.find(&exp.scenario).map_or(&[][..], |e| (e.roles)());
+        let roles = self
+            .find(&exp.scenario)
+            .map_or_else(Vec::new, |e| e.roles());
+        let roles: Vec<&str> = roles.iter().map(String::as_str).collect();
         let persona = exp
             .population
             .personas
             .as_ref()
             .map(|p| template_name(&p.template));
         let extra: Vec<&str> = persona.iter().map(String::as_str).collect();
-        PromptBook::load(&dir, &exp.scenario, roles, &extra)
+        PromptBook::load(&dir, &exp.scenario, &roles, &extra)
             .map_err(|e| exp.templates_error(e.to_string()))
     }
 
@@ -113,7 +143,7 @@ impl Registry {
     pub fn report(&self, dir: &Path) -> Result<String, ReportError> {
         let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
         match self.find(&manifest.scenario) {
-            Some(entry) => (entry.report)(dir),
+            Some(entry) => entry.report(dir),
             None => Err(ReportError::UnknownScenario {
                 scenario: manifest.scenario,
                 known: self.known(),
@@ -183,16 +213,21 @@ struct Typed<S: Scenario> {
     start: Option<Checkpoint<S::World>>,
 }
 
-fn load_typed<S: Scenario + 'static>(exp: Experiment) -> Result<Box<dyn Loaded>, ConfigError> {
+/// Types and checks `exp`'s arms with `make` (a scenario from an arm's `[scenario]` table):
+/// the base table first, then each arm's; each is checked against the population.
+pub fn load_with<S: Scenario + 'static>(
+    exp: Experiment,
+    make: impl Fn(&toml::Table) -> Result<S, ScenarioProblem>,
+) -> Result<Box<dyn Loaded>, ConfigError> {
     // The base table first, so that its mistakes are reported at its own line once.
-    let base = S::from_table(&exp.base).map_err(|p| exp.locate(None, p))?;
+    let base = make(&exp.base).map_err(|p| exp.locate(None, p))?;
     base.check_population(&exp.population)
         .map_err(|p| exp.locate(None, p))?;
     let arms = exp
         .arms
         .iter()
         .enumerate()
-        .map(|(i, arm)| S::from_table(&arm.table).map_err(|p| exp.locate(Some(i), p)))
+        .map(|(i, arm)| make(&arm.table).map_err(|p| exp.locate(Some(i), p)))
         .collect::<Result<Vec<S>, _>>()?;
     for (i, arm) in arms.iter().enumerate() {
         arm.check_population(&exp.population)

@@ -193,6 +193,38 @@ pub trait Scenario: Sized + Send + Sync + 'static {
     fn memory(&self, _agents: f64, _steps: f64) -> Vec<crate::sim::plan::MemoryPart> {
         Vec::new()
     }
+    /// The scenario's name, as this instance gives it. The methods from here to
+    /// [`Scenario::row_columns`] are what the runner asks of a scenario about its kind; by
+    /// default they give the type's own ([`Scenario::NAME`], [`Scenario::roles`]...). A
+    /// scenario whose kind is known only at run time, such as one written in Python, gives
+    /// its class's instead.
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+    /// [`Scenario::roles`], as this instance gives them.
+    fn role_names(&self) -> &[&'static str] {
+        Self::roles()
+    }
+    /// [`Scenario::tables`], as this instance gives them.
+    fn table_names(&self) -> &[&'static str] {
+        Self::tables()
+    }
+    /// [`Scenario::aggregates_schema`], as this instance gives it.
+    fn aggregates_columns(&self) -> Option<arrow_schema::SchemaRef> {
+        Self::aggregates_schema()
+    }
+    /// The scenario's own columns of a state table, from the rows of its agents that have
+    /// one: by default traced from [`Scenario::Row`] (see [`trace_row_fields`]) and filled
+    /// through serde.
+    fn row_columns(&self, rows: &[Self::Row]) -> Result<RecordBatch, String> {
+        let fields = trace_row_fields::<Self>()?;
+        serde_arrow::to_record_batch(&fields, &rows).map_err(|e| {
+            format!(
+                "scenario `{}`: a state row did not fit its traced columns: {e}",
+                self.name()
+            )
+        })
+    }
     /// Writes the report of a finished (or paused) run folder; returns its key numbers as
     /// text. By default the report every scenario gets ([`crate::analysis::overview`]):
     /// per-step means with intervals over replicates, distributions, the headline table,
@@ -201,4 +233,20 @@ pub trait Scenario: Sized + Send + Sync + 'static {
         crate::analysis::overview::write(dir, &crate::analysis::overview::Options::default())
             .map(|r| r.summary)
     }
+}
+
+/// The columns of `S`'s state rows, traced from its [`Scenario::Row`] type.
+pub fn trace_row_fields<S: Scenario>() -> Result<Vec<arrow_schema::FieldRef>, String> {
+    use serde_arrow::schema::{SchemaLike, TracingOptions};
+    let options = TracingOptions::default()
+        .allow_null_fields(true)
+        .enums_without_data_as_strings(true);
+    Vec::<arrow_schema::FieldRef>::from_type::<S::Row>(options).map_err(|e| {
+        format!(
+            "scenario `{}`: its state row type ({}) cannot be a table: {e}; give it fields of \
+             numbers, booleans, text, or `Option`s of them",
+            S::NAME,
+            std::any::type_name::<S::Row>()
+        )
+    })
 }

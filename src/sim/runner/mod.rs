@@ -164,7 +164,7 @@ pub fn run<S: Scenario>(
         true => Some(Recorder::open(
             dir,
             state_csv,
-            S::aggregates_schema().as_deref(),
+            arms.first().and_then(|s| s.aggregates_columns()).as_deref(),
             start.as_ref(),
         )?),
         false => None,

@@ -161,11 +161,9 @@ impl Recorder {
         group: usize,
         step: usize,
     ) -> Result<(), RunError> {
-        // Traced only for a scenario that builds its table from rows.
-        let fields = std::sync::OnceLock::new();
         let kinds = exp.policies.kinds();
         let multi_model = exp.is_multi_model();
-        let several_roles = S::roles().len() > 1;
+        let several_roles = arms.first().is_some_and(|s| s.role_names().len() > 1);
         let tables: Vec<(RecordBatch, Option<RecordBatch>)> = (0..cells.infos.len())
             .into_par_iter()
             .map(|c| {
@@ -187,11 +185,7 @@ impl Recorder {
                         .then(|| (0..n).map(|a| model_of(exp, cells, c, a)).collect()),
                     population,
                 };
-                let fields = fields
-                    .get_or_init(super::rows::row_fields::<S>)
-                    .as_ref()
-                    .map_err(|e| RunError::Setup(e.clone()))?;
-                let table = super::rows::state(scenario, fields, world, &keys, info, step)?;
+                let table = super::rows::state(scenario, world, &keys, info, step)?;
                 let groups = super::rows::group_means(&population.groups, &table, info, step);
                 Ok((table, groups))
             })
@@ -203,7 +197,7 @@ impl Recorder {
         if !group_tables.is_empty() {
             self.writer.table(record::GROUPS, &part, &group_tables)?;
         }
-        for &name in S::tables() {
+        for &name in arms.first().map_or(&[][..], |s| s.table_names()) {
             let batches: Vec<_> = (0..cells.infos.len())
                 .into_par_iter()
                 .filter_map(|c| {

@@ -14,24 +14,8 @@ use arrow_array::{
     Array, ArrayRef, DictionaryArray, Float32Array, Float64Array, RecordBatch, StringArray,
     UInt16Array, UInt32Array, UInt64Array,
 };
-use arrow_schema::{DataType, Field, FieldRef, Schema};
+use arrow_schema::{DataType, Field, Schema};
 use std::sync::Arc;
-
-/// The scenario's own columns, traced once per run from its `Row` type.
-pub fn row_fields<S: Scenario>() -> Result<Vec<FieldRef>, String> {
-    use serde_arrow::schema::{SchemaLike, TracingOptions};
-    let options = TracingOptions::default()
-        .allow_null_fields(true)
-        .enums_without_data_as_strings(true);
-    Vec::<FieldRef>::from_type::<S::Row>(options).map_err(|e| {
-        format!(
-            "scenario `{}`: its state row type ({}) cannot be a table: {e}; give it fields of \
-             numbers, booleans, text, or `Option`s of them",
-            S::NAME,
-            std::any::type_name::<S::Row>()
-        )
-    })
-}
 
 /// What the keys of a cell's rows are drawn from beyond the cell itself.
 pub struct Keys<'a> {
@@ -65,7 +49,6 @@ fn dictionary_field(name: &str) -> Field {
 /// their rows.
 pub fn state<S: Scenario>(
     scenario: &S,
-    fields: &[FieldRef],
     world: &S::World,
     keys: &Keys<'_>,
     cell: &CellInfo,
@@ -130,18 +113,20 @@ pub fn state<S: Scenario>(
             }
         }
     }
-    let own = serde_arrow::to_record_batch(fields, &rows).map_err(|e| {
-        RunError::Setup(format!(
-            "scenario `{}`: a state row did not fit its traced columns: {e}",
-            S::NAME
-        ))
-    })?;
+    let own = scenario.row_columns(&rows).map_err(RunError::Setup)?;
+    if own.num_rows() != m {
+        return Err(RunError::Setup(format!(
+            "scenario `{}`: its columns hold {} rows for the {m} agents that have a row",
+            scenario.name(),
+            own.num_rows()
+        )));
+    }
     for (field, column) in own.schema().fields().iter().zip(own.columns()) {
         if schema.iter().any(|f| f.name() == field.name()) {
             return Err(RunError::Setup(format!(
                 "scenario `{}`: its row has a column `{}`, which the runner writes itself (a key, \
                  a group level or a population attribute): rename the row's field",
-                S::NAME,
+                scenario.name(),
                 field.name()
             )));
         }
