@@ -1,0 +1,216 @@
+"""A scenario written in Python runs under throng's runner as a Rust one does: the public-goods
+study in Python writes the Rust version's records byte for byte, resumes exactly after a kill,
+survives its own exceptions, and gets a report."""
+
+import filecmp
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import throng
+
+STUDY = "examples/public-goods"
+
+
+@pytest.fixture(scope="module")
+def public_goods(root):
+    sys.path.insert(0, str(root / STUDY))
+    import public_goods
+
+    return public_goods
+
+
+@pytest.fixture(scope="module")
+def rust_study(root):
+    """The Rust version's program (the example study's own binary)."""
+    path = root / "target" / "release" / "public-goods"
+    if not path.exists():
+        subprocess.run(
+            ["cargo", "build", "--release", "-p", "public-goods"], cwd=root, check=True
+        )
+    return path
+
+
+# What differs between two runs of the same records: when they ran and how long they took,
+# and the checkpoint, which holds each version's own encoding of its world.
+NOT_RECORDS = {"manifest.json", "steps.csv", "checkpoint.bin", "checkpoint.prev.bin", ".throng.lock"}
+
+
+def record_files(folder):
+    files = []
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.relpath(os.path.join(dirpath, name), folder)
+            if name not in NOT_RECORDS:
+                files.append(path)
+    return sorted(files)
+
+
+def assert_same_records(a, b):
+    files = record_files(a)
+    assert files == record_files(b)
+    assert "decisions.jsonl" in files and "state.parquet" in files
+    for name in files:
+        assert filecmp.cmp(a / name, b / name, shallow=False), f"{name} differs"
+
+
+def test_the_python_twin_writes_the_rust_versions_records_byte_for_byte(
+    root, tmp_path, public_goods, rust_study
+):
+    config = root / STUDY / "experiments" / "nested.toml"
+    rust = tmp_path / "rust"
+    subprocess.run(
+        [str(rust_study), "run", str(config), "--steps", "4", "--replicates", "2", "--no-report",
+         "--out", str(rust)],
+        check=True,
+        capture_output=True,
+    )
+    python = tmp_path / "python"
+    run = throng.run(config, steps=4, replicates=2, no_report=True, out=python)
+    assert run.status == "finished"
+    assert_same_records(rust, python)
+    assert run.state()["kind"].nunique() == 3
+
+
+def test_under_the_model_its_prompts_and_decisions_equal_the_rust_versions(
+    root, tmp_path, public_goods, rust_study, smollm2
+):
+    config = root / STUDY / "experiments" / "nested.toml"
+    common = ["--policy", "llm", "--agents", "10", "--steps", "2", "--replicates", "1",
+              "--no-report"]
+    rust = tmp_path / "rust"
+    subprocess.run(
+        [str(rust_study), "run", str(config), *common, "--out", str(rust)],
+        check=True,
+        capture_output=True,
+    )
+    python = tmp_path / "python"
+    throng.run(config, policy="llm", agents=[10], steps=2, replicates=1, no_report=True, out=python)
+    strip = lambda line: {k: v for k, v in json.loads(line).items() if k != "latency_ms"}
+    ours = [strip(l) for l in (python / "decisions.jsonl").read_text().splitlines()]
+    theirs = [strip(l) for l in (rust / "decisions.jsonl").read_text().splitlines()]
+    assert len(ours) == 40 and ours == theirs
+    assert any(d["text"] for d in ours)
+    assert (python / "prompts.jsonl").read_bytes() == (rust / "prompts.jsonl").read_bytes()
+    assert filecmp.cmp(python / "state.parquet", rust / "state.parquet", shallow=False)
+
+
+KILLED = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {study!r})
+    import public_goods, throng
+    throng.run({config!r}, steps=40, replicates=3, no_report=True, out={out!r})
+    """
+)
+
+
+def test_a_killed_run_resumes_to_the_records_of_one_that_was_not(root, tmp_path, public_goods):
+    config = str(root / STUDY / "experiments" / "nested.toml")
+    whole = tmp_path / "whole"
+    throng.run(config, steps=40, replicates=3, no_report=True, out=whole)
+    killed = tmp_path / "killed"
+    script = KILLED.format(study=str(root / STUDY), config=config, out=str(killed))
+    child = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.DEVNULL)
+    steps = killed / "steps.csv"
+    deadline = time.time() + 300
+    # Killed once a few steps are down, wherever in a step it is.
+    while time.time() < deadline and child.poll() is None:
+        if steps.exists() and len(steps.read_text().splitlines()) > 5:
+            break
+        time.sleep(0.05)
+    assert child.poll() is None, "the run ended before it could be killed"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    manifest = json.loads((killed / "manifest.json").read_text())
+    assert 0 < manifest["steps_done"] < 40
+    run = throng.run(resume=killed, no_report=True)
+    assert run.status == "finished"
+    assert_same_records(whole, killed)
+
+
+def test_an_exception_in_the_scenario_stops_the_run_and_a_resume_finishes_it(
+    root, tmp_path, public_goods
+):
+    config = root / STUDY / "experiments" / "nested.toml"
+    whole = tmp_path / "whole"
+    throng.run(config, steps=5, replicates=1, no_report=True, out=whole)
+
+    class Faulty(public_goods.PublicGoods):
+        fail = True
+
+        def resolve(self, world, population, decisions, rng):
+            if Faulty.fail and world["round"] == 3:
+                raise ZeroDivisionError("a bug in round 4")
+            return super().resolve(world, population, decisions, rng)
+
+    out = tmp_path / "faulty"
+    with pytest.raises(throng.RunError) as e:
+        throng.run(config, steps=5, replicates=1, no_report=True, out=out, scenarios=[Faulty])
+    assert "`resolve` raised ZeroDivisionError" in str(e.value)
+    assert isinstance(e.value.__cause__, ZeroDivisionError)
+    assert json.loads((out / "manifest.json").read_text())["steps_done"] == 3
+    Faulty.fail = False
+    run = throng.run(resume=out, scenarios=[Faulty], no_report=True)
+    assert run.status == "finished"
+    assert_same_records(whole, out)
+
+
+def test_a_python_scenario_gets_the_generic_report(root, tmp_path, public_goods):
+    run = throng.run(
+        root / STUDY / "experiments" / "nested.toml", steps=3, replicates=2, out=tmp_path / "r"
+    )
+    assert "payoff" in run.report()
+    assert os.path.exists(run.report_path)
+
+
+def test_a_knob_the_class_refuses_is_named_at_its_line(root, tmp_path, public_goods):
+    text = (root / STUDY / "experiments" / "nested.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        text.replace("endowment = 20", "endowment = 0").replace(
+            '"../templates/public_goods"', repr(str(root / STUDY / "templates" / "public_goods"))
+        )
+    )
+    with pytest.raises(throng.ConfigError) as e:
+        throng.run(bad, out=tmp_path / "never")
+    message = str(e.value)
+    line = text.splitlines().index("endowment = 20") + 1
+    assert f"bad.toml:{line}" in message and "field `endowment`" in message and "1 to 1000" in message
+
+
+def test_a_class_without_the_protocol_is_refused(root):
+    class NoTurn:
+        name = "half_done"
+        roles = ["citizen"]
+
+        def init(self, population, rng):
+            return {}
+
+    with pytest.raises(TypeError, match="no `num_agents` method"):
+        throng.run(root / STUDY / "experiments" / "nested.toml", scenarios=[NoTurn])
+
+
+def test_a_population_kept_past_its_call_is_gone(root, tmp_path, public_goods):
+    class Keeper(public_goods.PublicGoods):
+        def init(self, population, rng):
+            world = super().init(population, rng)
+            Keeper.kept = population
+            return world
+
+    throng.run(
+        root / STUDY / "experiments" / "nested.toml",
+        steps=1,
+        replicates=1,
+        no_report=True,
+        out=tmp_path / "k",
+        scenarios=[Keeper],
+    )
+    with pytest.raises(RuntimeError, match="lent to one call"):
+        Keeper.kept.size
