@@ -60,6 +60,20 @@ pub fn run(
         Ok(Err(e)) => return Err(errors::from_anyhow(e)),
         Err(payload) => {
             return Err(match payload.downcast::<Raised>() {
+                // A Ctrl-C that landed in the scenario's Python code stopped the step at once:
+                // the records end at the last checkpoint, from which the run resumes.
+                Ok(raised)
+                    if raised
+                        .error
+                        .is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) =>
+                {
+                    eprintln!(
+                        "\nthrong: stopped at once by Ctrl-C; the step in progress is lost, the \
+                         steps before it are kept: resume with throng.run(resume=<the run's \
+                         folder>)"
+                    );
+                    raised.error
+                }
                 Ok(raised) => {
                     let e = errors::RunError::new_err(format!(
                         "the scenario's `{}` raised {}; the run stopped, keeping the steps it \

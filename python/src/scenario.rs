@@ -649,6 +649,20 @@ impl Scenario for PyScenario {
             let lent = lend(py, population).unwrap_or_else(|e| raise("init", e));
             let world = with_rng(py, rng, |rng| self.call(py, "init", (&lent.0, rng)))
                 .unwrap_or_else(|e| raise("init", e));
+            // Checkpoints hold the world's pickle: a world pickle cannot write is refused
+            // here, with pickle's reason, rather than at the first checkpoint.
+            if let Err(e) = py
+                .import("pickle")
+                .and_then(|p| p.call_method1("dumps", (&world,)))
+            {
+                let refused = pyo3::exceptions::PyTypeError::new_err(format!(
+                    "the world init returned cannot be pickled, and checkpoints hold its \
+                     pickle: keep it to data pickle can write (dicts, lists, numbers, \
+                     dataclasses): {e}"
+                ));
+                refused.set_cause(py, Some(e));
+                raise("init", refused);
+            }
             PyWorld(world.unbind())
         })
     }

@@ -118,14 +118,8 @@ def test_a_killed_run_resumes_to_the_records_of_one_that_was_not(root, tmp_path,
     killed = tmp_path / "killed"
     script = KILLED.format(study=str(root / STUDY), config=config, out=str(killed))
     child = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.DEVNULL)
-    steps = killed / "steps.csv"
-    deadline = time.time() + 300
     # Killed once a few steps are down, wherever in a step it is.
-    while time.time() < deadline and child.poll() is None:
-        if steps.exists() and len(steps.read_text().splitlines()) > 5:
-            break
-        time.sleep(0.05)
-    assert child.poll() is None, "the run ended before it could be killed"
+    wait_for_steps(child, killed / "steps.csv", 5)
     child.send_signal(signal.SIGKILL)
     child.wait()
     manifest = json.loads((killed / "manifest.json").read_text())
@@ -133,6 +127,66 @@ def test_a_killed_run_resumes_to_the_records_of_one_that_was_not(root, tmp_path,
     run = throng.run(resume=killed, no_report=True)
     assert run.status == "finished"
     assert_same_records(whole, killed)
+
+
+INTERRUPTED = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {study!r})
+    import public_goods, throng
+    try:
+        throng.run({config!r}, steps=40, replicates=3, no_report=True, out={out!r})
+    except KeyboardInterrupt:
+        print("interrupted")
+    """
+)
+
+
+def wait_for_steps(child, steps_csv, n):
+    deadline = time.time() + 300
+    while time.time() < deadline and child.poll() is None:
+        if steps_csv.exists() and len(steps_csv.read_text().splitlines()) > n:
+            return
+        time.sleep(0.05)
+    assert child.poll() is None, "the run ended before the signal"
+
+
+def test_ctrl_c_raises_keyboard_interrupt_and_the_run_resumes_exactly(
+    root, tmp_path, public_goods
+):
+    config = str(root / STUDY / "experiments" / "nested.toml")
+    whole = tmp_path / "whole"
+    throng.run(config, steps=40, replicates=3, no_report=True, out=whole)
+    stopped = tmp_path / "stopped"
+    script = INTERRUPTED.format(study=str(root / STUDY), config=config, out=str(stopped))
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    wait_for_steps(child, stopped / "steps.csv", 5)
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=120)
+    assert child.returncode == 0 and "interrupted" in out
+    assert json.loads((stopped / "manifest.json").read_text())["steps_done"] < 40
+    throng.run(resume=stopped, no_report=True)
+    assert_same_records(whole, stopped)
+
+
+def test_a_world_pickle_cannot_write_is_refused_at_init(root, tmp_path, public_goods):
+    class Unpicklable(public_goods.PublicGoods):
+        def init(self, population, rng):
+            world = super().init(population, rng)
+            world["callback"] = lambda: None
+            return world
+
+    with pytest.raises(throng.RunError, match="`init` raised TypeError") as e:
+        throng.run(
+            root / STUDY / "experiments" / "nested.toml",
+            steps=1,
+            no_report=True,
+            out=tmp_path / "u",
+            scenarios=[Unpicklable],
+        )
+    assert "cannot be pickled" in str(e.value.__cause__)
 
 
 def test_an_exception_in_the_scenario_stops_the_run_and_a_resume_finishes_it(
