@@ -131,6 +131,11 @@ def test_a_bad_flag_is_a_config_error_with_the_command_lines_words(root):
     assert "telepathy" in str(e.value) and "scripted" in str(e.value)
 
 
+def test_threads_are_set_before_the_process_starts(root):
+    with pytest.raises(throng.ConfigError, match="RAYON_NUM_THREADS=2"):
+        throng.run(root / "experiments" / "exp2-regulated.toml", policy="scripted", threads=2)
+
+
 def test_a_damaged_record_is_refused(root, tmp_path):
     out = tmp_path / "damaged"
     run = throng.run(

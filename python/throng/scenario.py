@@ -1,59 +1,5 @@
-"""Scenarios written in Python: the protocol, and their registration.
-
-A scenario is a class. throng makes one instance per arm of a config, from the arm's
-``[scenario]`` table (the base table with the arm's changes, ``name`` left out), and calls
-its methods as the run goes. Register it with ``@throng.scenario``, or pass it to
-``throng.run(..., scenarios=[...])``; a config then names it with ``[scenario] name = ...``.
-Its prompt templates are found as a built-in scenario's are: ``system.jinja`` and one
-``<role>.jinja`` per role, in the config's ``templates`` folder (by default
-``templates/<name>`` beside the config's folder).
-
-Class attributes:
-
-- ``name``: the name configs use.
-- ``roles``: the roles agents play, e.g. ``["citizen"]``.
-- ``columns`` (with ``row``): the state table's own columns, name to type: ``float64``,
-  ``float32``, ``int64``, ``int32``, ``uint32``, ``uint64``, ``bool``, ``str``; a ``?`` after
-  the type allows None. throng puts its keys first (arm, population, replicate, step, agent,
-  group levels, attributes).
-- ``aggregates_columns`` (with ``aggregates``): one row per cell and step, after the keys
-  arm, population, replicate and step; written to ``aggregates.csv``.
-
-Methods (``population`` and ``rng`` are lent for the call only; keep copies of what you need
-in the world):
-
-- ``__init__(self, knobs)``: the arm's table as a dict; raise ``throng.ScenarioProblem(field,
-  message)`` to refuse a knob (reported at its line of the config).
-- ``init(self, population, rng) -> world``: a cell's world at step 0. Any picklable object:
-  checkpoints hold its pickle, and a resumed run starts from it.
-- ``num_agents(self, world) -> int``.
-- ``turn(self, world, population, agent, step) -> (context, schema)``: the variables of the
-  agent's role template, and the JSON schema its decision must satisfy (return the same
-  schema object for turns of the same shape: it is compiled once).
-- ``scripted(self, world, population, agent, rng) -> decision``: the rule-based decision of
-  the ``scripted`` policy (a JSON-like dict).
-- ``resolve(self, world, population, decisions, rng)``: applies every agent's decision at once
-  (``None``: sat out); change the world in place, or return the new one.
-
-Optional methods: ``shared_context(world, step)`` (the variables of ``system.jinja``;
-``{"step": step}`` without it), ``parse(world, agent, value)`` (a model's reply to a decision,
-or ``(decision, clamps)``; raise ``throng.Rejected(field, reason)`` or ``ValueError`` to
-refuse it; without it the reply is the decision), ``no_change(world, agent)`` (the decision of
-an agent whose reply failed; ``None`` without it), ``acts(world, agent)``, ``role(world,
-agent)``, ``react(world, population, group)`` (after ``resolve``, for every group of every
-level, innermost first; ``group`` is a dict of ``level``, ``level_name``, ``index``,
-``members``, ``children``), ``row(world, agent, step)`` (a dict of ``columns``, or None),
-``aggregates(world, cell, step)`` (a dict of ``aggregates_columns``), ``describe(world)``
-(written once per cell to ``cells.jsonl``), ``check_population(spec)`` (``spec`` has the
-``levels`` and ``attributes`` names).
-
-An exception raised by a method stops the run, keeping its finished steps: fix the code and
-resume with ``throng.run(resume=folder)``.
-
-``Rng`` draws from the cell's own stream, as a Rust scenario's ``rng`` does: ``random()``,
-``uniform(low, high)`` (both ends included), ``integers(low, high)`` (high excluded),
-``bernoulli(p)``.
-"""
+"""Scenarios written in Python: the protocol (``throng.Scenario``) and their registration
+(``@throng.scenario``)."""
 
 _REGISTERED = []
 
@@ -74,8 +20,62 @@ def registered():
 
 
 class Scenario:
-    """A base for scenario classes, for documentation and editors: see this module's
-    docstring for the protocol. Subclassing it is optional."""
+    """A scenario written in Python: the protocol a class follows (subclassing this is optional).
+
+    A scenario is a class. throng makes one instance per arm of a config, from the arm's
+    ``[scenario]`` table (the base table with the arm's changes, ``name`` left out), and calls
+    its methods as the run goes. Register it with ``@throng.scenario``, or pass it to
+    ``throng.run(..., scenarios=[...])``; a config then names it with ``[scenario] name = ...``.
+    Its prompt templates are found as a built-in scenario's are: ``system.jinja`` and one
+    ``<role>.jinja`` per role, in the config's ``templates`` folder (by default
+    ``templates/<name>`` beside the config's folder).
+
+    Class attributes:
+
+    - ``name``: the name configs use.
+    - ``roles``: the roles agents play, e.g. ``["citizen"]``.
+    - ``columns`` (with ``row``): the state table's own columns, name to type: ``float64``,
+      ``float32``, ``int64``, ``int32``, ``uint32``, ``uint64``, ``bool``, ``str``; a ``?`` after
+      the type allows None. throng puts its keys first (arm, population, replicate, step, agent,
+      group levels, attributes).
+    - ``aggregates_columns`` (with ``aggregates``): one row per cell and step, after the keys
+      arm, population, replicate and step; written to ``aggregates.csv``.
+
+    Methods (``population`` and ``rng`` are lent for the call only; keep copies of what you need
+    in the world):
+
+    - ``__init__(self, knobs)``: the arm's table as a dict; raise ``throng.ScenarioProblem(field,
+      message)`` to refuse a knob (reported at its line of the config).
+    - ``init(self, population, rng) -> world``: a cell's world at step 0. Any picklable object:
+      checkpoints hold its pickle, and a resumed run starts from it.
+    - ``num_agents(self, world) -> int``.
+    - ``turn(self, world, population, agent, step) -> (context, schema)``: the variables of the
+      agent's role template, and the JSON schema its decision must satisfy (return the same
+      schema object for turns of the same shape: it is compiled once).
+    - ``scripted(self, world, population, agent, rng) -> decision``: the rule-based decision of
+      the ``scripted`` policy (a JSON-like dict).
+    - ``resolve(self, world, population, decisions, rng)``: applies every agent's decision at once
+      (``None``: sat out); change the world in place, or return the new one.
+
+    Optional methods: ``shared_context(world, step)`` (the variables of ``system.jinja``;
+    ``{"step": step}`` without it), ``parse(world, agent, value)`` (a model's reply to a decision,
+    or ``(decision, clamps)``; raise ``throng.Rejected(field, reason)`` or ``ValueError`` to
+    refuse it; without it the reply is the decision), ``no_change(world, agent)`` (the decision of
+    an agent whose reply failed; ``None`` without it), ``acts(world, agent)``, ``role(world,
+    agent)``, ``react(world, population, group)`` (after ``resolve``, for every group of every
+    level, innermost first; ``group`` is a dict of ``level``, ``level_name``, ``index``,
+    ``members``, ``children``), ``row(world, agent, step)`` (a dict of ``columns``, or None),
+    ``aggregates(world, cell, step)`` (a dict of ``aggregates_columns``), ``describe(world)``
+    (written once per cell to ``cells.jsonl``), ``check_population(spec)`` (``spec`` has the
+    ``levels`` and ``attributes`` names).
+
+    An exception raised by a method stops the run, keeping its finished steps: fix the code and
+    resume with ``throng.run(resume=folder)``.
+
+    ``Rng`` draws from the cell's own stream, as a Rust scenario's ``rng`` does: ``random()``,
+    ``uniform(low, high)`` (both ends included), ``integers(low, high)`` (high excluded),
+    ``bernoulli(p)``.
+    """
 
     name = None
     roles = ()

@@ -103,7 +103,15 @@ pub fn parse_run(args: impl IntoIterator<Item = OsString>) -> Result<run::RunArg
         .try_get_matches_from(argv)
         .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim_end()))?;
     remember_given(&matches);
-    match Cli::from_arg_matches(&matches)?.command {
+    let cli = Cli::from_arg_matches(&matches)?;
+    if let Some(threads) = cli.threads {
+        // A command sizes its thread pools before any thread exists; an embedding program's
+        // pools started with it.
+        bail!(
+            "--threads {threads}: the threads of a program that embeds throng start with it;              set the environment variable RAYON_NUM_THREADS={threads} before it starts instead"
+        );
+    }
+    match cli.command {
         Command::Run(args) => Ok(*args),
         _ => unreachable!("invariant: the arguments were parsed as `throng run`"),
     }
