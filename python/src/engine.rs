@@ -37,6 +37,21 @@ struct Defaults {
     sampling: SamplingParams,
 }
 
+impl Defaults {
+    /// Each request's seed is set apart (see [`seeds`]).
+    fn new(max_tokens: usize, temperature: f32, top_p: f32, top_k: Option<usize>) -> Self {
+        Self {
+            max_tokens,
+            sampling: SamplingParams {
+                temperature,
+                top_p,
+                top_k,
+                seed: 0,
+            },
+        }
+    }
+}
+
 impl PyEngine {
     fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Engine>> {
         self.engine.lock().map_err(|_| {
@@ -308,15 +323,7 @@ impl PyEngine {
             schema,
             seed,
             system.as_deref(),
-            Defaults {
-                max_tokens,
-                sampling: SamplingParams {
-                    temperature,
-                    top_p,
-                    top_k,
-                    seed: 0,
-                },
-            },
+            Defaults::new(max_tokens, temperature, top_p, top_k),
         )?;
         let results = run_all(py, &self.engine, requests)?;
         let out = PyList::empty(py);
@@ -359,15 +366,7 @@ impl PyEngine {
             schema,
             seed,
             system.as_deref(),
-            Defaults {
-                max_tokens,
-                sampling: SamplingParams {
-                    temperature,
-                    top_p,
-                    top_k,
-                    seed: 0,
-                },
-            },
+            Defaults::new(max_tokens, temperature, top_p, top_k),
         )?;
         let (tx, rx) = mpsc::channel();
         let engine = self.engine.clone();
