@@ -52,8 +52,11 @@ fn intern(name: &str) -> &'static str {
     leaked
 }
 
-/// A Python class of scenario: what the runner asks of a kind, read once from the class.
-pub struct PyKind {
+/// A Python class of scenario, as the registry knows it.
+pub struct PyKind(Arc<Class>);
+
+/// What the runner asks of a Python class, read once from it.
+struct Class {
     class: Py<PyAny>,
     name: String,
     roles: &'static [&'static str],
@@ -61,38 +64,56 @@ pub struct PyKind {
     columns: Vec<FieldRef>,
     /// The per-cell aggregates' columns (`aggregates_columns`), after the cell's keys.
     aggregates: Option<SchemaRef>,
+    /// The scenario's own tables (`tables`): their names, and each one's columns after the
+    /// cell's keys.
+    table_names: &'static [&'static str],
+    tables: Vec<SchemaRef>,
 }
 
-/// The keys that begin every row of a Python scenario's aggregates.
-const AGGREGATE_KEYS: [(&str, arrow_schema::DataType); 4] = [
+/// The keys that begin every row of a Python scenario's aggregates and own tables.
+const CELL_KEYS: [(&str, arrow_schema::DataType); 4] = [
     ("arm", arrow_schema::DataType::LargeUtf8),
     ("population", arrow_schema::DataType::UInt64),
     ("replicate", arrow_schema::DataType::UInt64),
     ("step", arrow_schema::DataType::UInt64),
 ];
 
-/// `columns`: a dict of name to type, read into fields.
-fn declared(class: &Bound<'_, PyAny>, attribute: &str) -> PyResult<Option<Vec<FieldRef>>> {
-    if !class.hasattr(attribute)? {
-        return Ok(None);
-    }
-    let dict = class.getattr(attribute)?;
+/// The cell's keys, then `own`.
+fn keyed(own: Vec<FieldRef>) -> SchemaRef {
+    let mut fields: Vec<FieldRef> = CELL_KEYS
+        .iter()
+        .map(|(n, t)| Arc::new(arrow_schema::Field::new(*n, t.clone(), false)))
+        .collect();
+    fields.extend(own);
+    Arc::new(arrow_schema::Schema::new(fields))
+}
+
+/// A dict of column name to type (`what` names it in errors), read into fields.
+fn fields_of(dict: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<FieldRef>> {
     let dict = dict.cast::<PyDict>().map_err(|_| {
         pyo3::exceptions::PyTypeError::new_err(format!(
-            "{attribute} is a dict of column name to type (`{{\"payoff\": \"float64\"}}`)"
+            "{what} is a dict of column name to type (`{{\"payoff\": \"float64\"}}`)"
         ))
     })?;
     dict.iter()
         .map(|(k, v)| {
             columns::field(&k.extract::<String>()?, &v.extract::<String>()?)
-                .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{attribute}: {e}")))
+                .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{what}: {e}")))
         })
-        .collect::<PyResult<Vec<_>>>()
-        .map(Some)
+        .collect()
+}
+
+/// The class's `attribute`, a dict of columns, when it has one.
+fn declared(class: &Bound<'_, PyAny>, attribute: &str) -> PyResult<Option<Vec<FieldRef>>> {
+    if !class.hasattr(attribute)? {
+        return Ok(None);
+    }
+    fields_of(&class.getattr(attribute)?, attribute).map(Some)
 }
 
 impl PyKind {
-    /// Reads a scenario class: `name`, `roles`, `columns` and `aggregates_columns`.
+    /// Reads a scenario class: `name`, `roles`, `columns`, `aggregates_columns` and
+    /// `tables`.
     pub fn new(class: &Bound<'_, PyAny>) -> PyResult<Self> {
         let type_error = |what: &str| {
             pyo3::exceptions::PyTypeError::new_err(format!(
@@ -128,22 +149,77 @@ impl PyKind {
                 "it has `row` but no `columns`: declare the row's columns and their types",
             ));
         }
-        let aggregates = declared(class, "aggregates_columns")?.map(|own| {
-            let mut fields: Vec<FieldRef> = AGGREGATE_KEYS
-                .iter()
-                .map(|(n, t)| Arc::new(arrow_schema::Field::new(*n, t.clone(), false)))
-                .collect();
-            fields.extend(own);
-            Arc::new(arrow_schema::Schema::new(fields))
-        });
-        Ok(Self {
+        let aggregates = declared(class, "aggregates_columns")?.map(keyed);
+        let mut table_names = Vec::new();
+        let mut tables = Vec::new();
+        if class.hasattr("tables")? {
+            let declared = class.getattr("tables")?;
+            let declared = declared.cast::<PyDict>().map_err(|_| {
+                type_error("`tables` is a dict of table name to its columns (a dict each)")
+            })?;
+            for (name, columns) in declared.iter() {
+                let name: String = name.extract()?;
+                if ["state", "groups", "personas"].contains(&name.as_str()) {
+                    return Err(type_error(&format!(
+                        "table `{name}` is one throng writes itself: name yours otherwise"
+                    )));
+                }
+                tables.push(keyed(fields_of(&columns, &format!("tables[{name:?}]"))?));
+                table_names.push(intern(&name));
+            }
+            if !tables.is_empty() && !class.hasattr("table")? {
+                return Err(type_error(
+                    "it declares `tables` but has no `table(name, world, cell, step)` method",
+                ));
+            }
+        }
+        Ok(Self(Arc::new(Class {
             class: class.clone().unbind(),
             name,
             roles: Box::leak(roles.into_boxed_slice()),
             columns,
             aggregates,
-        })
+            table_names: Box::leak(table_names.into_boxed_slice()),
+            tables,
+        })))
     }
+}
+
+/// One row of `method`'s output (a dict), after the cell's keys, in a table of `schema`.
+fn keyed_batch(
+    method: &'static str,
+    schema: &SchemaRef,
+    cell: &CellInfo,
+    step: usize,
+    rows: Vec<Value>,
+) -> RecordBatch {
+    let rows: Vec<Value> = rows
+        .into_iter()
+        .map(|row| {
+            let mut own = match row {
+                Value::Object(map) => map,
+                other => raise(
+                    method,
+                    pyo3::exceptions::PyTypeError::new_err(format!(
+                        "{method} gives rows as dicts of their columns, not {other}"
+                    )),
+                ),
+            };
+            let mut keyed = serde_json::Map::new();
+            keyed.insert("arm".into(), Value::from(cell.arm.clone()));
+            keyed.insert("population".into(), Value::from(cell.population));
+            keyed.insert("replicate".into(), Value::from(cell.replicate));
+            keyed.insert("step".into(), Value::from(step));
+            keyed.append(&mut own);
+            Value::Object(keyed)
+        })
+        .collect();
+    columns::batch(schema.fields(), &rows).unwrap_or_else(|e| {
+        raise(
+            method,
+            pyo3::exceptions::PyValueError::new_err(format!("{method}: {e}")),
+        )
+    })
 }
 
 /// The `[scenario]` table an instance is made from, as a dict.
@@ -176,30 +252,24 @@ fn problem(py: Python<'_>, e: PyErr) -> ScenarioProblem {
 
 impl Kind for PyKind {
     fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     fn roles(&self) -> Vec<String> {
-        self.roles.iter().map(|r| r.to_string()).collect()
+        self.0.roles.iter().map(|r| r.to_string()).collect()
     }
 
     fn load(&self, exp: Experiment) -> Result<Box<dyn Loaded>, ConfigError> {
-        let kind = Arc::new(Python::attach(|py| Self {
-            class: self.class.clone_ref(py),
-            name: self.name.clone(),
-            roles: self.roles,
-            columns: self.columns.clone(),
-            aggregates: self.aggregates.clone(),
-        }));
         throng::scenarios::load_with(exp, |table| {
             Python::attach(|py| {
                 let instance = self
+                    .0
                     .class
                     .bind(py)
                     .call1((knobs(py, table).map_err(|e| problem(py, e))?,))
                     .map_err(|e| problem(py, e))?;
                 Ok(PyScenario {
-                    kind: kind.clone(),
+                    kind: self.0.clone(),
                     instance: instance.unbind(),
                     schemas: Mutex::new(Vec::new()),
                 })
@@ -215,7 +285,7 @@ impl Kind for PyKind {
 
 /// One arm of a Python scenario: the class's instance made from the arm's table.
 pub struct PyScenario {
-    kind: Arc<PyKind>,
+    kind: Arc<Class>,
     instance: Py<PyAny>,
     /// Schemas already converted, by the identity of the Python object `turn` returned, so
     /// that turns sharing one schema object share one `Arc` (and one compiled grammar).
@@ -610,7 +680,42 @@ impl Scenario for PyScenario {
     }
 
     fn table_names(&self) -> &[&'static str] {
-        &[]
+        self.kind.table_names
+    }
+
+    /// `table(name, world, cell, step)` gives the table's rows after `step`, as dicts of its
+    /// declared columns (the cell's keys come first), or None.
+    fn table(
+        &self,
+        name: &str,
+        world: &PyWorld,
+        cell: &CellInfo,
+        step: usize,
+    ) -> Option<RecordBatch> {
+        let at = self.kind.table_names.iter().position(|n| *n == name)?;
+        Python::attach(|py| {
+            let info = pythonize::pythonize(py, cell).unwrap_or_else(|e| raise("table", e.into()));
+            let out = self.call(py, "table", (name, world.0.bind(py), info, step));
+            if out.is_none() {
+                return None;
+            }
+            let rows = match to_json("table", &out) {
+                Value::Array(rows) => rows,
+                other => raise(
+                    "table",
+                    pyo3::exceptions::PyTypeError::new_err(format!(
+                        "table returns a list of rows (dicts), or None, not {other}"
+                    )),
+                ),
+            };
+            Some(keyed_batch(
+                "table",
+                &self.kind.tables[at],
+                cell,
+                step,
+                rows,
+            ))
+        })
     }
 
     fn aggregates_columns(&self) -> Option<SchemaRef> {
@@ -917,29 +1022,8 @@ impl Scenario for PyScenario {
             if out.is_none() {
                 return None;
             }
-            let mut row = match to_json("aggregates", &out) {
-                Value::Object(map) => map,
-                other => raise(
-                    "aggregates",
-                    pyo3::exceptions::PyTypeError::new_err(format!(
-                        "aggregates returns a dict of its columns (or None), not {other}"
-                    )),
-                ),
-            };
-            let mut keyed = serde_json::Map::new();
-            keyed.insert("arm".into(), Value::from(cell.arm.clone()));
-            keyed.insert("population".into(), Value::from(cell.population));
-            keyed.insert("replicate".into(), Value::from(cell.replicate));
-            keyed.insert("step".into(), Value::from(step));
-            keyed.append(&mut row);
-            let batch =
-                columns::batch(schema.fields(), &[Value::Object(keyed)]).unwrap_or_else(|e| {
-                    raise(
-                        "aggregates",
-                        pyo3::exceptions::PyValueError::new_err(format!("aggregates: {e}")),
-                    )
-                });
-            Some(batch)
+            let row = to_json("aggregates", &out);
+            Some(keyed_batch("aggregates", schema, cell, step, vec![row]))
         })
     }
 

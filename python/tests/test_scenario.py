@@ -268,3 +268,55 @@ def test_a_population_kept_past_its_call_is_gone(root, tmp_path, public_goods):
     )
     with pytest.raises(RuntimeError, match="lent to one call"):
         Keeper.kept.size
+
+
+def test_aggregates_and_tables_of_its_own_reach_the_run_folder(root, tmp_path, public_goods):
+    class Reported(public_goods.PublicGoods):
+        aggregates_columns = {"mean_local": "float64", "free_riders": "uint32"}
+        tables = {"pots": {"level": "str", "group": "uint32", "total": "float64"}}
+
+        def aggregates(self, world, cell, step):
+            if step == 0:
+                return None
+            n = len(world["local"])
+            return {
+                "mean_local": sum(world["local"]) / n,
+                "free_riders": world["kind"].count("free_rider"),
+            }
+
+        def table(self, name, world, cell, step):
+            assert name == "pots"
+            return [
+                {"level": level, "group": g, "total": total}
+                for level, pots in zip(("team", "village", "area"), world["levels"])
+                for g, total in enumerate(pots["total"])
+            ]
+
+    run = throng.run(
+        root / STUDY / "experiments" / "nested.toml",
+        steps=3,
+        replicates=2,
+        no_report=True,
+        out=tmp_path / "reported",
+        scenarios=[Reported],
+    )
+    aggregates = run.aggregates()
+    assert list(aggregates.columns) == [
+        "arm", "population", "replicate", "step", "mean_local", "free_riders"
+    ]
+    assert len(aggregates) == 2 * 2 * 3
+    state = run.state()
+    for _, row in aggregates.iterrows():
+        mine = state[
+            (state.arm == row.arm) & (state.replicate == row.replicate) & (state.step == row.step)
+        ]
+        assert row.mean_local == pytest.approx(mine.local.mean())
+        assert row.free_riders == (mine.kind == "free_rider").sum()
+    pots = run.table("pots")
+    assert set(pots.level) == {"team", "village"} and set(pots.step) == {1, 2, 3}
+    assert "pots" in run.tables()
+    # A team's pot is what its members put in.
+    teams = pots[(pots.level == "team") & (pots.step == 1)]
+    assert teams.total.sum() == pytest.approx(
+        state[state.step == 1].groupby(["arm", "replicate"]).local.sum().sum()
+    )

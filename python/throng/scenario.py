@@ -40,6 +40,9 @@ class Scenario:
       group levels, attributes).
     - ``aggregates_columns`` (with ``aggregates``): one row per cell and step, after the keys
       arm, population, replicate and step; written to ``aggregates.csv``.
+    - ``tables`` (with ``table``): tables of its own, name to columns (a dict as ``columns``),
+      each written as ``<name>.parquet`` with the same keys first: long-format data such as
+      who traded with whom.
 
     Methods (``population`` and ``rng`` are lent for the call only; keep copies of what you need
     in the world):
@@ -65,7 +68,8 @@ class Scenario:
     agent)``, ``react(world, population, group)`` (after ``resolve``, for every group of every
     level, innermost first; ``group`` is a dict of ``level``, ``level_name``, ``index``,
     ``members``, ``children``), ``row(world, agent, step)`` (a dict of ``columns``, or None),
-    ``aggregates(world, cell, step)`` (a dict of ``aggregates_columns``), ``describe(world)``
+    ``aggregates(world, cell, step)`` (a dict of ``aggregates_columns``), ``table(name,
+    world, cell, step)`` (a list of rows, dicts of that table's columns), ``describe(world)``
     (written once per cell to ``cells.jsonl``), ``check_population(spec)`` (``spec`` has the
     ``levels`` and ``attributes`` names).
 
