@@ -65,7 +65,9 @@ def run(
         if value is True:
             args.append(_flag(name))
         elif isinstance(value, (list, tuple)):
-            args += [_flag(name), ",".join(str(v) for v in value)]
+            # A flag given once per value: `agents=[20, 100]`, `reuse=["runs/a", "runs/b"]`.
+            for v in value:
+                args += [_flag(name), os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
         else:
             args += [_flag(name), os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
     classes = registered() + [c for c in scenarios if c not in registered()]

@@ -637,6 +637,15 @@ fn summary_text(
         timing.decisions_per_second,
         timing.prefix_hit_rate * 100.0
     );
+    if let Some(r) = &manifest.reuse {
+        let _ = writeln!(
+            out,
+            "reused {} decisions from {} (about {:.1} s of model time saved)",
+            r.reused,
+            r.sources.join(", "),
+            r.saved_seconds
+        );
+    }
     let _ = writeln!(
         out,
         "at step {last_step}, mean [95% interval over replicates]:"
@@ -718,9 +727,9 @@ fn page(
 
 /// The run in one paragraph: what ran it, and what became of its decisions.
 fn run_paragraph(m: &Manifest) -> String {
-    format!(
+    let mut p = format!(
         "<p>Scenario <b>{}</b>, policy <b>{}</b>, model <b>{}</b>, seed {}, {} replicate{}, {} \
-         steps; {} decisions in {:.1} s, {} fell back (no valid reply), {} clamped.</p>",
+         steps; {} decisions in {:.1} s, {} fell back (no valid reply), {} clamped.",
         esc(&m.scenario),
         esc(&m.policy),
         esc(m.model.as_deref().unwrap_or("-")),
@@ -732,7 +741,19 @@ fn run_paragraph(m: &Manifest) -> String {
         m.counters.seconds,
         m.counters.fallbacks,
         m.counters.clamped
-    )
+    );
+    if let Some(r) = &m.reuse {
+        let _ = write!(
+            p,
+            " {} decisions were taken from earlier runs ({}) instead of the model, saving about \
+             {:.1} s of model time.",
+            r.reused,
+            esc(&r.sources.join(", ")),
+            r.saved_seconds
+        );
+    }
+    p.push_str("</p>");
+    p
 }
 
 /// The means of every numeric column at the last step, whole and by each breakdown.

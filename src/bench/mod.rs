@@ -172,6 +172,12 @@ impl Bench {
             model,
             tokenizer: tokenizer(spec.shape, spec.constrained)?,
             chat: ChatSpec::default(),
+            origin: crate::model::Origin::Generated(format!(
+                "random {}, seed {}, {:?}",
+                spec.shape.name(),
+                spec.seed,
+                spec.weights
+            )),
         };
         let mut cfg = spec.engine.clone();
         if cfg.max_seqs == 0 {

@@ -14,9 +14,11 @@ macro_rules! out {
 pub mod bench;
 pub mod choice;
 pub mod eval;
+pub mod extend;
 pub mod generate;
 pub mod models;
 pub mod plan;
+pub mod reuse;
 pub mod run;
 pub mod serve;
 

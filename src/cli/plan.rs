@@ -258,6 +258,7 @@ fn tokenizer_engine(preset: &Preset, model: &ModelArgs) -> Result<(Engine, Strin
         tokenizer,
         chat,
         weights: "none (sized from the preset's stated config)".into(),
+        origin: crate::model::Origin::Generated(format!("a stand-in for {}", preset.name)),
     };
     let engine = Engine::new(
         loaded,

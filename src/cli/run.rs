@@ -39,6 +39,11 @@ pub struct RunArgs {
     /// Population sizes, e.g. `20,100`.
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub agents: Option<Vec<i64>>,
+    /// Take every decision whose complete input (model, weights format, device class,
+    /// prompt tokens, schema, sampling, seed) this earlier run recorded from its decision
+    /// store instead of the model; repeat it to search several runs in turn.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub reuse: Vec<PathBuf>,
     /// Skip the report at the end.
     #[arg(long)]
     pub no_report: bool,
@@ -241,10 +246,16 @@ pub fn run_with(
 
 fn run_ranked(
     registry: &Registry,
-    args: RunArgs,
+    mut args: RunArgs,
     ranks: &Ranks,
     mut signals: Signals<'_>,
 ) -> Result<Outcome> {
+    // A finished run given more steps or replicates is made again with them, reusing its
+    // decisions (see `super::extend`).
+    let extension = match super::extend::asked(&args) {
+        true => Some(super::extend::prepare(&mut args, ranks.size())?),
+        false => None,
+    };
     let root = ranks.is_root();
     let model_given = super::given("model");
     let overrides = Overrides {
@@ -265,6 +276,11 @@ fn run_ranked(
     }
     if args.resume.is_some() {
         refuse_resume_flags()?;
+        if !args.reuse.is_empty() {
+            bail!(
+                "--resume reads the decision stores the run started with (its manifest's                  `reuse`): drop --reuse"
+            );
+        }
     }
     // A resumed run stays on the kind of device it started on (see `StartedWith`).
     let started_on = match &args.resume {
@@ -311,7 +327,12 @@ fn run_ranked(
         false => None,
     };
     let (mut loaded, _folder, mut manifest) = match opened {
-        Some((loaded, folder, manifest)) => (loaded, Some(folder), manifest),
+        Some((loaded, folder, mut manifest)) => {
+            if let Some((_, config_file)) = &extension {
+                manifest.config_file = config_file.clone();
+            }
+            (loaded, Some(folder), manifest)
+        }
         None => {
             let mut loaded = match (&args.config, resume) {
                 (_, true) => registry.load(
@@ -442,6 +463,51 @@ fn run_ranked(
     } else {
         None
     };
+    // Earlier runs' decisions, and this run's kept for later ones (see `super::reuse`).
+    let reused_before = manifest
+        .reuse
+        .as_ref()
+        .map_or((0, 0.0), |r| (r.reused, r.saved_seconds));
+    if let Some(llm) = llm.as_mut() {
+        let sources: Vec<PathBuf> = match resume {
+            true => record::read_json::<Manifest>(&dir.join(record::MANIFEST))?
+                .reuse
+                .map(|r| r.sources.into_iter().map(PathBuf::from).collect())
+                .unwrap_or_default(),
+            false => args
+                .reuse
+                .iter()
+                .map(std::path::absolute)
+                .collect::<Result<_, _>>()?,
+        };
+        let default_name = manifest.model.clone().unwrap_or_default();
+        let engines: Vec<(String, &crate::engine::Engine)> = llm
+            .engines()
+            .map(|(name, e)| (name.map_or_else(|| default_name.clone(), str::to_string), e))
+            .collect();
+        let reuse = super::reuse::open(&sources, &engines, root.then_some(dir.as_path()))?;
+        drop(engines);
+        if !sources.is_empty() {
+            manifest.reuse = Some(record::ReuseRecord {
+                sources: sources.iter().map(|d| d.display().to_string()).collect(),
+                reused: reused_before.0,
+                saved_seconds: reused_before.1,
+            });
+            if root {
+                record::write_json_atomic(&dir.join(record::MANIFEST), &manifest)?;
+            }
+        }
+        llm.set_reuse(reuse);
+    }
+    let reuse_record = |llm: &Option<Llm>| {
+        let reuse = llm.as_ref()?.reuse()?;
+        // A run that read no earlier run has nothing to say of reuse.
+        reuse.source_dirs().next()?;
+        let mut r = super::reuse::record(reuse);
+        r.reused += reused_before.0;
+        r.saved_seconds += reused_before.1;
+        Some(r)
+    };
     // Sizes that overflow were refused by the footprint's check; saturating all the same.
     let cells = exp.arms.len().saturating_mul(exp.config.replicates.0);
     let planned: u64 = exp
@@ -569,6 +635,21 @@ fn run_ranked(
     if !root {
         return Ok(outcome);
     }
+    if let Some(reuse) = llm.as_ref().and_then(Llm::reuse) {
+        for warning in &reuse.warnings {
+            eprintln!("throng: warning: --reuse {warning}");
+        }
+    }
+    manifest.reuse = reuse_record(&llm);
+    if let Some(r) = &manifest.reuse {
+        eprintln!(
+            "throng: reused {} of {} decisions from {} (about {:.1} s of model time saved)",
+            r.reused,
+            manifest.counters.decisions,
+            r.sources.join(", "),
+            r.saved_seconds
+        );
+    }
     if ended == Ended::Paused {
         manifest.status = Status::Paused;
         record::write_json_atomic(&dir.join(record::MANIFEST), &manifest)?;
@@ -614,6 +695,15 @@ fn run_ranked(
         manifest.preemptions = Some(preemptions);
     }
     record::write_json_atomic(&dir.join(record::MANIFEST), &manifest)?;
+    if let Some((previous, _)) = &extension {
+        // The extended run holds every record and decision of the run as it was.
+        if let Err(e) = std::fs::remove_dir_all(previous) {
+            eprintln!(
+                "throng: warning: the run as it was before its extension is still in {} ({e});                  the extended run does not need it",
+                previous.display()
+            );
+        }
+    }
     if !args.no_report {
         let text = registry.report(&dir).context("writing the report")?;
         out!("{}", text.trim_end())?;

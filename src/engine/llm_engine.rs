@@ -148,6 +148,8 @@ pub(super) struct StepOutput {
 }
 
 pub struct Engine {
+    /// The model as its replies depend on it (see [`Engine::request_key`]).
+    identity: crate::model::ModelIdentity,
     runner: ModelRunner,
     pick_on: PickOn,
     tokenizer: Tokenizer,
@@ -223,10 +225,13 @@ impl Engine {
             model,
             tokenizer,
             chat,
+            weights,
+            origin,
             ..
         } = loaded;
         let model_cfg = model.config().clone();
         let device = model.device().clone();
+        let identity = crate::model::ModelIdentity::new(&origin, &weights, &device)?;
         let dtype = cfg.kv_format.dtype(&device, model.dtype());
         let block_size = cfg
             .block_size
@@ -275,6 +280,7 @@ impl Engine {
             PickOn::Device
         };
         Ok(Self {
+            identity,
             runner: ModelRunner::new(Box::new(model), kv, cfg.profile),
             pick_on,
             tokenizer,
@@ -295,6 +301,11 @@ impl Engine {
 
     pub fn model(&self) -> &dyn CausalLm {
         self.runner.model()
+    }
+
+    /// What this engine's replies are a function of, beside the request.
+    pub fn identity(&self) -> &crate::model::ModelIdentity {
+        &self.identity
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {

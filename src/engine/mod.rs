@@ -10,6 +10,7 @@ mod handle;
 mod llm_engine;
 mod model_runner;
 mod request;
+mod request_key;
 mod retention;
 pub mod sampler;
 mod scheduler;
@@ -26,6 +27,7 @@ pub use llm_engine::{
     Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, default_kv_memory,
 };
 pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
+pub use request_key::RequestKey;
 pub use retention::KvPolicy;
 pub use sampler::SamplingParams;
 pub use shared_prefix::{PromptCost, SharedPrefix};

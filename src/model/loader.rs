@@ -160,6 +160,8 @@ pub struct LoadedModel {
     pub chat: ChatSpec,
     /// What the weights were stored as and became, e.g. `GGUF (Q4_1) -> f32`.
     pub weights: String,
+    /// Where the weights came from, for the model's identity (see [`super::identity`]).
+    pub origin: super::Origin,
 }
 
 impl std::fmt::Debug for LoadedModel {
@@ -202,6 +204,8 @@ fn load_hf_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError
     let tokenizer = read_tokenizer(&tokenizer_path)?;
     let chat = read_chat_spec(dir)?;
     let mut source = SafetensorsSource::open(dir)?;
+    let mut files = vec![dir.join("config.json"), tokenizer_path.clone()];
+    files.extend(super::safetensors::shard_paths(dir)?);
     let target = opts
         .weights
         .target(&opts.device, cfg.parameters() as usize)?;
@@ -217,6 +221,7 @@ fn load_hf_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError
         tokenizer,
         chat,
         weights: format!("safetensors -> {target:?}"),
+        origin: super::Origin::Files(files),
     })
 }
 
@@ -289,6 +294,11 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError>
         tokenizer,
         chat,
         weights: format!("GGUF ({stored}) -> {target:?}"),
+        origin: super::Origin::Files(
+            std::iter::once(path.to_path_buf())
+                .chain(opts.tokenizer.clone())
+                .collect(),
+        ),
     })
 }
 

@@ -11,6 +11,7 @@ mod config;
 mod error;
 mod fused;
 mod gguf;
+pub mod identity;
 pub mod int8;
 mod kv_cache;
 mod linear;
@@ -30,6 +31,7 @@ pub use config::{
     ConfigProblem, Experts, Family, Llama3RopeScaling, ModelConfig, RopeConfig, RopeStyle,
 };
 pub use error::ModelError;
+pub use identity::{ModelIdentity, Origin};
 pub use kv_cache::{KvCache, KvFormat};
 pub use linear::WeightFormat;
 pub use llama::Llama;

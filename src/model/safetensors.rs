@@ -49,7 +49,7 @@ impl SafetensorsSource {
     }
 }
 
-fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
+pub(crate) fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
         let text = std::fs::read_to_string(&index).map_err(|e| ModelError::io(&index, e))?;

@@ -122,6 +122,21 @@ pub struct Manifest {
     /// when it was killed or failed before it could take them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksums: Option<BTreeMap<String, FileSum>>,
+    /// Decisions taken from earlier runs' stores (`--reuse`), when the run reads any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuse: Option<ReuseRecord>,
+}
+
+/// What a run took from earlier runs instead of the model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReuseRecord {
+    /// The run folders read, in the order they are searched.
+    pub sources: Vec<String>,
+    /// Decisions whose reply came from one of them.
+    pub reused: u64,
+    /// The model time those decisions took in their runs, estimated from each source's model
+    /// seconds per decision (forward passes and masks over its LLM decisions).
+    pub saved_seconds: f64,
 }
 
 /// A record file as its run left it.

@@ -7,6 +7,7 @@
 
 use super::{
     AGGREGATES, CELLS, DECISIONS, FileSum, MANIFEST, Manifest, RecordError, STATE_CSV, STEPS,
+    store::STORE,
 };
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -17,7 +18,7 @@ use std::path::Path;
 /// The record files of the run in `dir`, as paths relative to it, in order: the appended
 /// files, every joined Parquet table and every Parquet part (`state.parts/...`).
 pub fn record_files(dir: &Path) -> Vec<String> {
-    let mut files: Vec<String> = [DECISIONS, STEPS, AGGREGATES, CELLS, STATE_CSV]
+    let mut files: Vec<String> = [DECISIONS, STEPS, AGGREGATES, CELLS, STATE_CSV, STORE]
         .iter()
         .filter(|name| dir.join(name).is_file())
         .map(|name| name.to_string())

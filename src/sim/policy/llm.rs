@@ -13,10 +13,11 @@
 //! history is cut to its last `history` turns: past that the previous prompt is no longer a
 //! prefix, and the hints keep blocks that will not be found.
 
+use super::reuse::Reuse;
 use super::{AgentTurn, CellView, Decided, LlmTrace, Policy, PolicyError, PolicyTimes};
 use crate::engine::{
     ChatTemplate, Client, Engine, Fill, FinishReason, Message, Prompt, PromptCost, Queue, Refused,
-    Request, RequestError, Response, SamplingParams, Schema, SharedPrefix, Tokenizer,
+    Request, RequestError, RequestKey, Response, SamplingParams, Schema, SharedPrefix, Tokenizer,
 };
 use crate::sim::population::{PersonaConfig, Population};
 use crate::sim::prompt::PromptBook;
@@ -48,6 +49,8 @@ pub struct Llm {
     times: PolicyTimes,
     /// Per engine: each has its own compiled grammars.
     schemas: Vec<Schemas>,
+    /// Replies taken from earlier runs, and this run's kept for later ones.
+    reuse: Option<Reuse>,
 }
 
 /// Schemas most remembered; past it they are forgotten together, as the engine's compiled
@@ -153,6 +156,7 @@ impl Llm {
             histories: HashMap::new(),
             wave: wave.max(1),
             times: PolicyTimes::default(),
+            reuse: None,
         }
     }
 
@@ -374,6 +378,16 @@ impl Llm {
             .collect()
     }
 
+    /// Takes replies from earlier runs and keeps this run's, as `reuse` says.
+    pub fn set_reuse(&mut self, reuse: Reuse) {
+        self.reuse = Some(reuse);
+    }
+
+    /// What reuse did so far, when the run reuses or keeps replies.
+    pub fn reuse(&self) -> Option<&Reuse> {
+        self.reuse.as_ref()
+    }
+
     /// The decisions of `turns`, all asking engine `e`.
     fn decide_on<S: Scenario>(
         &mut self,
@@ -425,6 +439,7 @@ impl Llm {
             next: 0,
             results: (0..turns.len()).map(|_| None).collect(),
             done,
+            reuse: self.reuse.as_mut(),
         };
         let engine = &mut self.engines[e];
         if self.keep > 0 {
@@ -463,6 +478,44 @@ impl<S: Scenario> Policy<S> for Llm {
         turns: &[AgentTurn],
         done: &mut dyn FnMut(usize),
     ) -> Result<Vec<Decided<S::Decision>>, PolicyError> {
+        let decided = self.decide_all(cells, turns, done)?;
+        // The step's new replies are kept before its decisions are applied or recorded: a
+        // kill after this keeps replies of a step the run will make again, under the same
+        // keys.
+        if let Some(reuse) = &mut self.reuse {
+            reuse.flush()?;
+        }
+        Ok(decided)
+    }
+
+    fn take_times(&mut self) -> PolicyTimes {
+        std::mem::take(&mut self.times)
+    }
+
+    fn checkpoint(&self) -> Vec<u8> {
+        // Sorted, so that checkpoints of equal states are equal files.
+        let sorted: BTreeMap<&String, &History> = self.histories.iter().collect();
+        postcard::to_stdvec(&sorted).expect("invariant: histories serialise")
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), PolicyError> {
+        if state.is_empty() {
+            return Ok(());
+        }
+        self.histories =
+            postcard::from_bytes(state).map_err(|e| PolicyError::Checkpoint(e.to_string()))?;
+        Ok(())
+    }
+}
+
+impl Llm {
+    /// One continuous batch per model, one model after another.
+    fn decide_all<S: Scenario>(
+        &mut self,
+        cells: &[CellView<'_, S>],
+        turns: &[AgentTurn],
+        done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Decided<S::Decision>>, PolicyError> {
         if self.engines.len() == 1 {
             return self.decide_on(0, cells, turns, done);
         }
@@ -488,25 +541,6 @@ impl<S: Scenario> Policy<S> for Llm {
             .map(|d| d.expect("invariant: every turn has an engine"))
             .collect())
     }
-
-    fn take_times(&mut self) -> PolicyTimes {
-        std::mem::take(&mut self.times)
-    }
-
-    fn checkpoint(&self) -> Vec<u8> {
-        // Sorted, so that checkpoints of equal states are equal files.
-        let sorted: BTreeMap<&String, &History> = self.histories.iter().collect();
-        postcard::to_stdvec(&sorted).expect("invariant: histories serialise")
-    }
-
-    fn restore(&mut self, state: &[u8]) -> Result<(), PolicyError> {
-        if state.is_empty() {
-            return Ok(());
-        }
-        self.histories =
-            postcard::from_bytes(state).map_err(|e| PolicyError::Checkpoint(e.to_string()))?;
-        Ok(())
-    }
 }
 
 /// A turn in the engine.
@@ -517,6 +551,8 @@ struct InFlight {
     user: String,
     prompt_hash: String,
     prompt: Option<String>,
+    /// The key of its request's complete input, when the run keeps replies.
+    request_key: Option<RequestKey>,
 }
 
 /// One step's turns through the engine: prepared a wave at a time as the engine has room, so
@@ -536,6 +572,7 @@ struct Step<'a, 'c, S: Scenario> {
     next: usize,
     results: Vec<Option<Decided<S::Decision>>>,
     done: &'a mut dyn FnMut(usize),
+    reuse: Option<&'a mut Reuse>,
 }
 
 impl<S: Scenario> Step<'_, '_, S> {
@@ -588,16 +625,26 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
             };
             self.times.template += std::time::Duration::from_secs_f64(wall * share);
             self.times.tokenize += std::time::Duration::from_secs_f64(wall * (1.0 - share));
+            let mut reused = Vec::new();
             for (offset, p) in prepared.into_iter().enumerate() {
-                let key = InFlight {
+                let mut key = InFlight {
                     turn: self.next + offset,
                     user: p.user,
                     prompt_hash: p.hash,
                     prompt: p.prompt,
+                    request_key: None,
                 };
                 let submitted = match p.request {
                     Ok(request) => {
                         let request = request.with_schema(self.schemas.get(&p.schema));
+                        if let Some(reuse) = self.reuse.as_deref_mut() {
+                            // A request the engine would refuse has no key; it is refused below.
+                            key.request_key = queue.engine().request_key(&request).ok();
+                            if let Some(reply) = key.request_key.and_then(|k| reuse.lookup(&k)) {
+                                reused.push((key, reply));
+                                continue;
+                            }
+                        }
                         queue.submit(key, request)
                     }
                     Err(error) => Err(Refused { key, error }),
@@ -611,6 +658,13 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
                     self.fall_back(key.turn, format!("refused: {error}"), trace);
                     (self.done)(1);
                 }
+            }
+            let n = reused.len();
+            for (key, reply) in reused {
+                self.finished(key, Ok(reply))?;
+            }
+            if n > 0 {
+                (self.done)(n);
             }
             self.next += take;
         }
@@ -637,6 +691,9 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
         let parsed = match result {
             Err(e) => Err(format!("failed: {e}")),
             Ok(r) => {
+                if let (Some(reuse), Some(k)) = (self.reuse.as_deref_mut(), key.request_key) {
+                    reuse.keep(k, &r);
+                }
                 trace.text = Some(r.text.clone());
                 trace.value = r.value.clone();
                 trace.prompt_tokens = r.prompt_tokens;

@@ -4,10 +4,12 @@
 
 mod assign;
 mod llm;
+mod reuse;
 mod scripted;
 
 pub use assign::{assign, policies_of, routes};
 pub use llm::{Llm, PromptSizes, template_name};
+pub use reuse::Reuse;
 pub use scripted::Scripted;
 
 use super::config::LlmConfig;
@@ -125,6 +127,8 @@ pub enum PolicyError {
          those of its agents)"
     )]
     NoModel(String),
+    #[error("the decision store: {0}")]
+    Store(#[from] crate::record::RecordError),
     #[error("{}: {source}", path.display())]
     Io {
         path: std::path::PathBuf,

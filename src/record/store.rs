@@ -1,0 +1,256 @@
+//! A run's decision store, `decisions.redb`: every reply the model gave, by the key of its
+//! request's complete input (see the engine's `request_key`), so that a later run whose
+//! request has the same key takes the reply instead of computing it (`throng run --reuse`).
+//!
+//! The store is a redb database: indexed (a million lookups a step are a million B-tree
+//! reads, not a scan of `decisions.jsonl`), written a step at a time in one durable
+//! transaction, and crash-safe by redb's commits, so a kill loses at most the step it was in.
+//! Its `meta` table says which models' replies it holds (their identities, as JSON), so that
+//! a run can refuse a store whose replies another device or weight format made. Once a run
+//! is sealed, the manifest's checksum of the file is checked before the store is trusted.
+
+use super::RecordError;
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The store's file in a run folder.
+pub const STORE: &str = "decisions.redb";
+
+const REPLIES: TableDefinition<&[u8; 32], &[u8]> = TableDefinition::new("replies");
+const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+
+/// What a request's reply was: enough to give the same decision, history and records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredReply {
+    pub text: String,
+    /// Whether it ended at a stop (else at its token limit).
+    pub stopped: bool,
+    pub prompt_tokens: u32,
+    pub generated_tokens: u32,
+}
+
+impl StoredReply {
+    fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).expect("invariant: in-memory postcard encoding cannot fail")
+    }
+}
+
+fn store_error(path: &Path, e: impl std::fmt::Display) -> RecordError {
+    RecordError::format(path, format!("the decision store: {e}"))
+}
+
+/// A run's own store, written as it goes. The database is open only while it is written: a
+/// step's replies go in and it is closed again, so that between steps the file is as it will
+/// stay (the manifest's checksum of a paused or finished run holds for it).
+pub struct Store {
+    path: PathBuf,
+}
+
+impl Store {
+    /// The store of the run in `dir`, created if it is not there (a resumed run goes on
+    /// writing its own).
+    pub fn open(dir: &Path) -> Result<Self, RecordError> {
+        let store = Self {
+            path: dir.join(STORE),
+        };
+        let db = store.db()?;
+        let w = db.begin_write().map_err(|e| store_error(&store.path, e))?;
+        w.open_table(REPLIES)
+            .map_err(|e| store_error(&store.path, e))?;
+        w.open_table(META)
+            .map_err(|e| store_error(&store.path, e))?;
+        w.commit().map_err(|e| store_error(&store.path, e))?;
+        Ok(store)
+    }
+
+    fn db(&self) -> Result<redb::Database, RecordError> {
+        redb::Database::create(&self.path).map_err(|e| store_error(&self.path, e))
+    }
+
+    /// Records `model`'s identity (JSON), so that readers know whose replies these are.
+    pub fn set_model(&self, model: &str, identity: &str) -> Result<(), RecordError> {
+        let db = self.db()?;
+        let w = db.begin_write().map_err(|e| store_error(&self.path, e))?;
+        {
+            let mut meta = w.open_table(META).map_err(|e| store_error(&self.path, e))?;
+            meta.insert(format!("model:{model}").as_str(), identity)
+                .map_err(|e| store_error(&self.path, e))?;
+        }
+        w.commit().map_err(|e| store_error(&self.path, e))
+    }
+
+    /// Adds `replies` in one durable transaction.
+    pub fn insert(&self, replies: &[([u8; 32], StoredReply)]) -> Result<(), RecordError> {
+        if replies.is_empty() {
+            return Ok(());
+        }
+        let db = self.db()?;
+        let w = db.begin_write().map_err(|e| store_error(&self.path, e))?;
+        {
+            let mut table = w
+                .open_table(REPLIES)
+                .map_err(|e| store_error(&self.path, e))?;
+            for (key, reply) in replies {
+                table
+                    .insert(key, reply.encode().as_slice())
+                    .map_err(|e| store_error(&self.path, e))?;
+            }
+        }
+        w.commit().map_err(|e| store_error(&self.path, e))
+    }
+}
+
+/// An earlier run's store, read to reuse its replies.
+pub struct Source {
+    db: redb::ReadOnlyDatabase,
+    /// The run folder it belongs to.
+    pub dir: PathBuf,
+    /// The identities of the models whose replies it holds, by model name (JSON text).
+    pub models: BTreeMap<String, String>,
+    /// Replies it holds.
+    pub len: u64,
+}
+
+impl Source {
+    /// Opens the store of the run in `dir`. A store the run's manifest has a checksum for
+    /// (a finished or paused run) must match it; a damaged or unreadable one is an error,
+    /// which callers report as a warning and go on without it.
+    pub fn open(dir: &Path) -> Result<Self, RecordError> {
+        let path = dir.join(STORE);
+        if !path.is_file() {
+            return Err(RecordError::format(
+                &path,
+                "missing: the run has no decision store (it asked no model, or predates \
+                 stores)",
+            ));
+        }
+        super::verify(dir, STORE)?;
+        let db = redb::ReadOnlyDatabase::open(&path).map_err(|e| store_error(&path, e))?;
+        let r = db.begin_read().map_err(|e| store_error(&path, e))?;
+        let meta = r.open_table(META).map_err(|e| store_error(&path, e))?;
+        let mut models = BTreeMap::new();
+        for entry in meta.iter().map_err(|e| store_error(&path, e))? {
+            let (k, v) = entry.map_err(|e| store_error(&path, e))?;
+            if let Some(model) = k.value().strip_prefix("model:") {
+                models.insert(model.to_string(), v.value().to_string());
+            }
+        }
+        let replies = r.open_table(REPLIES).map_err(|e| store_error(&path, e))?;
+        let len = replies.len().map_err(|e| store_error(&path, e))?;
+        drop(replies);
+        drop(meta);
+        drop(r);
+        Ok(Self {
+            db,
+            dir: dir.to_path_buf(),
+            models,
+            len,
+        })
+    }
+
+    /// A reader for many lookups (one read transaction); it may be shared by threads.
+    pub fn reader(&self) -> Result<Reader, RecordError> {
+        let path = self.dir.join(STORE);
+        let r = self.db.begin_read().map_err(|e| store_error(&path, e))?;
+        let table = r.open_table(REPLIES).map_err(|e| store_error(&path, e))?;
+        Ok(Reader { table, path })
+    }
+}
+
+/// Lookups in a [`Source`], in one read transaction.
+pub struct Reader {
+    table: redb::ReadOnlyTable<&'static [u8; 32], &'static [u8]>,
+    path: PathBuf,
+}
+
+impl Reader {
+    /// The reply recorded under `key`, if any. An entry that does not decode is an error: the
+    /// store is damaged.
+    pub fn get(&self, key: &[u8; 32]) -> Result<Option<StoredReply>, RecordError> {
+        let Some(bytes) = self
+            .table
+            .get(key)
+            .map_err(|e| store_error(&self.path, e))?
+        else {
+            return Ok(None);
+        };
+        postcard::from_bytes(bytes.value())
+            .map(Some)
+            .map_err(|e| store_error(&self.path, format!("an entry does not decode: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(i: u32) -> StoredReply {
+        StoredReply {
+            text: format!("{{\"x\": {i}}}"),
+            stopped: true,
+            prompt_tokens: 100 + i,
+            generated_tokens: 7,
+        }
+    }
+
+    fn key(i: u32) -> [u8; 32] {
+        let mut k = [0u8; 32];
+        k[..4].copy_from_slice(&i.to_le_bytes());
+        k
+    }
+
+    #[test]
+    fn a_stores_replies_read_back_by_key_with_its_models() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.set_model("m", "{\"weights\":\"abc\"}").unwrap();
+        let replies: Vec<_> = (0..1000).map(|i| (key(i), reply(i))).collect();
+        store.insert(&replies[..500]).unwrap();
+        store.insert(&replies[500..]).unwrap();
+        drop(store);
+        let source = Source::open(dir.path()).unwrap();
+        assert_eq!(source.len, 1000);
+        assert_eq!(source.models["m"], "{\"weights\":\"abc\"}");
+        let reader = source.reader().unwrap();
+        assert_eq!(reader.get(&key(7)).unwrap(), Some(reply(7)));
+        assert_eq!(reader.get(&key(5000)).unwrap(), None);
+    }
+
+    #[test]
+    fn a_reopened_store_keeps_what_it_had() {
+        let dir = tempfile::tempdir().unwrap();
+        Store::open(dir.path())
+            .unwrap()
+            .insert(&[(key(1), reply(1))])
+            .unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.insert(&[(key(2), reply(2))]).unwrap();
+        drop(store);
+        assert_eq!(Source::open(dir.path()).unwrap().len, 2);
+    }
+
+    #[test]
+    fn a_truncated_or_overwritten_store_is_refused() {
+        for damage in ["truncate", "garbage"] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path()).unwrap();
+            let replies: Vec<_> = (0..2000).map(|i| (key(i), reply(i))).collect();
+            store.insert(&replies).unwrap();
+            drop(store);
+            let path = dir.path().join(STORE);
+            let mut bytes = std::fs::read(&path).unwrap();
+            match damage {
+                "truncate" => bytes.truncate(bytes.len() / 3),
+                _ => bytes[..4096].fill(0xAB),
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            let opened = Source::open(dir.path()).and_then(|s| {
+                let r = s.reader()?;
+                (0..2000).try_for_each(|i| r.get(&key(i)).map(|_| ()))
+            });
+            assert!(opened.is_err(), "{damage}: a damaged store was read");
+        }
+    }
+}
