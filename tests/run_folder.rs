@@ -337,17 +337,18 @@ fn a_run_killed_before_its_first_checkpoint_resumes_from_the_start() {
     assert_same_records(&whole, &pieces, "killed in step 1");
 }
 
-// `--resume` once ignored `--steps`, `--replicates` and `--policy` silently.
+// `--resume` once ignored `--steps`, `--replicates` and `--policy` silently. `--steps` and
+// `--replicates` now extend a finished run (tests/reuse.rs), and a paused one is refused.
 #[test]
 fn resume_refuses_settings_it_would_ignore() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let Ran { ok, text, .. } = run(ENERGY, &out, &["--stop-after", "1"]);
     assert!(ok, "{text}");
-    for flag in [
-        &["--steps", "9"][..],
-        &["--replicates", "3"],
-        &["--policy", "scripted"],
+    for (flag, says) in [
+        (&["--steps", "9"][..], "extend a finished run"),
+        (&["--replicates", "3"], "extend a finished run"),
+        (&["--policy", "scripted"], "as it was configured"),
     ] {
         let Ran { ok, text, .. } = output(
             throng()
@@ -356,7 +357,7 @@ fn resume_refuses_settings_it_would_ignore() {
                 .args(flag),
         );
         assert!(!ok, "{flag:?}: {text}");
-        assert!(text.contains("as it was configured"), "{flag:?}: {text}");
+        assert!(text.contains(says), "{flag:?}: {text}");
     }
     let Ran { ok, text, .. } = resume(&out);
     assert!(ok, "{text}");
