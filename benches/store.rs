@@ -51,7 +51,7 @@ fn main() {
     let source = Source::open(dir.path()).expect("opened");
     let reader = source.reader().expect("a reader");
     let mut order: Vec<u64> = (0..agents).collect();
-    let mut timed = |what: &str, order: &[u64]| {
+    let timed = |what: &str, order: &[u64]| {
         let started = Instant::now();
         let mut found = 0u64;
         for &i in order {
