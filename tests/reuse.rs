@@ -275,3 +275,45 @@ fn an_extended_llm_run_asks_the_model_only_for_the_new_steps() {
     assert_eq!(reused(&short), 32, "the two steps it had");
     assert_same_records(&long, &short, RECORDS, "an LLM run extended by a step");
 }
+
+#[test]
+fn a_population_change_that_touches_some_agents_reuses_the_others_decisions() {
+    if common::smollm2().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let with_education = |shares: &'static str| {
+        move |t: String| {
+            t.replace("agents = 8", "agents = 12")
+                .replace("replicates = 2", "replicates = 1")
+                + "\n[population]\ndraw = \"quota\"\n\n[population.attributes.education]\n"
+                + shares
+        }
+    };
+    let before = config(
+        tmp.path(),
+        with_education(
+            "shares = { \"high school\" = 50, \"bachelor's degree\" = 30, \"doctorate\" = 20 }\n",
+        ),
+    );
+    let after = config(
+        tmp.path(),
+        with_education(
+            "shares = { \"high school\" = 42, \"bachelor's degree\" = 38, \"doctorate\" = 20 }\n",
+        ),
+    );
+    let (a, fresh, with) = (
+        tmp.path().join("a"),
+        tmp.path().join("fresh"),
+        tmp.path().join("with"),
+    );
+    run(&before, &a, &[]);
+    run(&after, &fresh, &[]);
+    run(&after, &with, &["--reuse", a.to_str().unwrap()]);
+    let n = reused(&with);
+    assert!(
+        0 < n && n < 24,
+        "a quota changed for some agents reused {n} of 24"
+    );
+    assert_same_records(&fresh, &with, RECORDS, "a population change");
+}
