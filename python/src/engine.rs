@@ -52,14 +52,13 @@ impl Defaults {
     }
 }
 
-impl PyEngine {
-    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Engine>> {
-        self.engine.lock().map_err(|_| {
-            errors::ThrongError::new_err(
-                "the engine stopped in an earlier call that failed; create a new Engine",
-            )
-        })
-    }
+/// The engine, unless an earlier call panicked while it held it.
+fn lock(engine: &Mutex<Engine>) -> PyResult<std::sync::MutexGuard<'_, Engine>> {
+    engine.lock().map_err(|_| {
+        errors::ThrongError::new_err(
+            "the engine stopped in an earlier call that failed; create a new Engine",
+        )
+    })
 }
 
 /// A prompt of `decide`: a string (one user message) or a list of `{"role", "content"}`.
@@ -154,11 +153,7 @@ fn run_all(
     let n = requests.len();
     let engine = engine.clone();
     py.detach(move || {
-        let mut engine = engine.lock().map_err(|_| {
-            errors::ThrongError::new_err(
-                "the engine stopped in an earlier call that failed; create a new Engine",
-            )
-        })?;
+        let mut engine = lock(&engine)?;
         let mut all = Collect {
             requests: Some(requests),
             results: (0..n).map(|_| None).collect(),
@@ -285,7 +280,7 @@ impl PyEngine {
     /// The longest prompt and reply the model holds, in tokens.
     #[getter]
     fn max_context(&self) -> PyResult<usize> {
-        Ok(self.lock()?.max_context())
+        Ok(lock(&self.engine)?.max_context())
     }
 
     /// Decides every prompt as one continuous batch; one dict per prompt, in order: `value`

@@ -722,9 +722,12 @@ impl Scenario for PyScenario {
         self.kind.aggregates.clone()
     }
 
-    fn row_columns(&self, rows: &[Value]) -> Result<RecordBatch, String> {
-        columns::batch(&self.kind.columns, rows)
-            .map_err(|e| format!("scenario `{}`: row: {e}", self.kind.name))
+    fn row_fields(&self) -> Result<Vec<FieldRef>, String> {
+        Ok(self.kind.columns.clone())
+    }
+
+    fn row_columns(&self, fields: &[FieldRef], rows: &[Value]) -> Result<RecordBatch, String> {
+        columns::batch(fields, rows).map_err(|e| format!("scenario `{}`: row: {e}", self.kind.name))
     }
 
     fn check_population(&self, population: &PopulationSpec) -> Result<(), ScenarioProblem> {

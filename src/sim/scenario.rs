@@ -213,12 +213,19 @@ pub trait Scenario: Sized + Send + Sync + 'static {
     fn aggregates_columns(&self) -> Option<arrow_schema::SchemaRef> {
         Self::aggregates_schema()
     }
-    /// The scenario's own columns of a state table, from the rows of its agents that have
-    /// one: by default traced from [`Scenario::Row`] (see [`trace_row_fields`]) and filled
-    /// through serde.
-    fn row_columns(&self, rows: &[Self::Row]) -> Result<RecordBatch, String> {
-        let fields = trace_row_fields::<Self>()?;
-        serde_arrow::to_record_batch(&fields, &rows).map_err(|e| {
+    /// The scenario's own columns of the state table: by default traced from
+    /// [`Scenario::Row`] (see [`trace_row_fields`]). Asked once per step, not per cell.
+    fn row_fields(&self) -> Result<Vec<arrow_schema::FieldRef>, String> {
+        trace_row_fields::<Self>()
+    }
+    /// The columns `fields` (from [`Scenario::row_fields`]) filled from the rows of the agents
+    /// that have one: by default through serde.
+    fn row_columns(
+        &self,
+        fields: &[arrow_schema::FieldRef],
+        rows: &[Self::Row],
+    ) -> Result<RecordBatch, String> {
+        serde_arrow::to_record_batch(fields, &rows).map_err(|e| {
             format!(
                 "scenario `{}`: a state row did not fit its traced columns: {e}",
                 self.name()

@@ -164,6 +164,8 @@ impl Recorder {
         let kinds = exp.policies.kinds();
         let multi_model = exp.is_multi_model();
         let several_roles = arms.first().is_some_and(|s| s.role_names().len() > 1);
+        // Asked once per step, and only of a scenario that builds its table from rows.
+        let fields = std::sync::OnceLock::new();
         let tables: Vec<(RecordBatch, Option<RecordBatch>)> = (0..cells.infos.len())
             .into_par_iter()
             .map(|c| {
@@ -185,7 +187,11 @@ impl Recorder {
                         .then(|| (0..n).map(|a| model_of(exp, cells, c, a)).collect()),
                     population,
                 };
-                let table = super::rows::state(scenario, world, &keys, info, step)?;
+                let fields = fields
+                    .get_or_init(|| scenario.row_fields())
+                    .as_ref()
+                    .map_err(|e| RunError::Setup(e.clone()))?;
+                let table = super::rows::state(scenario, fields, world, &keys, info, step)?;
                 let groups = super::rows::group_means(&population.groups, &table, info, step);
                 Ok((table, groups))
             })

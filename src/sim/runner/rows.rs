@@ -14,7 +14,7 @@ use arrow_array::{
     Array, ArrayRef, DictionaryArray, Float32Array, Float64Array, RecordBatch, StringArray,
     UInt16Array, UInt32Array, UInt64Array,
 };
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{DataType, Field, FieldRef, Schema};
 use std::sync::Arc;
 
 /// What the keys of a cell's rows are drawn from beyond the cell itself.
@@ -49,6 +49,7 @@ fn dictionary_field(name: &str) -> Field {
 /// their rows.
 pub fn state<S: Scenario>(
     scenario: &S,
+    fields: &[FieldRef],
     world: &S::World,
     keys: &Keys<'_>,
     cell: &CellInfo,
@@ -113,7 +114,9 @@ pub fn state<S: Scenario>(
             }
         }
     }
-    let own = scenario.row_columns(&rows).map_err(RunError::Setup)?;
+    let own = scenario
+        .row_columns(fields, &rows)
+        .map_err(RunError::Setup)?;
     if own.num_rows() != m {
         return Err(RunError::Setup(format!(
             "scenario `{}`: its columns hold {} rows for the {m} agents that have a row",
