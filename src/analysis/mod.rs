@@ -2,9 +2,11 @@
 //! reports live with their scenario.
 
 pub mod caveats;
+pub mod counterfactual;
 pub mod html;
 pub mod overview;
 pub mod plot;
+mod state;
 pub mod stats;
 
 /// Why a report could not be written.

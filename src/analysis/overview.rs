@@ -10,11 +10,13 @@
 //! Files, in the run folder: `report.html`, `summary.json`, `means.csv` (every mean with its
 //! interval, long format, for one's own analysis), and `figures/<column>.svg|png`.
 
+use super::ReportError;
 use super::caveats::{ScriptedRules, Study};
+use super::counterfactual;
 use super::html::{self, esc};
 use super::plot::{self, Band, HistogramPanel, Histograms, Lines};
+use super::state::{Table, flatten, texts, whole};
 use super::stats::Summary;
-use super::{ColumnProblem, ReportError};
 use crate::record::{self, Manifest};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Float64Type;
@@ -35,9 +37,6 @@ pub struct Options {
     /// A title for the page (default: the run's name and scenario).
     pub title: Option<String>,
 }
-
-/// Columns that are keys, not measurements.
-const KEYS: &[&str] = &["population", "replicate", "step", "agent"];
 
 /// One mean at one step: over the replicates' means of the agents in the slice.
 #[derive(Debug, Clone, Serialize)]
@@ -118,154 +117,6 @@ pub struct Timing {
     pub cached_tokens: usize,
     /// Of prompt tokens, the share served from the prefix cache.
     pub prefix_hit_rate: f64,
-}
-
-/// A state table's rows flattened: per row its keys, its breakdown labels and its numbers.
-struct Table {
-    /// Labels coded per column, so that a million agents' rows hold numbers, not strings.
-    arm: Coded,
-    population: Vec<u32>,
-    replicate: Vec<u32>,
-    step: Vec<u32>,
-    /// Breakdowns: (name, labels).
-    by: Vec<(String, Coded)>,
-    /// (column, value per row; NaN where missing).
-    numbers: Vec<(String, Vec<f64>)>,
-}
-
-/// A text column as a code per row into its distinct labels.
-#[derive(Default)]
-struct Coded {
-    labels: Vec<String>,
-    codes: Vec<u32>,
-    index: std::collections::HashMap<String, u32>,
-}
-
-impl Coded {
-    fn extend(&mut self, column: &dyn Array) -> Option<()> {
-        let utf8 = arrow_cast::cast(column, &DataType::Utf8).ok()?;
-        let s = utf8.as_string::<i32>();
-        for i in 0..s.len() {
-            let label = if s.is_valid(i) { s.value(i) } else { "-" };
-            let code = match self.index.get(label) {
-                Some(&c) => c,
-                None => {
-                    let c = self.labels.len() as u32;
-                    self.labels.push(label.to_string());
-                    self.index.insert(label.to_string(), c);
-                    c
-                }
-            };
-            self.codes.push(code);
-        }
-        Some(())
-    }
-}
-
-fn texts(column: &dyn Array) -> Option<Vec<String>> {
-    let utf8 = arrow_cast::cast(column, &DataType::Utf8).ok()?;
-    let s = utf8.as_string::<i32>();
-    Some(
-        (0..s.len())
-            .map(|i| {
-                if s.is_valid(i) {
-                    s.value(i).to_string()
-                } else {
-                    "-".into()
-                }
-            })
-            .collect(),
-    )
-}
-
-fn whole(column: &dyn Array) -> Option<Vec<usize>> {
-    let f = arrow_cast::cast(column, &DataType::Float64).ok()?;
-    let f = f.as_primitive::<Float64Type>();
-    Some(f.values().iter().map(|&v| v as usize).collect())
-}
-
-/// Reads the rows of `batches` (one scenario's state table).
-fn flatten(batches: &[RecordBatch], levels: &[String]) -> Result<Table, ReportError> {
-    let mut t = Table {
-        arm: Coded::default(),
-        population: Vec::new(),
-        replicate: Vec::new(),
-        step: Vec::new(),
-        by: Vec::new(),
-        numbers: Vec::new(),
-    };
-    let Some(first) = batches.first() else {
-        return Ok(t);
-    };
-    let schema = first.schema();
-    for name in ["arm", "population", "replicate", "step"] {
-        if schema.column_with_name(name).is_none() {
-            return Err(ReportError::Column {
-                table: "state table",
-                column: name.into(),
-                problem: ColumnProblem::Missing,
-            });
-        }
-    }
-    for field in schema.fields() {
-        let name = field.name();
-        let dt = field.data_type();
-        if name == "arm" || KEYS.contains(&name.as_str()) || levels.contains(name) {
-            continue;
-        }
-        if dt.is_numeric() || dt == &DataType::Boolean {
-            t.numbers.push((name.clone(), Vec::new()));
-        } else if matches!(
-            dt,
-            DataType::Dictionary(..) | DataType::Utf8 | DataType::LargeUtf8
-        ) {
-            t.by.push((name.clone(), Coded::default()));
-        }
-    }
-    let unreadable = |name: &str| ReportError::Column {
-        table: "state table",
-        column: name.into(),
-        problem: ColumnProblem::MissingFromPart,
-    };
-    for batch in batches {
-        let get = |name: &str| {
-            batch
-                .column_by_name(name)
-                .cloned()
-                .ok_or_else(|| unreadable(name))
-        };
-        t.arm.extend(get("arm")?.as_ref());
-        for (name, into) in [
-            ("population", &mut t.population),
-            ("replicate", &mut t.replicate),
-            ("step", &mut t.step),
-        ] {
-            into.extend(
-                whole(get(name)?.as_ref())
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|v| v as u32),
-            );
-        }
-        for (name, coded) in &mut t.by {
-            coded.extend(get(name)?.as_ref());
-        }
-        for (name, values) in &mut t.numbers {
-            let c = arrow_cast::cast(get(name)?.as_ref(), &DataType::Float64).map_err(|e| {
-                ReportError::Column {
-                    table: "state table",
-                    column: name.clone(),
-                    problem: ColumnProblem::Unreadable(e),
-                }
-            })?;
-            let c = c.as_primitive::<Float64Type>();
-            values.extend((0..c.len()).map(|i| if c.is_valid(i) { c.value(i) } else { f64::NAN }));
-        }
-    }
-    // Breakdowns with one label (nothing to compare) or a label per agent (names) say
-    // nothing as means: keep those with 2 to 24 labels.
-    t.by.retain(|(_, coded)| (2..=24).contains(&coded.labels.len()));
-    Ok(t)
 }
 
 /// Means per (arm, population, breakdown, value, step, column), each over its replicates.
@@ -382,13 +233,13 @@ fn notes(m: &Manifest, options: &Options) -> Vec<String> {
     }
 }
 
-fn slug(s: &str) -> String {
+pub(super) fn slug(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect()
 }
 
-fn number(x: f64) -> String {
+pub(super) fn number(x: f64) -> String {
     if x.abs() >= 1000.0 || x == x.trunc() {
         format!("{x:.0}")
     } else {
@@ -410,9 +261,24 @@ pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, R
     let table = flatten(&state, &levels)?;
     let means = means(&table);
     let columns: Vec<String> = table.numbers.iter().map(|(n, _)| n.clone()).collect();
-    let notes = match own.notes {
+    let mut notes = match own.notes {
         Some(notes) => notes,
         None => notes(&manifest, options),
+    };
+    let comparison = match &manifest.counterfactual {
+        None => None,
+        Some(cf) => match counterfactual::compare(dir, &table, cf, &levels) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                notes.push(format!(
+                    "The base run {} could not be read ({e}), so this report does not set the \
+                     run beside it: put the base back where it was and run `throng report` on \
+                     this folder",
+                    cf.base
+                ));
+                None
+            }
+        },
     };
     let timing = timing(dir);
     let figures_dir = dir.join("figures");
@@ -492,10 +358,14 @@ pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, R
     write_csv(&dir.join("means.csv"), &means)?;
     let base_figures = figures.len();
     let figures: Vec<String> = own.figures.into_iter().chain(figures).collect();
+    let mut text = own
+        .text
+        .unwrap_or_else(|| summary_text(&manifest, &notes, &means, &timing, last_step));
+    if let Some(c) = &comparison {
+        text.push_str(&counterfactual::text(c));
+    }
     let overview = Overview {
-        summary: own
-            .text
-            .unwrap_or_else(|| summary_text(&manifest, &notes, &means, &timing, last_step)),
+        summary: text,
         columns,
         means,
         notes,
@@ -503,6 +373,12 @@ pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, R
         figures,
     };
     let mut summary = own.summary;
+    if let Some(c) = &comparison {
+        summary.insert(
+            "counterfactual".into(),
+            serde_json::to_value(c).unwrap_or_default(),
+        );
+    }
     summary.extend(Own::summary_of(&overview)?);
     record::write_json_atomic(&dir.join("summary.json"), &summary)?;
     let (own_figures, base_figures) = overview
@@ -515,6 +391,10 @@ pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, R
         Sections {
             own: &own.html,
             own_figures,
+            counterfactual: &comparison
+                .as_ref()
+                .map(counterfactual::html)
+                .unwrap_or_default(),
             base_figures,
         },
         &groups,
@@ -529,6 +409,8 @@ pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, R
 struct Sections<'a> {
     own: &'a str,
     own_figures: &'a [String],
+    /// The run beside its base, for a counterfactual run.
+    counterfactual: &'a str,
     base_figures: &'a [String],
 }
 
@@ -580,7 +462,7 @@ fn histogram(xs: &[f64]) -> Option<Vec<(f64, f64, f64)>> {
     )
 }
 
-fn write_csv(path: &Path, means: &[Mean]) -> Result<(), ReportError> {
+pub(super) fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<(), ReportError> {
     // csv's error becomes an I/O error of the same words, so that every file the report
     // writes fails the same way.
     let failed = |e: csv::Error| ReportError::Write {
@@ -588,8 +470,8 @@ fn write_csv(path: &Path, means: &[Mean]) -> Result<(), ReportError> {
         source: e.into(),
     };
     let mut w = csv::Writer::from_path(path).map_err(failed)?;
-    for m in means {
-        w.serialize(m).map_err(failed)?;
+    for row in rows {
+        w.serialize(row).map_err(failed)?;
     }
     w.flush()?;
     Ok(())
@@ -684,6 +566,7 @@ fn page(
         body.push_str("<h2>Figures</h2>");
         body.push_str(&html::figures(sections.own_figures));
     }
+    body.push_str(sections.counterfactual);
     // A scenario's own sections come first; its every-column breakdowns fold away under
     // them, where a reader looking for one column finds it.
     let own = !sections.own.is_empty();

@@ -13,6 +13,7 @@ macro_rules! out {
 
 pub mod bench;
 pub mod choice;
+pub mod counterfactual;
 pub mod eval;
 pub mod extend;
 pub mod generate;

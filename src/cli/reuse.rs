@@ -96,9 +96,11 @@ fn seconds_per_decision(dir: &Path) -> Option<f64> {
     (decisions > 0).then(|| model / decisions as f64)
 }
 
-/// What `reuse` took, for the manifest: its sources, the decisions reused, and the model time
-/// they took in their runs (at the sources' mean model seconds per decision).
-pub fn record(reuse: &Reuse) -> ReuseRecord {
+/// What the run in `dir` took through `reuse`, for the manifest: its sources, the decisions
+/// reused (counted from the steps it kept, over every rank, since a resumed process reused
+/// only those of its own steps), and the model time they took in their runs (at the sources'
+/// mean model seconds per decision).
+pub fn record(reuse: &Reuse, dir: &Path) -> ReuseRecord {
     let sources: Vec<&Path> = reuse.source_dirs().collect();
     let rates: Vec<f64> = sources
         .iter()
@@ -108,9 +110,12 @@ pub fn record(reuse: &Reuse) -> ReuseRecord {
         0 => 0.0,
         n => rates.iter().sum::<f64>() / n as f64,
     };
+    let reused = record::read_steps(dir)
+        .map(|steps| steps.iter().map(|s| s.reused).sum())
+        .unwrap_or(reuse.reused);
     ReuseRecord {
         sources: sources.iter().map(|d| d.display().to_string()).collect(),
-        reused: reuse.reused,
-        saved_seconds: reuse.reused as f64 * rate,
+        reused,
+        saved_seconds: reused as f64 * rate,
     }
 }

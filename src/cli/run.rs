@@ -464,21 +464,27 @@ fn run_ranked(
         None
     };
     // Earlier runs' decisions, and this run's kept for later ones (see `super::reuse`).
-    let reused_before = manifest
-        .reuse
-        .as_ref()
-        .map_or((0, 0.0), |r| (r.reused, r.saved_seconds));
     if let Some(llm) = llm.as_mut() {
         let sources: Vec<PathBuf> = match resume {
             true => record::read_json::<Manifest>(&dir.join(record::MANIFEST))?
                 .reuse
                 .map(|r| r.sources.into_iter().map(PathBuf::from).collect())
                 .unwrap_or_default(),
-            false => args
-                .reuse
-                .iter()
-                .map(std::path::absolute)
-                .collect::<Result<_, _>>()?,
+            false => {
+                let mut sources: Vec<PathBuf> = args
+                    .reuse
+                    .iter()
+                    .map(std::path::absolute)
+                    .collect::<Result<_, _>>()?;
+                // A counterfactual reads its base's decisions, searched last.
+                if let Some(cf) = &exp.config.counterfactual {
+                    let base = std::path::absolute(&cf.get_ref().base)?;
+                    if !sources.contains(&base) {
+                        sources.push(base);
+                    }
+                }
+                sources
+            }
         };
         let default_name = manifest.model.clone().unwrap_or_default();
         let engines: Vec<(String, &crate::engine::Engine)> = llm
@@ -488,10 +494,14 @@ fn run_ranked(
         let reuse = super::reuse::open(&sources, &engines, root.then_some(dir.as_path()))?;
         drop(engines);
         if !sources.is_empty() {
+            let (reused, saved_seconds) = manifest
+                .reuse
+                .as_ref()
+                .map_or((0, 0.0), |r| (r.reused, r.saved_seconds));
             manifest.reuse = Some(record::ReuseRecord {
                 sources: sources.iter().map(|d| d.display().to_string()).collect(),
-                reused: reused_before.0,
-                saved_seconds: reused_before.1,
+                reused,
+                saved_seconds,
             });
             if root {
                 record::write_json_atomic(&dir.join(record::MANIFEST), &manifest)?;
@@ -503,10 +513,7 @@ fn run_ranked(
         let reuse = llm.as_ref()?.reuse()?;
         // A run that read no earlier run has nothing to say of reuse.
         reuse.source_dirs().next()?;
-        let mut r = super::reuse::record(reuse);
-        r.reused += reused_before.0;
-        r.saved_seconds += reused_before.1;
-        Some(r)
+        Some(super::reuse::record(reuse, &dir))
     };
     // Sizes that overflow were refused by the footprint's check; saturating all the same.
     let cells = exp.arms.len().saturating_mul(exp.config.replicates.0);
@@ -846,6 +853,7 @@ fn open_new(
         steps: exp.config.steps.0,
         status: Status::Running,
         started_unix: record::now_unix(),
+        counterfactual: super::counterfactual::base_of(exp)?,
         ..Manifest::default()
     };
     let inputs = Inputs::of(registry, exp)?;

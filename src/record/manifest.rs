@@ -125,6 +125,18 @@ pub struct Manifest {
     /// Decisions taken from earlier runs' stores (`--reuse`), when the run reads any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reuse: Option<ReuseRecord>,
+    /// The run this one changes (`[counterfactual]`), which its report sets it beside.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counterfactual: Option<CounterfactualRecord>,
+}
+
+/// The base of a counterfactual run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CounterfactualRecord {
+    /// The base run's folder, as an absolute path.
+    pub base: String,
+    /// Its arm that each of this run's arms is compared with.
+    pub arm: String,
 }
 
 /// What a run took from earlier runs instead of the model.

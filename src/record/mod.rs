@@ -19,7 +19,10 @@ pub use decision::{DecisionLog, DecisionRecord};
 pub use folder::{
     CONFIG_ORIGINAL, FolderError, LOCK, LockHolder, RunFolder, host, lock_for_report, never_started,
 };
-pub use manifest::{Counters, FileSum, Manifest, ModelRecord, ReuseRecord, Status, peak_rss_bytes};
+pub use manifest::{
+    CounterfactualRecord, Counters, FileSum, Manifest, ModelRecord, ReuseRecord, Status,
+    peak_rss_bytes,
+};
 pub use seal::{checksums, record_files, verify};
 pub use writer::{
     KeptPrompt, StepRecord, StepWriter, merge_parts, reset as writer_reset, rewind as writer_rewind,

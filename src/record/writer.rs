@@ -60,6 +60,10 @@ pub struct StepRecord {
     /// stands out against the others.
     #[serde(default)]
     pub rank_seconds: String,
+    /// Decisions taken from earlier runs' stores (`--reuse`) instead of the model, over every
+    /// rank: kept per step, so that a resumed run counts those of the steps it kept.
+    #[serde(default)]
+    pub reused: u64,
 }
 
 fn one() -> usize {

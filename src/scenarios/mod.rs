@@ -209,12 +209,13 @@ impl std::fmt::Debug for dyn Loaded {
 
 struct Typed<S: Scenario> {
     exp: Experiment,
-    arms: Vec<S>,
+    arms: runner::Arms<S>,
     start: Option<Checkpoint<S::World>>,
 }
 
 /// Types and checks `exp`'s arms with `make` (a scenario from an arm's `[scenario]` table):
-/// the base table first, then each arm's; each is checked against the population.
+/// the base table first, then each arm's (and, for arms whose changes hold from a later step,
+/// each arm's from every such step); each is checked against the population.
 pub fn load_with<S: Scenario + 'static>(
     exp: Experiment,
     make: impl Fn(&toml::Table) -> Result<S, ScenarioProblem>,
@@ -223,16 +224,38 @@ pub fn load_with<S: Scenario + 'static>(
     let base = make(&exp.base).map_err(|p| exp.locate(None, p))?;
     base.check_population(&exp.population)
         .map_err(|p| exp.locate(None, p))?;
-    let arms = exp
+    // The arms from step `step` on: each arm's table once its changes hold.
+    let arms_at = |step: usize| {
+        let arms = exp
+            .arms
+            .iter()
+            .enumerate()
+            .map(|(i, arm)| {
+                let table = match &arm.change {
+                    Some(c) if c.from_step <= step => &c.table,
+                    _ => &arm.table,
+                };
+                make(table).map_err(|p| exp.locate(Some(i), p))
+            })
+            .collect::<Result<Vec<S>, _>>()?;
+        for (i, arm) in arms.iter().enumerate() {
+            arm.check_population(&exp.population)
+                .map_err(|p| exp.locate(Some(i), p))?;
+        }
+        Ok::<_, ConfigError>(arms)
+    };
+    let mut steps: Vec<usize> = exp
         .arms
         .iter()
-        .enumerate()
-        .map(|(i, arm)| make(&arm.table).map_err(|p| exp.locate(Some(i), p)))
-        .collect::<Result<Vec<S>, _>>()?;
-    for (i, arm) in arms.iter().enumerate() {
-        arm.check_population(&exp.population)
-            .map_err(|p| exp.locate(Some(i), p))?;
-    }
+        .filter_map(|a| a.change.as_ref().map(|c| c.from_step))
+        .collect();
+    steps.sort_unstable();
+    steps.dedup();
+    let later = steps
+        .into_iter()
+        .map(|step| Ok((step, arms_at(step)?)))
+        .collect::<Result<Vec<_>, ConfigError>>()?;
+    let arms = runner::Arms::changing(arms_at(0)?, later);
     Ok(Box::new(Typed {
         exp,
         arms,
@@ -292,7 +315,7 @@ impl<S: Scenario> Loaded for Typed<S> {
     }
 
     fn footprint(&self) -> Result<Footprint, SizeError> {
-        crate::sim::plan::footprint(&self.exp, &self.arms)
+        crate::sim::plan::footprint(&self.exp, self.arms.start())
     }
 
     fn first_step(
@@ -301,7 +324,7 @@ impl<S: Scenario> Loaded for Typed<S> {
         population: usize,
         sample: usize,
     ) -> Result<FirstStep, RunError> {
-        runner::first_step(&self.exp, &self.arms, population, llm, sample)
+        runner::first_step(&self.exp, self.arms.start(), population, llm, sample)
     }
 }
 

@@ -208,6 +208,9 @@ pub struct ArmConfig {
     pub name: String,
     #[serde(default)]
     pub scenario: toml::Table,
+    /// The step (counted from 1) from which the arm's `scenario` changes hold: the steps before
+    /// it are the base's (a price cap changed at step 6 of 10). None: from the start.
+    pub from_step: Option<i64>,
     #[serde(default)]
     pub llm: LlmOverrides,
 }
@@ -224,6 +227,17 @@ pub struct SweepConfig {
     /// values: `model = ["a", "b"]` makes one arm per model.
     #[serde(default)]
     pub llm: indexmap::IndexMap<String, Vec<toml::Value>>,
+}
+
+/// `[counterfactual]`: the run this one changes. Its decisions are reused wherever this run's
+/// inputs equal its (as `--reuse` does), and the report sets each arm beside it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CounterfactualConfig {
+    /// The base run's folder, relative to the folder throng runs in (as `--out` and `--reuse`).
+    pub base: PathBuf,
+    /// The base run's arm to compare with; needed when it has several.
+    pub arm: Option<String>,
 }
 
 /// `[[policy_groups]]`: agents that use another policy than the experiment's `policy`.
@@ -367,6 +381,8 @@ pub struct ExperimentConfig {
     pub policy_groups: Vec<toml::Spanned<PolicyGroupConfig>>,
     #[serde(default)]
     pub records: RecordsConfig,
+    /// `[counterfactual]`: a finished run this one's arms are set beside, step by step.
+    pub counterfactual: Option<toml::Spanned<CounterfactualConfig>>,
     /// How the ranks of an MPI job share the work (`throng run --split` overrides it).
     #[serde(default)]
     pub split: Split,

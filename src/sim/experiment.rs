@@ -66,10 +66,22 @@ impl Overrides {
 #[derive(Debug, Clone)]
 pub struct Arm {
     pub name: String,
+    /// Its scenario table from the start: the base's alone for an arm whose changes hold from a
+    /// later step.
     pub table: toml::Table,
+    /// Its changes that hold from a later step (`from_step`), if they do.
+    pub change: Option<Change>,
     pub llm: LlmConfig,
     /// Where it is defined (the `[scenario]` section for the base arm).
     pub span: Range<usize>,
+}
+
+/// An arm's scenario from a step on: the steps before it are run as the base's.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// The first step (counted from 1, as records count them) that the table rules.
+    pub from_step: usize,
+    pub table: toml::Table,
 }
 
 /// Agents that use another policy than the experiment's.
@@ -197,18 +209,27 @@ impl Experiment {
                 for (key, value) in &arm.get_ref().scenario {
                     table.insert(key.clone(), value.clone());
                 }
-                Arm {
+                let change = match arm.get_ref().from_step {
+                    None => None,
+                    Some(from) => Some(Change {
+                        from_step: from_step(&source, &config, arm, from)?,
+                        table: std::mem::replace(&mut table, base.clone()),
+                    }),
+                };
+                Ok(Arm {
                     name: arm.get_ref().name.clone(),
                     table,
+                    change,
                     llm: arm.get_ref().llm.apply(&config.llm),
                     span: arm.span(),
-                }
+                })
             })
-            .collect();
+            .collect::<Result<_, ConfigError>>()?;
         if arms.is_empty() {
             arms.push(Arm {
                 name: "base".into(),
                 table: base.clone(),
+                change: None,
                 llm: config.llm.clone(),
                 span: section.clone(),
             });
@@ -535,6 +556,7 @@ fn sweep_arms(
         }
         for combo in combos {
             let mut table = arm.table.clone();
+            let mut change = arm.change.clone();
             let mut llm = toml::Table::new();
             let mut parts = Vec::new();
             for ((is_llm, key, values), &i) in axes.iter().zip(&combo) {
@@ -543,6 +565,9 @@ fn sweep_arms(
                 if *is_llm {
                     llm.insert((*key).clone(), value);
                 } else {
+                    if let Some(change) = &mut change {
+                        change.table.insert((*key).clone(), value.clone());
+                    }
                     table.insert((*key).clone(), value);
                 }
             }
@@ -560,12 +585,55 @@ fn sweep_arms(
             out.push(Arm {
                 name,
                 table,
+                change,
                 llm: overrides.apply(&arm.llm),
                 span: arm.span.clone(),
             });
         }
     }
     Ok(out)
+}
+
+/// An arm's `from_step`, checked: a step of the run after the first (whose changes hold from
+/// the start, as an arm without one), of an arm whose changes are scenario knobs.
+fn from_step(
+    source: &Source,
+    config: &ExperimentConfig,
+    arm: &toml::Spanned<super::config::ArmConfig>,
+    from: i64,
+) -> Result<usize, ConfigError> {
+    let a = arm.get_ref();
+    let at =
+        |field: &str| find_field(&source.text, arm.span(), field, "arms.").or(Some(arm.span()));
+    let steps = config.steps.0;
+    let problem = if from < 1 {
+        format!("{from} is not a step: steps count from 1")
+    } else if from == 1 {
+        "1 is the first step: leave `from_step` out for changes that hold from the start".into()
+    } else if from as u64 > steps as u64 {
+        format!(
+            "{from} is after the run's last step ({steps}), so the arm would change nothing: give a step from 2 to {steps}"
+        )
+    } else if !a.llm.is_empty() {
+        return Err(source.error(
+            at("llm"),
+            format!(
+                "arm `{}`: `from_step` delays the arm's `scenario` changes, and its `llm` changes would hold from the start: make them an arm of their own",
+                a.name
+            ),
+        ));
+    } else if a.scenario.is_empty() {
+        format!(
+            "arm `{}` changes no scenario knob, so there is nothing to change from step {from}: add `scenario = {{ ... }}`",
+            a.name
+        )
+    } else {
+        return Ok(from as usize);
+    };
+    Err(source.error(
+        at("from_step"),
+        format!("field `arms.from_step`: {problem}"),
+    ))
 }
 
 fn check_sampling(

@@ -531,6 +531,12 @@ fn notes(manifest: &Manifest, attributes: &[(String, Vec<String>)]) -> Vec<Strin
 /// Writes the report into `dir` on the base report ([`overview`]): the game's figures, its
 /// sections and numbers, then every column's breakdowns; returns the game's numbers.
 pub fn report(dir: &Path) -> Result<Report, ReportError> {
+    report_and_text(dir).map(|(report, _)| report)
+}
+
+/// [`report`], and the text the base report printed for it (the game's lines, and what the
+/// base adds to every report's, such as a counterfactual's comparison).
+fn report_and_text(dir: &Path) -> Result<(Report, String), ReportError> {
     let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
     let steps: Vec<StepRecord> = record::read_steps(dir)?;
     let rows: Vec<RoundRow> = record::read_csv(&dir.join(record::AGGREGATES))?;
@@ -865,8 +871,8 @@ pub fn report(dir: &Path) -> Result<Report, ReportError> {
         title: Some(report.manifest.name.clone()),
         ..Default::default()
     };
-    overview::write_with(dir, &options, own)?;
-    Ok(report)
+    let text = overview::write_with(dir, &options, own)?.summary;
+    Ok((report, text))
 }
 
 /// Orders `9-17` before `18-29` and `<18` first: by the first number in the label.
@@ -1136,7 +1142,7 @@ fn html(report: &Report) -> String {
 /// Writes the report of the run in `dir` and returns its key numbers as text (the
 /// registry's entry).
 pub fn write(dir: &Path) -> Result<String, ReportError> {
-    report(dir).map(|r| text(&r))
+    report_and_text(dir).map(|(_, text)| text)
 }
 
 #[cfg(test)]

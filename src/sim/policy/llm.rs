@@ -660,6 +660,7 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
                 }
             }
             let n = reused.len();
+            self.times.reused += n as u64;
             for (key, reply) in reused {
                 self.finished(key, Ok(reply))?;
             }

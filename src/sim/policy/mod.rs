@@ -112,6 +112,9 @@ pub struct PolicyTimes {
     pub masks: Duration,
     /// The most KV-cache memory in use at once.
     pub kv_peak_bytes: u64,
+    /// Decisions whose reply came from an earlier run's store (`--reuse`), which took no time
+    /// in the engine.
+    pub reused: u64,
 }
 
 #[derive(Debug, thiserror::Error)]

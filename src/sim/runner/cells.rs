@@ -120,6 +120,21 @@ impl<S: Scenario> Cells<S> {
         }
     }
 
+    /// Whether scenario `other` makes the same first world for arm `arm`'s first cell as the
+    /// arm's own made in `setup`, from the same seed.
+    pub fn starts_alike(&self, exp: &Experiment, other: &S, arm: usize) -> bool {
+        let Some(c) = self.arm_of.iter().position(|&x| x == arm) else {
+            return true;
+        };
+        let info = &self.infos[c];
+        let mut rng = ChaCha8Rng::seed_from_u64(crate::seed::derive(
+            exp.config.seed,
+            &[INIT, info.population as u64, info.replicate as u64],
+        ));
+        let other = other.init(&self.agents[info.replicate].population, &mut rng);
+        postcard::to_stdvec(&self.worlds[c]).ok() == postcard::to_stdvec(&other).ok()
+    }
+
     /// Every cell as its policies see it at `step`.
     pub fn views<'a>(
         &'a self,

@@ -9,6 +9,7 @@
 //! compared on the same agents, worlds and shocks (common random numbers), nor on threads or
 //! batching, so results depend on the seed alone.
 
+mod arms;
 mod cells;
 pub mod fault;
 mod recorder;
@@ -17,6 +18,7 @@ mod share;
 mod sizing;
 mod step;
 
+pub use arms::Arms;
 pub use cells::{Cells, model_agents};
 pub use recorder::Checkpoint;
 pub use share::{choose as choose_split, model_ranks};
@@ -123,11 +125,11 @@ pub fn read_checkpoint<W: serde::de::DeserializeOwned>(
     Ok(checkpoint::read(dir)?)
 }
 
-/// What to run and where: the experiment, its typed arms (`arms[i]` is arm `i`'s scenario),
-/// and the run folder.
+/// What to run and where: the experiment, its typed arms (`arms.at(step)[i]` is arm `i`'s
+/// scenario at a step), and the run folder.
 pub struct Plan<'a, S> {
     pub exp: &'a Experiment,
-    pub arms: &'a [S],
+    pub arms: &'a Arms<S>,
     pub dir: &'a Path,
 }
 
@@ -141,7 +143,13 @@ pub fn run<S: Scenario>(
     options: &RunOptions,
     mut progress: impl FnMut(Progress),
 ) -> Result<Ended, RunError> {
-    let Plan { exp, arms, dir } = *plan;
+    let Plan {
+        exp,
+        arms: phases,
+        dir,
+    } = *plan;
+    // The arms that make the worlds and record their first state; each step takes its own.
+    let arms = phases.start();
     let cfg = &exp.config;
     let ranks = &options.ranks;
     let root = ranks.is_root();
@@ -230,6 +238,9 @@ pub fn run<S: Scenario>(
             }
             None => {
                 let cells = Cells::setup(exp, arms, size, agents);
+                if group == 0 {
+                    check_changes_keep_the_start(exp, phases, &cells)?;
+                }
                 if let Some(recorder) = recorder.as_mut() {
                     recorder.start_group(exp, arms, &cells, group)?;
                 }
@@ -257,6 +268,7 @@ pub fn run<S: Scenario>(
                 return Ok(Ended::Paused);
             }
             budget -= 1;
+            let arms = phases.at(step + 1);
             fault::point(group * cfg.steps.0 + step + 1, fault::HANG);
             fault::pace();
             let started = Instant::now();
@@ -354,6 +366,43 @@ pub fn run<S: Scenario>(
         manifest.checksums = Some(record::checksums(dir)?);
     }
     Ok(Ended::Finished)
+}
+
+/// Refuses an arm whose changes from a later step would have made other worlds at the start
+/// (a market's number of producers, a game's players): such a knob cannot change on the way,
+/// and a run that took it would silently keep the first worlds.
+fn check_changes_keep_the_start<S: Scenario>(
+    exp: &Experiment,
+    arms: &Arms<S>,
+    cells: &Cells<S>,
+) -> Result<(), RunError> {
+    for (step, later) in arms.changes() {
+        for (a, arm) in exp.arms.iter().enumerate() {
+            let Some(change) = arm.change.as_ref().filter(|c| c.from_step == step) else {
+                continue;
+            };
+            if !cells.starts_alike(exp, &later[a], a) {
+                return Err(RunError::Setup(format!(
+                    "arm `{}`: a knob it changes from step {} ({}) shapes the worlds at the start, \
+                     so it cannot change on the way: leave `from_step` out to change it from the \
+                     start, or change only knobs that act on each step (prices, caps, prompts)",
+                    arm.name,
+                    change.from_step,
+                    changed_keys(&arm.table, &change.table).join(", ")
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The keys whose values differ between two scenario tables.
+fn changed_keys(before: &toml::Table, after: &toml::Table) -> Vec<String> {
+    after
+        .iter()
+        .filter(|(k, v)| before.get(*k) != Some(*v))
+        .map(|(k, _)| format!("`{k}`"))
+        .collect()
 }
 
 /// A fresh folder for a run: `runs/<name>-<unix time>` unless one is given.

@@ -340,6 +340,7 @@ impl Recorder {
                 .map(|s| format!("{s:.6}"))
                 .collect::<Vec<_>>()
                 .join(" "),
+            reused: decisions.prompts.reused,
         })?;
         self.counters.add(&counters);
         super::fault::point(global_step, "records");

@@ -207,6 +207,7 @@ struct Work {
     forward_ns: u64,
     masks_ns: u64,
     kv_peak_bytes: u64,
+    reused: u64,
     /// The rank's own time for its part of the step, before the exchange.
     own_ns: u64,
 }
@@ -242,6 +243,7 @@ fn add(to: &mut PolicyTimes, rank: &PolicyTimes) {
     to.forward += rank.forward;
     to.masks += rank.masks;
     to.kv_peak_bytes += rank.kv_peak_bytes;
+    to.reused += rank.reused;
 }
 
 /// A step as this rank sees it once the parts are back together.
@@ -302,6 +304,7 @@ pub fn step<S: Scenario>(
                 forward_ns: d.prompts.forward.as_nanos() as u64,
                 masks_ns: d.prompts.masks.as_nanos() as u64,
                 kv_peak_bytes: d.prompts.kv_peak_bytes,
+                reused: d.prompts.reused,
                 own_ns: began.elapsed().as_nanos() as u64,
             }),
             Err(e) => Err(e.to_string()),
@@ -369,6 +372,7 @@ pub fn step<S: Scenario>(
                 forward: Duration::from_nanos(work.forward_ns),
                 masks: Duration::from_nanos(work.masks_ns),
                 kv_peak_bytes: work.kv_peak_bytes,
+                reused: work.reused,
             },
         );
         rank_seconds.push(Duration::from_nanos(work.own_ns).as_secs_f64());

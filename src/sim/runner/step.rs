@@ -156,6 +156,7 @@ pub fn decide<S: Scenario>(
                 prompts.forward += t.forward;
                 prompts.masks += t.masks;
                 prompts.kv_peak_bytes = prompts.kv_peak_bytes.max(t.kv_peak_bytes);
+                prompts.reused += t.reused;
             }
             slots
                 .into_iter()
