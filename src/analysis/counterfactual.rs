@@ -9,7 +9,7 @@
 
 use super::ReportError;
 use super::html::{self, esc};
-use super::overview::{number, slug, write_csv};
+use super::overview::{interval_text, number, slug, write_csv};
 use super::plot::{self, Band, Lines};
 use super::state::{Table, aggregates, flatten};
 use super::stats::Summary;
@@ -195,8 +195,9 @@ pub(super) fn compare(
 
 /// One figure per column: each arm's difference from the base per step, with its interval.
 fn draw(dir: &Path, differences: &[Difference]) -> Result<Vec<String>, ReportError> {
-    let mut by_column: BTreeMap<&str, BTreeMap<String, Vec<(f64, f64, f64, f64)>>> =
-        BTreeMap::new();
+    // Column -> series name -> (step, difference, low, high).
+    type Series = BTreeMap<String, Vec<(f64, f64, f64, f64)>>;
+    let mut by_column: BTreeMap<&str, Series> = BTreeMap::new();
     for d in differences {
         by_column
             .entry(&d.column)
@@ -245,17 +246,7 @@ fn diverges(d: &Divergence) -> String {
 }
 
 fn with_interval(d: &Difference) -> String {
-    match (d.ci_low, d.ci_high) {
-        (Some(lo), Some(hi)) => {
-            format!("{} [{}, {}]", number(d.difference), number(lo), number(hi))
-        }
-        _ => format!(
-            "{} ({} replicate{}: no interval)",
-            number(d.difference),
-            d.replicates,
-            if d.replicates == 1 { "" } else { "s" }
-        ),
-    }
+    interval_text(d.difference, d.ci_low.zip(d.ci_high), d.replicates)
 }
 
 /// The differences worth a line: those at the last step that are not zero.

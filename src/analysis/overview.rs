@@ -479,13 +479,18 @@ pub(super) fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<(), Rep
 
 /// `mean [low, high]`, or `mean (1 replicate: no interval)`.
 fn with_interval(m: &Mean) -> String {
-    match (m.ci_low, m.ci_high) {
-        (Some(lo), Some(hi)) => format!("{} [{}, {}]", number(m.mean), number(lo), number(hi)),
-        _ => format!(
+    interval_text(m.mean, m.ci_low.zip(m.ci_high), m.replicates)
+}
+
+/// `value [low, high]`, or `value (1 replicate: no interval)`.
+pub(super) fn interval_text(value: f64, interval: Option<(f64, f64)>, replicates: usize) -> String {
+    match interval {
+        Some((lo, hi)) => format!("{} [{}, {}]", number(value), number(lo), number(hi)),
+        None => format!(
             "{} ({} replicate{}: no interval)",
-            number(m.mean),
-            m.replicates,
-            if m.replicates == 1 { "" } else { "s" }
+            number(value),
+            replicates,
+            if replicates == 1 { "" } else { "s" }
         ),
     }
 }

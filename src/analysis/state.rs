@@ -11,6 +11,7 @@ use arrow_schema::DataType;
 pub(super) const KEYS: &[&str] = &["population", "replicate", "step", "agent"];
 
 /// A state table's rows flattened: per row its keys, its breakdown labels and its numbers.
+#[derive(Default)]
 pub(super) struct Table {
     /// Labels coded per column, so that a million agents' rows hold numbers, not strings.
     pub(super) arm: Coded,
@@ -76,14 +77,7 @@ pub(super) fn whole(column: &dyn Array) -> Option<Vec<usize>> {
 
 /// Reads the rows of `batches` (one scenario's state table).
 pub(super) fn flatten(batches: &[RecordBatch], levels: &[String]) -> Result<Table, ReportError> {
-    let mut t = Table {
-        arm: Coded::default(),
-        population: Vec::new(),
-        replicate: Vec::new(),
-        step: Vec::new(),
-        by: Vec::new(),
-        numbers: Vec::new(),
-    };
+    let mut t = Table::default();
     let Some(first) = batches.first() else {
         return Ok(t);
     };
@@ -177,14 +171,7 @@ pub(super) fn aggregates(path: &std::path::Path) -> Result<Table, ReportError> {
             path.display()
         )));
     };
-    let mut t = Table {
-        arm: Coded::default(),
-        population: Vec::new(),
-        replicate: Vec::new(),
-        step: Vec::new(),
-        by: Vec::new(),
-        numbers: Vec::new(),
-    };
+    let mut t = Table::default();
     let mut values: Vec<Option<Vec<f64>>> = headers.iter().map(|_| Some(Vec::new())).collect();
     let mut arms = Vec::new();
     for record in reader.records() {
