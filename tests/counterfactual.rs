@@ -415,3 +415,79 @@ fn a_knob_that_shapes_the_first_worlds_cannot_change_from_a_step() {
         );
     }
 }
+
+/// The guessing game under a copy of its templates, as `edit` leaves them.
+fn guess_with_templates(dir: &Path, edit: impl Fn(String) -> String) -> String {
+    let templates = dir.join("templates");
+    std::fs::create_dir_all(&templates).unwrap();
+    for entry in std::fs::read_dir(repo().join("templates/guess")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(templates.join(path.file_name().unwrap()), edit(text)).unwrap();
+    }
+    GUESS.replace(
+        "templates = \"TEMPLATES/guess\"",
+        &format!("templates = \"{}\"", templates.display()),
+    )
+}
+
+// A change that reaches the schema alone (the prompt's text the same, token for token) or the
+// model alone reuses nothing: both are part of a decision's input.
+#[test]
+fn a_change_of_schema_alone_or_of_model_alone_reuses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny();
+    // The shipped system prompt names the reasoning's length; without it, only the schema's
+    // `maxLength` says it.
+    let cot = guess_with_templates(tmp.path(), |t| {
+        t.replace(" (at most {{ reasoning_chars }} characters)", "")
+    })
+    .replace("ratio = \"2/3\"", "ratio = \"2/3\"\nprompt = \"cot\"\nreasoning_chars = 40")
+    .replace("max_tokens = 16", "max_tokens = 24");
+    let base = tmp.path().join("base");
+    let ran = run(model.path(), &write(tmp.path(), "base", &cot), &base, None);
+    assert!(ran.ok, "{}", ran.text);
+    let longer = tmp.path().join("longer");
+    let ran = output(
+        throng()
+            .arg("run")
+            .arg(write(
+                tmp.path(),
+                "longer",
+                &cot.replace("reasoning_chars = 40", "reasoning_chars = 60"),
+            ))
+            .args(["--no-report", "--kv-memory", "64MiB", "--model"])
+            .arg(model.path())
+            .arg("--out")
+            .arg(&longer)
+            .arg("--reuse")
+            .arg(&base),
+    );
+    assert!(ran.ok, "{}", ran.text);
+    let prompts = |dir: &Path| -> Vec<serde_json::Value> {
+        decisions(dir).iter().map(|d| d["prompt_hash"].clone()).collect()
+    };
+    assert_eq!(prompts(&base), prompts(&longer), "the prompts are the same");
+    assert_eq!(manifest(&longer)["reuse"]["reused"], 0, "{}", ran.text);
+    // Another model (other random weights of the same shape).
+    let other = common::tiny_model(&TinyLlama {
+        max_position_embeddings: 8192,
+        seed: 8,
+        ..TinyLlama::default()
+    });
+    let elsewhere = tmp.path().join("other-model");
+    let ran = output(
+        throng()
+            .arg("run")
+            .arg(write(tmp.path(), "same", &cot))
+            .args(["--no-report", "--kv-memory", "64MiB", "--model"])
+            .arg(other.path())
+            .arg("--out")
+            .arg(&elsewhere)
+            .arg("--reuse")
+            .arg(&base),
+    );
+    assert!(ran.ok, "{}", ran.text);
+    assert!(ran.text.contains("made by other weights"), "{}", ran.text);
+    assert_eq!(manifest(&elsewhere)["reuse"]["reused"], 0);
+}
