@@ -442,7 +442,10 @@ fn a_change_of_schema_alone_or_of_model_alone_reuses_nothing() {
     let cot = guess_with_templates(tmp.path(), |t| {
         t.replace(" (at most {{ reasoning_chars }} characters)", "")
     })
-    .replace("ratio = \"2/3\"", "ratio = \"2/3\"\nprompt = \"cot\"\nreasoning_chars = 40")
+    .replace(
+        "ratio = \"2/3\"",
+        "ratio = \"2/3\"\nprompt = \"cot\"\nreasoning_chars = 40",
+    )
     .replace("max_tokens = 16", "max_tokens = 24");
     let base = tmp.path().join("base");
     let ran = run(model.path(), &write(tmp.path(), "base", &cot), &base, None);
@@ -465,7 +468,10 @@ fn a_change_of_schema_alone_or_of_model_alone_reuses_nothing() {
     );
     assert!(ran.ok, "{}", ran.text);
     let prompts = |dir: &Path| -> Vec<serde_json::Value> {
-        decisions(dir).iter().map(|d| d["prompt_hash"].clone()).collect()
+        decisions(dir)
+            .iter()
+            .map(|d| d["prompt_hash"].clone())
+            .collect()
     };
     assert_eq!(prompts(&base), prompts(&longer), "the prompts are the same");
     assert_eq!(manifest(&longer)["reuse"]["reused"], 0, "{}", ran.text);
