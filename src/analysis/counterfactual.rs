@@ -114,7 +114,9 @@ pub(super) fn compare(
 ) -> Result<Comparison, ReportError> {
     let base_dir = Path::new(&cf.base);
     let base = flatten(&record::read_state(base_dir)?, levels)?;
-    let mut tables: Vec<(&Table, Table, String)> = vec![(ours, base, String::new())];
+    // (this run's table, the base arm's cells in the base's, prefix of its columns): the base
+    // arm is summed once, whatever the number of arms set beside it.
+    let mut tables: Vec<(&Table, Cells, &str)> = vec![(ours, cells_of(&base, &cf.arm), "")];
     let ours_aggregates;
     let (mine, theirs) = (
         dir.join(record::AGGREGATES),
@@ -122,7 +124,11 @@ pub(super) fn compare(
     );
     if mine.exists() && theirs.exists() {
         ours_aggregates = aggregates(&mine)?;
-        tables.push((&ours_aggregates, aggregates(&theirs)?, "aggregates.".into()));
+        tables.push((
+            &ours_aggregates,
+            cells_of(&aggregates(&theirs)?, &cf.arm),
+            "aggregates.",
+        ));
     }
     let state_columns: Vec<&String> = ours.numbers.iter().map(|(n, _)| n).collect();
     let mut arms = Vec::new();
@@ -134,9 +140,8 @@ pub(super) fn compare(
         let mut steps = std::collections::BTreeSet::new();
         // (population, step, column) -> per replicate (base, arm).
         let mut paired: BTreeMap<(u32, u32, String), Vec<(f64, f64)>> = BTreeMap::new();
-        for (ours, base, prefix) in &tables {
+        for (ours, theirs, prefix) in &tables {
             let mine = cells_of(ours, arm);
-            let theirs = cells_of(base, &cf.arm);
             for (k, h) in &mine.rows {
                 if let Some(t) = theirs.rows.get(k) {
                     steps.insert(k.2);

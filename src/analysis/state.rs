@@ -29,7 +29,7 @@ pub(super) struct Table {
 pub(super) struct Coded {
     pub(super) labels: Vec<String>,
     pub(super) codes: Vec<u32>,
-    pub(super) index: std::collections::HashMap<String, u32>,
+    index: std::collections::HashMap<String, u32>,
 }
 
 impl Coded {
