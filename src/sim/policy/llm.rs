@@ -14,7 +14,7 @@
 //! prefix, and the hints keep blocks that will not be found.
 
 use super::reuse::Reuse;
-use super::{AgentTurn, CellView, Decided, LlmTrace, Policy, PolicyError, PolicyTimes};
+use super::{AgentTurn, CellView, Decided, LlmTrace, Policy, PolicyError, PolicyTimes, Transcript};
 use crate::engine::{
     ChatTemplate, Client, Engine, Fill, FinishReason, Message, Prompt, PromptCost, Queue, Refused,
     Request, RequestError, RequestKey, Response, SamplingParams, Schema, SharedPrefix, Tokenizer,
@@ -109,10 +109,11 @@ struct Prepared {
     /// one at a time, rather than by the threads that prepare.
     request: Result<Request, RequestError>,
     schema: Arc<Value>,
-    user: String,
+    /// The agent's own prompt, when agents keep history.
+    user: Option<String>,
     hash: String,
     /// The whole prompt, for a turn the decisions log keeps.
-    prompt: Option<String>,
+    prompt: Option<Transcript>,
     cost: PromptCost,
 }
 
@@ -230,54 +231,76 @@ impl Llm {
         cells: &[CellView<'_, S>],
         turns: &[AgentTurn],
     ) -> Result<PromptSizes, PolicyError> {
-        let mut systems: Vec<String> = Vec::new();
-        let mut prefix_of = Vec::with_capacity(cells.len());
-        for c in cells {
-            let text = self
-                .prompts
-                .render("system", &c.scenario.shared_context(c.world, c.step))?;
-            let i = systems.iter().position(|s| *s == text).unwrap_or_else(|| {
-                systems.push(text);
-                systems.len() - 1
-            });
-            prefix_of.push(i);
-        }
-        let prefixes: Vec<SharedPrefix> = systems
-            .iter()
-            .map(|s| {
-                SharedPrefix::new(
-                    self.engines[0].chat_template(),
-                    self.engines[0].tokenizer(),
-                    s,
-                )
-            })
-            .collect::<Result<_, _>>()?;
+        let (systems, system_of) = self.systems(0, cells)?;
         let prep = self.prep();
         let sizes = turns
             .par_iter()
             .map(|t| {
-                let prefix = &prefixes[prefix_of[t.cell]];
-                let request = prepare(&prep, cells, prefix, t)?.request?;
+                let system = &systems[system_of[t.cell]];
+                let request = prepare(&prep, cells, system, t)?.request?;
                 let Prompt::Tokens(tokens) = &request.prompt else {
                     unreachable!("invariant: prepared prompts are tokens")
                 };
-                Ok((prefix.shared_tokens().len(), tokens.len()))
+                Ok((system.prefix.shared_tokens().len(), tokens.len()))
             })
             .collect::<Result<Vec<_>, PolicyError>>()?;
         Ok(PromptSizes {
             turns: sizes,
-            prefixes: prefixes.iter().map(|p| p.shared_tokens().len()).collect(),
+            prefixes: systems
+                .iter()
+                .map(|s| s.prefix.shared_tokens().len())
+                .collect(),
         })
     }
+
+    /// Each cell's system prompt, rendered and tokenized once for engine `e`, and which one
+    /// each cell has: cells with the same rules share one.
+    fn systems<S: Scenario>(
+        &self,
+        e: usize,
+        cells: &[CellView<'_, S>],
+    ) -> Result<(Vec<System>, Vec<usize>), PolicyError> {
+        let mut texts: Vec<String> = Vec::new();
+        let mut system_of = Vec::with_capacity(cells.len());
+        for c in cells {
+            let text = self
+                .prompts
+                .render("system", &c.scenario.shared_context(c.world, c.step))?;
+            let i = texts.iter().position(|s| *s == text).unwrap_or_else(|| {
+                texts.push(text);
+                texts.len() - 1
+            });
+            system_of.push(i);
+        }
+        let engine = &self.engines[e];
+        let systems = texts
+            .into_iter()
+            .map(|text| {
+                Ok(System {
+                    prefix: SharedPrefix::new(engine.chat_template(), engine.tokenizer(), &text)?,
+                    text: text.into(),
+                })
+            })
+            .collect::<Result<_, PolicyError>>()?;
+        Ok((systems, system_of))
+    }
+}
+
+/// A system prompt of the step: its tokens, shared by the requests of its cells, and its text,
+/// shared by the transcripts of their logged turns.
+struct System {
+    prefix: SharedPrefix,
+    text: Arc<str>,
 }
 
 /// Renders and tokenizes one agent's own part of the prompt.
 fn prepare<S: Scenario>(
     prep: &Prep<'_>,
     cells: &[CellView<'_, S>],
-    prefix: &SharedPrefix,
+    system: &System,
     t: &AgentTurn,
 ) -> Result<Prepared, PolicyError> {
+    let prefix = &system.prefix;
     let cell = &cells[t.cell];
     let started = Instant::now();
     let turn = cell
@@ -295,9 +318,11 @@ fn prepare<S: Scenario>(
             own.push(Message::assistant(reply.clone()));
         }
     }
-    own.push(Message::user(user.clone()));
+    // The agent's own prompt outlives the turn only in its history.
+    let kept = prep.keyed.then(|| user.clone());
+    own.push(Message::user(user));
     let hash = prefix.hash(&own);
-    let prompt = t.logged.then(|| transcript(prefix.system(), &own));
+    let prompt = t.logged.then(|| Transcript::new(system.text.clone(), &own));
     let tokens = prefix.tokens(prep.chat, prep.tokenizer, &own);
     let mut cost = PromptCost {
         template: rendered,
@@ -323,20 +348,11 @@ fn prepare<S: Scenario>(
     Ok(Prepared {
         request,
         schema: turn.schema,
-        user,
+        user: kept,
         hash,
         prompt,
         cost,
     })
-}
-
-/// A prompt as its messages, for a reader: each under its role.
-fn transcript(system: &str, own: &[Message]) -> String {
-    let mut out = format!("[system]\n{system}\n");
-    for m in own {
-        out.push_str(&format!("\n[{}]\n{}\n", m.role, m.content));
-    }
-    out
 }
 
 impl Llm {
@@ -396,41 +412,15 @@ impl Llm {
         turns: &[AgentTurn],
         done: &mut dyn FnMut(usize),
     ) -> Result<Vec<Decided<S::Decision>>, PolicyError> {
-        // Each cell's system prompt, rendered and tokenized once; cells with the same rules
-        // share one.
         let started = Instant::now();
-        let mut systems: Vec<String> = Vec::new();
-        let mut prefix_of: Vec<usize> = Vec::with_capacity(cells.len());
-        for c in cells {
-            let text = self
-                .prompts
-                .render("system", &c.scenario.shared_context(c.world, c.step))?;
-            let i = match systems.iter().position(|s| *s == text) {
-                Some(i) => i,
-                None => {
-                    systems.push(text);
-                    systems.len() - 1
-                }
-            };
-            prefix_of.push(i);
-        }
-        let prefixes: Vec<SharedPrefix> = systems
-            .iter()
-            .map(|s| {
-                SharedPrefix::new(
-                    self.engines[e].chat_template(),
-                    self.engines[e].tokenizer(),
-                    s,
-                )
-            })
-            .collect::<Result<_, _>>()?;
+        let (systems, system_of) = self.systems(e, cells)?;
         self.times.template += started.elapsed();
 
         let mut step = Step {
             cells,
             turns,
-            prefixes,
-            prefix_of,
+            systems,
+            system_of,
             prompts: &self.prompts,
             histories: &mut self.histories,
             keep: self.keep,
@@ -547,10 +537,10 @@ impl Llm {
 struct InFlight {
     /// Index into the step's turns.
     turn: usize,
-    /// The agent's own prompt, for its history.
-    user: String,
+    /// The agent's own prompt, for its history (when agents keep one).
+    user: Option<String>,
     prompt_hash: String,
-    prompt: Option<String>,
+    prompt: Option<Transcript>,
     /// The key of its request's complete input, when the run keeps replies.
     request_key: Option<RequestKey>,
 }
@@ -560,9 +550,9 @@ struct InFlight {
 struct Step<'a, 'c, S: Scenario> {
     cells: &'a [CellView<'c, S>],
     turns: &'a [AgentTurn],
-    prefixes: Vec<SharedPrefix>,
-    /// Per cell, its system prompt in `prefixes`.
-    prefix_of: Vec<usize>,
+    systems: Vec<System>,
+    /// Per cell, its system prompt in `systems`.
+    system_of: Vec<usize>,
     prompts: &'a PromptBook,
     histories: &'a mut HashMap<String, History>,
     keep: usize,
@@ -605,10 +595,10 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
                 tokenizer: queue.engine().tokenizer(),
                 keyed: self.keep > 0,
             };
-            let (cells, prefixes, prefix_of) = (self.cells, &self.prefixes, &self.prefix_of);
+            let (cells, systems, system_of) = (self.cells, &self.systems, &self.system_of);
             let prepared: Vec<Prepared> = batch
                 .par_iter()
-                .map(|t| prepare(&prep, cells, &prefixes[prefix_of[t.cell]], t))
+                .map(|t| prepare(&prep, cells, &systems[system_of[t.cell]], t))
                 .collect::<Result<_, _>>()?;
             let wall = started.elapsed().as_secs_f64();
             // Wall time, split between templates and the tokenizer as their sums are.
@@ -703,12 +693,13 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
                 trace.latency_ms = Some(
                     (r.timings.queue + r.timings.prefill + r.timings.decode).as_secs_f64() * 1e3,
                 );
-                if self.keep > 0 {
+                // A turn keeps its prompt when agents keep history.
+                if let Some(user) = key.user {
                     let history = self
                         .histories
                         .entry(history_key(cell.info, t.agent))
                         .or_default();
-                    history.push_back((key.user, r.text.clone()));
+                    history.push_back((user, r.text.clone()));
                     while history.len() > self.keep {
                         history.pop_front();
                     }

@@ -60,13 +60,39 @@ pub struct AgentTurn {
     pub logged: bool,
 }
 
+/// The whole prompt of a turn the decisions log keeps, for a reader: each message under its
+/// role. The system message is shared with the other turns of its cell rather than copied, so
+/// that a step whose every turn is logged holds each turn's own messages only (the system
+/// message is most of a prompt).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Transcript {
+    system: std::sync::Arc<str>,
+    /// The turn's own messages, already under their roles.
+    own: String,
+}
+
+impl Transcript {
+    pub fn new(system: std::sync::Arc<str>, own: &[crate::engine::Message]) -> Self {
+        let mut text = String::new();
+        for m in own {
+            text.push_str(&format!("\n[{}]\n{}\n", m.role, m.content));
+        }
+        Self { system, own: text }
+    }
+
+    /// The prompt as one text.
+    pub fn text(&self) -> String {
+        format!("[system]\n{}\n{}", self.system, self.own)
+    }
+}
+
 /// What the model did for one decision, for the decisions log.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LlmTrace {
     pub prompt_hash: String,
     /// The whole prompt, message by message, for a turn the decisions log keeps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt: Option<String>,
+    pub prompt: Option<Transcript>,
     pub text: Option<String>,
     pub value: Option<Value>,
     pub prompt_tokens: usize,
@@ -170,5 +196,33 @@ pub fn count<D>(counters: &mut Counters, decided: &Decided<D>) {
         counters.prompt_tokens += t.prompt_tokens as u64;
         counters.cached_tokens += t.cached_tokens as u64;
         counters.generated_tokens += t.generated_tokens as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Message;
+
+    #[test]
+    fn a_transcript_reads_as_the_prompts_messages_under_their_roles() {
+        let system: std::sync::Arc<str> = "Guess 2/3 of the average.".into();
+        let own = [
+            Message::user("Round 1?"),
+            Message::assistant("{\"guess\": 33}"),
+            Message::user("Round 2?"),
+        ];
+        let transcript = Transcript::new(system.clone(), &own);
+        assert_eq!(
+            transcript.text(),
+            "[system]\nGuess 2/3 of the average.\n\n[user]\nRound 1?\n\n[assistant]\n\
+             {\"guess\": 33}\n\n[user]\nRound 2?\n"
+        );
+        // Turns of a cell share its system message rather than copy it.
+        assert!(std::sync::Arc::ptr_eq(&transcript.system, &system));
+        // A transcript crosses ranks whole.
+        let bytes = rmp_serde::to_vec_named(&transcript).unwrap();
+        let back: Transcript = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back.text(), transcript.text());
     }
 }

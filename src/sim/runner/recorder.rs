@@ -294,23 +294,24 @@ impl Recorder {
                 }
             });
         self.writer.decisions(records)?;
-        // The whole prompts of the logged model decisions, each distinct one once.
-        let kept: Vec<KeptPrompt> = decisions
+        // The whole prompts of the logged model decisions, each distinct one once, written as
+        // they are put together.
+        let prompts_kept = &mut self.prompts_kept;
+        let kept = decisions
             .turns
             .iter()
             .zip(&decisions.decided)
             .filter(|(t, _)| t.logged)
             .filter_map(|(_, d)| {
                 let trace = d.llm.as_deref()?;
-                let text = trace.prompt.clone()?;
-                self.prompts_kept
+                let transcript = trace.prompt.as_ref()?;
+                prompts_kept
                     .insert(trace.prompt_hash.clone())
                     .then(|| KeptPrompt {
                         hash: trace.prompt_hash.clone(),
-                        text,
+                        text: transcript.text(),
                     })
-            })
-            .collect();
+            });
         self.writer.prompts(kept)?;
         let n = decisions.turns.len();
         self.writer.step(&StepRecord {
