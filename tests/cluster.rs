@@ -387,7 +387,8 @@ fn a_step_that_cannot_finish_on_any_rank_is_stopped_at_the_deadline() {
 #[cfg(feature = "mpi")]
 #[test]
 // Guards rank invariance with the model: on the CPU the engine is batch invariant, so an LLM
-// run on SmolLM2 over 2 ranks, in either split, decides exactly as one process.
+// run on SmolLM2 over 2 ranks, in either split, decides exactly as one process, and keeps
+// every rank's replies in its decision store.
 fn an_llm_run_on_two_ranks_equals_one_process() {
     let Some(mpirun) = mpirun() else { return };
     let Some(model) = common::smollm2() else {
@@ -454,5 +455,21 @@ llm = {{ temperature = [0.0, 1.0] }}
                 "{name} differs on 2 ranks split by {split}"
             );
         }
+        // The store holds every rank's replies: one process reusing it asks the model nothing.
+        let again = tmp.path().join(format!("{split}-again"));
+        let mut cmd = throng();
+        cmd.args(base)
+            .arg("--reuse")
+            .arg(&dir)
+            .arg("--out")
+            .arg(&again);
+        ok(cmd);
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(again.join("manifest.json")).unwrap()).unwrap();
+        assert_eq!(
+            manifest["reuse"]["reused"], 20,
+            "every decision of the run on 2 ranks split by {split} is reused"
+        );
+        assert_eq!(decisions_without_timings(&again), reference);
     }
 }

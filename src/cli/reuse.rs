@@ -1,5 +1,6 @@
 //! `throng run --reuse RUN_DIR`: the earlier runs whose decisions a run takes instead of
-//! asking the model, checked before the run starts, and its own store.
+//! asking the model, checked before the run starts, and the run's own store (which its
+//! recorder fills).
 
 use crate::engine::Engine;
 use crate::model::ModelIdentity;
@@ -9,15 +10,20 @@ use crate::sim::policy::Reuse;
 use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 
-/// Opens the stores of `dirs` for a run whose engines are `engines` (each model's name and
-/// engine), and (on the rank that writes the folder, `dir`) the run's own store. A store that
-/// is missing or damaged is left out with a warning; one whose replies another weight format
-/// or class of device computed is refused, since none of them would be this run's.
-pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)], dir: Option<&Path>) -> Result<Reuse> {
-    let ours: Vec<(&str, &ModelIdentity)> = engines
+/// Each model's name and identity.
+fn identities<'a>(engines: &'a [(String, &Engine)]) -> Vec<(&'a str, &'a ModelIdentity)> {
+    engines
         .iter()
         .map(|(name, e)| (name.as_str(), e.identity()))
-        .collect();
+        .collect()
+}
+
+/// Opens the stores of `dirs` for a run whose engines are `engines` (each model's name and
+/// engine). A store that is missing or damaged is left out with a warning; one whose replies
+/// another weight format or class of device computed is refused, since none of them would be
+/// this run's.
+pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)]) -> Result<Reuse> {
+    let ours = identities(engines);
     let mut sources = Vec::new();
     for from in dirs {
         let source = match Source::open(from) {
@@ -73,17 +79,17 @@ pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)], dir: Option<&Path>)
         }
         sources.push(source);
     }
-    let store = match dir {
-        Some(dir) => {
-            let store = Store::open(dir)?;
-            for (name, identity) in &ours {
-                store.set_model(name, &serde_json::to_string(identity)?)?;
-            }
-            Some(store)
-        }
-        None => None,
-    };
-    Ok(Reuse::new(sources, store)?)
+    Ok(Reuse::new(sources)?)
+}
+
+/// The decision store of the run in `dir` (created, or a resumed run's own), marked with the
+/// identities of the models of `engines`, so that later runs know whose replies it holds.
+pub fn store(dir: &Path, engines: &[(String, &Engine)]) -> Result<Store> {
+    let store = Store::open(dir)?;
+    for (name, identity) in identities(engines) {
+        store.set_model(name, &serde_json::to_string(identity)?)?;
+    }
+    Ok(store)
 }
 
 /// The model seconds one decision took in the run in `dir` (its forward passes and token masks

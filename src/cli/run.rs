@@ -464,6 +464,7 @@ fn run_ranked(
         None
     };
     // Earlier runs' decisions, and this run's kept for later ones (see `super::reuse`).
+    let mut store = None;
     if let Some(llm) = llm.as_mut() {
         let sources: Vec<PathBuf> = match resume {
             true => record::read_json::<Manifest>(&dir.join(record::MANIFEST))?
@@ -491,7 +492,11 @@ fn run_ranked(
             .engines()
             .map(|(name, e)| (name.map_or_else(|| default_name.clone(), str::to_string), e))
             .collect();
-        let reuse = super::reuse::open(&sources, &engines, root.then_some(dir.as_path()))?;
+        let reuse = super::reuse::open(&sources, &engines)?;
+        // Rank 0 keeps every rank's replies.
+        if root {
+            store = Some(super::reuse::store(&dir, &engines)?);
+        }
         drop(engines);
         if !sources.is_empty() {
             let (reused, saved_seconds) = manifest
@@ -559,6 +564,7 @@ fn run_ranked(
         stop: Some(stop.clone()),
         ranks: ranks.clone(),
         split: args.split,
+        store,
     };
     let ended = loaded.run(llm.as_mut(), &dir, &mut manifest, &options, &mut |p| {
         if let Signals::Watch(stop_asked) = &mut signals

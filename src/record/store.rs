@@ -44,6 +44,7 @@ fn store_error(path: &Path, e: impl std::fmt::Display) -> RecordError {
 /// A run's own store, written as it goes. The database is open only while it is written: a
 /// step's replies go in and it is closed again, so that between steps the file is as it will
 /// stay (the manifest's checksum of a paused or finished run holds for it).
+#[derive(Debug, Clone)]
 pub struct Store {
     path: PathBuf,
 }

@@ -49,7 +49,8 @@ pub struct Llm {
     times: PolicyTimes,
     /// Per engine: each has its own compiled grammars.
     schemas: Vec<Schemas>,
-    /// Replies taken from earlier runs, and this run's kept for later ones.
+    /// Replies taken from earlier runs. While it is set, every request is keyed (its trace
+    /// carries the key), so that the run's store can keep its reply for later runs.
     reuse: Option<Reuse>,
 }
 
@@ -394,12 +395,13 @@ impl Llm {
             .collect()
     }
 
-    /// Takes replies from earlier runs and keeps this run's, as `reuse` says.
+    /// Takes replies from `reuse`'s earlier runs (it may have none), and keys every request
+    /// so that the run's store can keep its reply.
     pub fn set_reuse(&mut self, reuse: Reuse) {
         self.reuse = Some(reuse);
     }
 
-    /// What reuse did so far, when the run reuses or keeps replies.
+    /// What reuse did so far, when the run reuses or keys replies.
     pub fn reuse(&self) -> Option<&Reuse> {
         self.reuse.as_ref()
     }
@@ -468,14 +470,7 @@ impl<S: Scenario> Policy<S> for Llm {
         turns: &[AgentTurn],
         done: &mut dyn FnMut(usize),
     ) -> Result<Vec<Decided<S::Decision>>, PolicyError> {
-        let decided = self.decide_all(cells, turns, done)?;
-        // The step's new replies are kept before its decisions are applied or recorded: a
-        // kill after this keeps replies of a step the run will make again, under the same
-        // keys.
-        if let Some(reuse) = &mut self.reuse {
-            reuse.flush()?;
-        }
-        Ok(decided)
+        self.decide_all(cells, turns, done)
     }
 
     fn take_times(&mut self) -> PolicyTimes {
@@ -682,9 +677,8 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
         let parsed = match result {
             Err(e) => Err(format!("failed: {e}")),
             Ok(r) => {
-                if let (Some(reuse), Some(k)) = (self.reuse.as_deref_mut(), key.request_key) {
-                    reuse.keep(k, &r);
-                }
+                trace.request_key = key.request_key;
+                trace.stopped = r.finish_reason == FinishReason::Stop;
                 trace.text = Some(r.text.clone());
                 trace.value = r.value.clone();
                 trace.prompt_tokens = r.prompt_tokens;

@@ -18,6 +18,7 @@ use super::prompt::PromptError;
 use super::scenario::{CellInfo, Scenario};
 use crate::engine::RequestError;
 use crate::record::Counters;
+use crate::record::store::StoredReply;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -99,6 +100,30 @@ pub struct LlmTrace {
     pub cached_tokens: usize,
     pub generated_tokens: usize,
     pub latency_ms: Option<f64>,
+    /// The key of the request's complete input, when the run keeps its replies: with the
+    /// reply's text, token counts and `stopped`, what the run's decision store keeps of it.
+    /// It crosses ranks with the decision, so that rank 0 keeps every rank's replies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_key: Option<crate::engine::RequestKey>,
+    /// Whether the reply ended at a stop (else at its token limit).
+    #[serde(default)]
+    pub stopped: bool,
+}
+
+impl LlmTrace {
+    /// What the decision store keeps of the reply, under its request's key: `None` for a
+    /// request the engine refused or whose input has no key.
+    pub fn stored_reply(&self) -> Option<(crate::engine::RequestKey, StoredReply)> {
+        Some((
+            self.request_key?,
+            StoredReply {
+                text: self.text.clone()?,
+                stopped: self.stopped,
+                prompt_tokens: self.prompt_tokens as u32,
+                generated_tokens: self.generated_tokens as u32,
+            },
+        ))
+    }
 }
 
 /// A decision and how it came about. A scripted decision carries nothing on the heap, and

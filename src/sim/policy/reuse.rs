@@ -1,5 +1,6 @@
-//! Decisions taken from earlier runs instead of the model (`throng run --reuse`), and this
-//! run's replies kept for later ones.
+//! Decisions taken from earlier runs instead of the model (`throng run --reuse`). This run's
+//! own replies reach its store through the decisions' traces, which carry their request keys
+//! (the recorder keeps them, every rank's).
 //!
 //! A request's reply is a function of its complete input (the engine's
 //! [`crate::engine::RequestKey`]: model identity, prompt tokens, schema, sampling, seed), so
@@ -9,15 +10,12 @@
 
 use crate::engine::{FinishReason, RequestKey, Response, Timings};
 use crate::record::RecordError;
-use crate::record::store::{Reader, Source, Store, StoredReply};
+use crate::record::store::{Reader, Source, StoredReply};
 
-/// The stores a run reads replies from, and the one it writes.
+/// The stores a run reads replies from.
 #[derive(Default)]
 pub struct Reuse {
     sources: Vec<(Source, Reader)>,
-    store: Option<Store>,
-    /// This step's new replies, written to `store` when the step's decisions are made.
-    pending: Vec<(RequestKey, StoredReply)>,
     /// Decisions taken from the sources so far.
     pub reused: u64,
     /// Why a source stopped being read mid-run (a damaged entry), once per source.
@@ -25,8 +23,8 @@ pub struct Reuse {
 }
 
 impl Reuse {
-    /// Reads replies from `sources`, in order, and keeps this run's in `store`.
-    pub fn new(sources: Vec<Source>, store: Option<Store>) -> Result<Self, RecordError> {
+    /// Reads replies from `sources`, in order.
+    pub fn new(sources: Vec<Source>) -> Result<Self, RecordError> {
         let sources = sources
             .into_iter()
             .map(|s| {
@@ -36,7 +34,6 @@ impl Reuse {
             .collect::<Result<_, RecordError>>()?;
         Ok(Self {
             sources,
-            store,
             ..Self::default()
         })
     }
@@ -76,30 +73,6 @@ impl Reuse {
         let reply = found?;
         self.reused += 1;
         Some(response(reply))
-    }
-
-    /// Keeps `response`, the reply to the request of `key`, for this run's store.
-    pub fn keep(&mut self, key: RequestKey, response: &Response) {
-        if self.store.is_some() {
-            self.pending.push((
-                key,
-                StoredReply {
-                    text: response.text.clone(),
-                    stopped: response.finish_reason == FinishReason::Stop,
-                    prompt_tokens: response.prompt_tokens as u32,
-                    generated_tokens: response.generated_tokens as u32,
-                },
-            ));
-        }
-    }
-
-    /// Writes the replies kept since the last flush to this run's store, in one transaction.
-    pub fn flush(&mut self) -> Result<(), RecordError> {
-        if let Some(store) = &self.store {
-            store.insert(&self.pending)?;
-        }
-        self.pending.clear();
-        Ok(())
     }
 }
 

@@ -107,6 +107,9 @@ pub struct RunOptions {
     pub ranks: Ranks,
     /// How they share it, over the config's `split`.
     pub split: Option<Split>,
+    /// The run's decision store, where rank 0 keeps every rank's model replies for later
+    /// runs (`throng run --reuse`); `None`: the replies are not kept.
+    pub store: Option<record::store::Store>,
 }
 
 /// How a call to [`run`] ended.
@@ -174,6 +177,7 @@ pub fn run<S: Scenario>(
             state_csv,
             arms.first().and_then(|s| s.aggregates_columns()).as_deref(),
             start.as_ref(),
+            options.store.clone(),
         )?),
         false => None,
     };

@@ -5,6 +5,7 @@
 use super::RunError;
 use super::cells::Cells;
 use super::step::Decisions;
+use crate::record::store::Store;
 use crate::record::{
     self, CellRecord, Counters, DecisionLog, DecisionRecord, KeptPrompt, MANIFEST, Manifest,
     StepRecord, StepWriter, checkpoint,
@@ -58,6 +59,8 @@ pub struct Recorder {
     pub counters: Counters,
     /// Hashes of the prompts `prompts.jsonl` holds: each is written once.
     prompts_kept: std::collections::HashSet<String>,
+    /// The run's decision store, when it keeps its replies.
+    store: Option<Store>,
 }
 
 impl Recorder {
@@ -70,6 +73,7 @@ impl Recorder {
         state_csv: bool,
         aggregates: Option<&arrow_schema::Schema>,
         from: Option<&Checkpoint<W>>,
+        store: Option<Store>,
     ) -> Result<Self, RunError> {
         let (parts, counters) = match from {
             Some(cp) => {
@@ -94,6 +98,7 @@ impl Recorder {
             parts,
             counters,
             prompts_kept,
+            store,
         })
     }
 
@@ -231,6 +236,17 @@ impl Recorder {
     ) -> Result<Counters, RunError> {
         let started = Instant::now();
         let global_step = group * exp.config.steps.0 + step + 1;
+        // The step's replies (every rank's: their traces crossed with the decisions) are kept
+        // first, in one transaction. A kill after this keeps the replies of a step the run
+        // will make again, under the same keys.
+        if let Some(store) = &self.store {
+            let replies: Vec<_> = decisions
+                .decided
+                .iter()
+                .filter_map(|d| d.llm.as_deref()?.stored_reply())
+                .collect();
+            store.insert(&replies)?;
+        }
         self.state(exp, arms, cells, group, step + 1)?;
         super::fault::point(global_step, "state");
         let aggregates: Vec<_> = (0..cells.infos.len())
