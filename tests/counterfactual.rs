@@ -73,7 +73,8 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
-fn run(model: &Path, config: &Path, out: &Path, env: Option<&str>) -> Ran {
+/// `throng run CONFIG` on `model` into `out`, without a report.
+fn command(model: &Path, config: &Path, out: &Path) -> std::process::Command {
     let mut cmd = throng();
     cmd.arg("run")
         .arg(config)
@@ -82,10 +83,20 @@ fn run(model: &Path, config: &Path, out: &Path, env: Option<&str>) -> Ran {
         .arg("--model")
         .arg(model)
         .args(["--kv-memory", "64MiB", "--no-report"]);
+    cmd
+}
+
+fn run(model: &Path, config: &Path, out: &Path, env: Option<&str>) -> Ran {
+    let mut cmd = command(model, config, out);
     if let Some(at) = env {
         cmd.env("THRONG_CRASH_AT", at);
     }
     output(&mut cmd)
+}
+
+/// As [`run`], reusing the decisions of the run in `from`.
+fn run_reusing(model: &Path, config: &Path, out: &Path, from: &Path) -> Ran {
+    output(command(model, config, out).arg("--reuse").arg(from))
 }
 
 fn resume(out: &Path) -> Ran {
@@ -451,21 +462,12 @@ fn a_change_of_schema_alone_or_of_model_alone_reuses_nothing() {
     let ran = run(model.path(), &write(tmp.path(), "base", &cot), &base, None);
     assert!(ran.ok, "{}", ran.text);
     let longer = tmp.path().join("longer");
-    let ran = output(
-        throng()
-            .arg("run")
-            .arg(write(
-                tmp.path(),
-                "longer",
-                &cot.replace("reasoning_chars = 40", "reasoning_chars = 60"),
-            ))
-            .args(["--no-report", "--kv-memory", "64MiB", "--model"])
-            .arg(model.path())
-            .arg("--out")
-            .arg(&longer)
-            .arg("--reuse")
-            .arg(&base),
+    let longer_config = write(
+        tmp.path(),
+        "longer",
+        &cot.replace("reasoning_chars = 40", "reasoning_chars = 60"),
     );
+    let ran = run_reusing(model.path(), &longer_config, &longer, &base);
     assert!(ran.ok, "{}", ran.text);
     let prompts = |dir: &Path| -> Vec<serde_json::Value> {
         decisions(dir)
@@ -482,17 +484,8 @@ fn a_change_of_schema_alone_or_of_model_alone_reuses_nothing() {
         ..TinyLlama::default()
     });
     let elsewhere = tmp.path().join("other-model");
-    let ran = output(
-        throng()
-            .arg("run")
-            .arg(write(tmp.path(), "same", &cot))
-            .args(["--no-report", "--kv-memory", "64MiB", "--model"])
-            .arg(other.path())
-            .arg("--out")
-            .arg(&elsewhere)
-            .arg("--reuse")
-            .arg(&base),
-    );
+    let same = write(tmp.path(), "same", &cot);
+    let ran = run_reusing(other.path(), &same, &elsewhere, &base);
     assert!(ran.ok, "{}", ran.text);
     assert!(ran.text.contains("made by other weights"), "{}", ran.text);
     assert_eq!(manifest(&elsewhere)["reuse"]["reused"], 0);
