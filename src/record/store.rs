@@ -32,9 +32,43 @@ pub struct StoredReply {
 }
 
 impl StoredReply {
-    fn encode(&self) -> Vec<u8> {
-        postcard::to_stdvec(self).expect("invariant: in-memory postcard encoding cannot fail")
+    /// The entry stored under `key`: a CRC-32 of the key and the encoded reply (4 bytes,
+    /// little-endian), then the reply. redb checksums its pages only when they are written
+    /// whole by a commit it knows of: a byte flipped in place later, or in a store whose last
+    /// commit was cut by a kill, is caught by this checksum alone.
+    fn encode(&self, key: &[u8; 32]) -> Vec<u8> {
+        let reply =
+            postcard::to_stdvec(self).expect("invariant: in-memory postcard encoding cannot fail");
+        let mut entry = checksum(key, &reply).to_le_bytes().to_vec();
+        entry.extend_from_slice(&reply);
+        entry
     }
+
+    /// The reply of the entry `bytes` stored under `key`, if its checksum holds and it
+    /// decodes.
+    fn decode(key: &[u8; 32], bytes: &[u8]) -> Option<Self> {
+        let (sum, reply) = bytes.split_first_chunk::<4>()?;
+        (u32::from_le_bytes(*sum) == checksum(key, reply))
+            .then(|| postcard::from_bytes(reply).ok())
+            .flatten()
+    }
+}
+
+fn checksum(key: &[u8; 32], reply: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(key);
+    h.update(reply);
+    h.finalize()
+}
+
+/// What a store holds under a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    Hit(StoredReply),
+    Miss,
+    /// An entry whose checksum does not hold (or that does not decode): damaged, so not
+    /// trusted; the reply is computed again.
+    Damaged,
 }
 
 fn store_error(path: &Path, e: impl std::fmt::Display) -> RecordError {
@@ -95,7 +129,7 @@ impl Store {
                 .map_err(|e| store_error(&self.path, e))?;
             for (key, reply) in replies {
                 table
-                    .insert(key, reply.encode().as_slice())
+                    .insert(key, reply.encode(key).as_slice())
                     .map_err(|e| store_error(&self.path, e))?;
             }
         }
@@ -167,19 +201,20 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// The reply recorded under `key`, if any. An entry that does not decode is an error: the
-    /// store is damaged.
-    pub fn get(&self, key: &[u8; 32]) -> Result<Option<StoredReply>, RecordError> {
+    /// What is recorded under `key`. A store redb cannot read is an error; an entry whose
+    /// own checksum fails is [`Lookup::Damaged`].
+    pub fn get(&self, key: &[u8; 32]) -> Result<Lookup, RecordError> {
         let Some(bytes) = self
             .table
             .get(key)
             .map_err(|e| store_error(&self.path, e))?
         else {
-            return Ok(None);
+            return Ok(Lookup::Miss);
         };
-        postcard::from_bytes(bytes.value())
-            .map(Some)
-            .map_err(|e| store_error(&self.path, format!("an entry does not decode: {e}")))
+        Ok(match StoredReply::decode(key, bytes.value()) {
+            Some(reply) => Lookup::Hit(reply),
+            None => Lookup::Damaged,
+        })
     }
 }
 
@@ -215,8 +250,8 @@ mod tests {
         assert_eq!(source.len, 1000);
         assert_eq!(source.models["m"], "{\"weights\":\"abc\"}");
         let reader = source.reader().unwrap();
-        assert_eq!(reader.get(&key(7)).unwrap(), Some(reply(7)));
-        assert_eq!(reader.get(&key(5000)).unwrap(), None);
+        assert_eq!(reader.get(&key(7)).unwrap(), Lookup::Hit(reply(7)));
+        assert_eq!(reader.get(&key(5000)).unwrap(), Lookup::Miss);
     }
 
     #[test]
@@ -253,5 +288,51 @@ mod tests {
             });
             assert!(opened.is_err(), "{damage}: a damaged store was read");
         }
+    }
+
+    // Guards against issue 30, item 3: redb does not checksum values, so a byte flipped in a
+    // reply of a killed run's (unsealed) store was reused as the reply, and a later resume
+    // sealed the store with the flipped byte in it.
+    #[test]
+    fn a_flipped_byte_in_a_stored_reply_is_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let text = "{\"guess\": 33.3333}";
+        let stored = StoredReply {
+            text: text.into(),
+            ..reply(0)
+        };
+        store.insert(&[(key(1), stored.clone()), (key(2), reply(2))]).unwrap();
+        drop(store);
+        let path = dir.path().join(STORE);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes
+            .windows(text.len())
+            .position(|w| w == text.as_bytes())
+            .expect("the reply's text is stored as it is");
+        // `33.3333` becomes `39.3333`: a valid reply, and a wrong one.
+        bytes[at + 11] = b'9';
+        std::fs::write(&path, &bytes).unwrap();
+        let source = Source::open(dir.path()).unwrap();
+        let reader = source.reader().unwrap();
+        assert_eq!(reader.get(&key(1)).unwrap(), Lookup::Damaged);
+        assert_eq!(reader.get(&key(2)).unwrap(), Lookup::Hit(reply(2)), "the others hold");
+    }
+
+    #[test]
+    fn an_entry_moved_under_another_key_is_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let entry = reply(1).encode(&key(1));
+        let db = store.db().unwrap();
+        let w = db.begin_write().unwrap();
+        w.open_table(REPLIES)
+            .unwrap()
+            .insert(&key(2), entry.as_slice())
+            .unwrap();
+        w.commit().unwrap();
+        drop(db);
+        let source = Source::open(dir.path()).unwrap();
+        assert_eq!(source.reader().unwrap().get(&key(2)).unwrap(), Lookup::Damaged);
     }
 }

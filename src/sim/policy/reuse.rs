@@ -10,22 +10,24 @@
 
 use crate::engine::{FinishReason, RequestKey, Response, Timings};
 use crate::record::RecordError;
-use crate::record::store::{Reader, Source, StoredReply};
+use crate::record::store::{Lookup, Reader, Source, StoredReply};
 
 /// The stores a run reads replies from.
 #[derive(Default)]
 pub struct Reuse {
     sources: Vec<(Source, Reader)>,
+    /// Per source: the entries found damaged (their checksum failed) and computed again.
+    damaged: Vec<u64>,
     /// Decisions taken from the sources so far.
     pub reused: u64,
-    /// Why a source stopped being read mid-run (a damaged entry), once per source.
-    pub warnings: Vec<String>,
+    /// Why a source stopped being read mid-run (redb could not read it), once per source.
+    dropped: Vec<String>,
 }
 
 impl Reuse {
     /// Reads replies from `sources`, in order.
     pub fn new(sources: Vec<Source>) -> Result<Self, RecordError> {
-        let sources = sources
+        let sources: Vec<(Source, Reader)> = sources
             .into_iter()
             .map(|s| {
                 let reader = s.reader()?;
@@ -33,9 +35,31 @@ impl Reuse {
             })
             .collect::<Result<_, RecordError>>()?;
         Ok(Self {
+            damaged: vec![0; sources.len()],
             sources,
             ..Self::default()
         })
+    }
+
+    /// What went wrong while reading the sources: each source that could not be read any
+    /// more, and each one's damaged entries.
+    pub fn warnings(&self) -> Vec<String> {
+        let damaged = self
+            .sources
+            .iter()
+            .zip(&self.damaged)
+            .filter(|&(_, &n)| n > 0)
+            .map(|((source, _), n)| {
+                format!(
+                    "{}: {n} stored repl{} failed {} checksum (the store was damaged after it \
+                     was written) and {} asked of the model again instead",
+                    source.dir.display(),
+                    if *n == 1 { "y" } else { "ies" },
+                    if *n == 1 { "its" } else { "their" },
+                    if *n == 1 { "was" } else { "were" },
+                )
+            });
+        self.dropped.iter().cloned().chain(damaged).collect()
     }
 
     /// The run folders read from.
@@ -43,21 +67,23 @@ impl Reuse {
         self.sources.iter().map(|(s, _)| s.dir.as_path())
     }
 
-    /// The reply an earlier run recorded under `key`, as the engine's response. A source
-    /// whose entry does not decode is damaged: it is dropped, with a warning, and never read
-    /// again.
+    /// The reply an earlier run recorded under `key`, as the engine's response. An entry
+    /// whose checksum fails is not trusted (counted for a warning; the next source is
+    /// searched, and then the model asked); a source redb cannot read is dropped, with a
+    /// warning, and never read again.
     pub fn lookup(&mut self, key: &RequestKey) -> Option<Response> {
-        let mut damaged = None;
+        let mut unreadable = None;
         let mut found = None;
         for (i, (source, reader)) in self.sources.iter().enumerate() {
             match reader.get(key) {
-                Ok(Some(reply)) => {
+                Ok(Lookup::Hit(reply)) => {
                     found = Some(reply);
                     break;
                 }
-                Ok(None) => {}
+                Ok(Lookup::Miss) => {}
+                Ok(Lookup::Damaged) => self.damaged[i] += 1,
                 Err(e) => {
-                    damaged = Some((
+                    unreadable = Some((
                         i,
                         format!("{}: {e}; not read further", source.dir.display()),
                     ));
@@ -65,9 +91,10 @@ impl Reuse {
                 }
             }
         }
-        if let Some((i, warning)) = damaged {
+        if let Some((i, warning)) = unreadable {
             self.sources.remove(i);
-            self.warnings.push(warning);
+            self.damaged.remove(i);
+            self.dropped.push(warning);
             return self.lookup(key);
         }
         let reply = found?;
