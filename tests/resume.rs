@@ -289,3 +289,99 @@ fn a_resume_on_another_number_of_threads_gives_the_same_records() {
         );
     }
 }
+
+// Guards against issue 30, item 1: a run with `--kv-format f32`, paused and resumed without
+// the flag, went on with the default KV cache (f16 on the CPU) and its resumed steps differed
+// from the uninterrupted run's, without a word; `--kv-format` and `--tokenizer` were not
+// recorded at all, so neither a resume nor the live view's Resume could take them again.
+#[test]
+fn a_resume_keeps_the_kv_format_and_tokenizer_it_started_with() {
+    let model = common::tiny_model(&TinyLlama::default());
+    let tmp = tempfile::tempdir().unwrap();
+    let config = llm_config(tmp.path());
+    // The model's own tokenizer, named as a file of its own: recorded as given.
+    let tokenizer = tmp.path().join("tokenizer.json");
+    std::fs::copy(model.path().join("tokenizer.json"), &tokenizer).unwrap();
+    let tokenizer = tokenizer.display().to_string();
+    let args = llm_args(
+        model.path(),
+        &["--kv-format", "f32", "--tokenizer", &tokenizer],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let whole = tmp.path().join("whole");
+    let Ran { ok, text, .. } = run(&config, &whole, &args);
+    assert!(ok, "{text}");
+    let out = tmp.path().join("run");
+    let Ran { ok, text, .. } = run(&config, &out, &[&args[..], &["--stop-after", "1"]].concat());
+    assert!(ok, "{text}");
+    let engine = &manifest(&out)["engine"];
+    assert_eq!(engine["kv_format"], "f32", "{engine}");
+    assert_eq!(engine["tokenizer"], tokenizer.as_str(), "{engine}");
+    let models = engine["models"].as_object().unwrap();
+    assert_eq!(models.len(), 1, "{engine}");
+    let loaded = models.values().next().unwrap();
+    assert_eq!(loaded["kv"], "F32", "{engine}");
+    assert_eq!(loaded["weights"].as_str().unwrap().len(), 64, "a sha256: {engine}");
+    for refused in [
+        &["--kv-format", "f16"][..],
+        &["--tokenizer", "/elsewhere/tokenizer.json"],
+    ] {
+        let Ran { ok, text, .. } = resume(&out, refused);
+        assert!(!ok, "{refused:?} was accepted:\n{text}");
+        assert!(text.contains(&format!("drop {}", refused[0])), "{refused:?}: {text}");
+    }
+    // Neither flag given: the resume takes both from the manifest, as the live view's
+    // Resume (a plain `throng run --resume`) does.
+    let Ran { ok, text, .. } = resume(&out, &[]);
+    assert!(ok, "{text}");
+    assert_eq!(manifest(&out)["engine"], manifest(&whole)["engine"]);
+    assert_same_records(&whole, &out, &RECORDS, "f32 KV, resumed without the flag");
+}
+
+// Guards against issue 30, item 1: `--resume` did not check that the model it loads is the
+// one the run started with; weights replaced in place (or a relative --model found from
+// another folder) resumed silently, with the rest of the run computed by another model.
+#[test]
+fn a_resume_refuses_a_model_whose_files_changed_since_the_run_started() {
+    let model = common::tiny_model(&TinyLlama::default());
+    let other = common::tiny_model(&TinyLlama {
+        seed: 99,
+        ..TinyLlama::default()
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let config = llm_config(tmp.path());
+    let args = llm_args(model.path(), &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = tmp.path().join("run");
+    let Ran { ok, text, .. } = run(&config, &out, &[&args[..], &["--stop-after", "1"]].concat());
+    assert!(ok, "{text}");
+    let before = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    std::fs::copy(
+        other.path().join("model.safetensors"),
+        model.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let Ran { ok, text, .. } = resume(&out, &[]);
+    assert!(!ok, "a replaced model was resumed:\n{text}");
+    assert!(
+        text.contains("is not the one the run started with") && text.contains("sha256"),
+        "{text}"
+    );
+    assert!(text.contains(&model.path().display().to_string()), "names where: {text}");
+    let after = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&before).unwrap()["steps_done"],
+        serde_json::from_str::<serde_json::Value>(&after).unwrap()["steps_done"],
+        "the run is left as it was"
+    );
+    // The weights put back, it resumes.
+    std::fs::copy(
+        common::tiny_model(&TinyLlama::default())
+            .path()
+            .join("model.safetensors"),
+        model.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let Ran { ok, text, .. } = resume(&out, &[]);
+    assert!(ok, "{text}");
+}

@@ -18,6 +18,32 @@ fn identities<'a>(engines: &'a [(String, &Engine)]) -> Vec<(&'a str, &'a ModelId
         .collect()
 }
 
+/// Refuses `--reuse` of what cannot be a source of decisions, before anything is written: a
+/// path that is not there, a file, a folder that is not a run, a run that asked no model
+/// (a damaged store of a run is found when it is opened, and left out with a warning).
+pub fn check_sources(dirs: &[PathBuf]) -> Result<()> {
+    for dir in dirs {
+        let why = match std::fs::metadata(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "there is nothing there",
+            Err(_) => "it cannot be read",
+            Ok(meta) if !meta.is_dir() => "it is a file, not a run folder",
+            Ok(_) if !dir.join(record::MANIFEST).is_file() => {
+                "it is not a run folder (it has no manifest.json)"
+            }
+            Ok(_) if !dir.join(record::store::STORE).exists() => {
+                "its run has no decision store (it asked no model, or predates stores)"
+            }
+            Ok(_) => continue,
+        };
+        bail!(
+            "--reuse {}: {why}. Give the folder of an earlier run that asked the model (its \
+             decisions.redb holds the replies), or drop --reuse",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// Opens the stores of `dirs` for a run whose engines are `engines` (each model's name and
 /// engine). A store that is missing or damaged is left out with a warning; one whose replies
 /// another weight format or class of device computed is refused, since none of them would be
@@ -47,17 +73,23 @@ pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)]) -> Result<Reuse> {
                 if identity.weights != own.weights {
                     continue;
                 }
-                if identity.format != own.format || identity.device != own.device {
+                // A store from before the KV type was recorded (`kv` empty) has keys of
+                // another scheme, which match nothing.
+                let kv_differs = !identity.kv.is_empty() && identity.kv != own.kv;
+                if identity.format != own.format || identity.device != own.device || kv_differs {
                     bail!(
-                        "--reuse {}: its decisions by {name} were computed as {} on {}, and this \
-                         run's by {mine} would be computed as {} on {}, which gives other bits: \
-                         none of them would be this run's decisions. Run with the weight format \
-                         and kind of device it used (--weights, --device), or drop --reuse {}",
+                        "--reuse {}: its decisions by {name} were computed as {} on {} with a {} \
+                         KV cache, and this run's by {mine} would be computed as {} on {} with a \
+                         {} KV cache, which gives other bits: none of them would be this run's \
+                         decisions. Run with the weight format, kind of device and KV format it \
+                         used (--weights, --device, --kv-format), or drop --reuse {}",
                         from.display(),
                         identity.format,
                         identity.device,
+                        identity.kv,
                         own.format,
                         own.device,
+                        own.kv,
                         from.display()
                     );
                 }

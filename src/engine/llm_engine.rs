@@ -231,8 +231,8 @@ impl Engine {
         } = loaded;
         let model_cfg = model.config().clone();
         let device = model.device().clone();
-        let identity = crate::model::ModelIdentity::new(&origin, &weights, &device)?;
         let dtype = cfg.kv_format.dtype(&device, model.dtype());
+        let identity = crate::model::ModelIdentity::new(&origin, &weights, &device, dtype)?;
         let block_size = cfg
             .block_size
             .unwrap_or(if device.is_cpu() { 16 } else { 32 });

@@ -12,7 +12,7 @@ pub type RequestKey = [u8; 32];
 
 impl Engine {
     /// The key of `request` on this engine: the model's identity (weights, format, device
-    /// class), the prompt's tokens, the schema, the sampling settings and seed, the token
+    /// class, KV cache type), the prompt's tokens, the schema, the sampling settings and seed, the token
     /// limit and the stop strings. The tag and the retention key, which change no reply, are
     /// left out.
     pub fn request_key(&self, request: &Request) -> Result<RequestKey, RequestError> {
@@ -27,10 +27,12 @@ impl Engine {
             h.update(bytes);
         };
         let id = self.identity();
-        part(b"throng request key 1");
+        // 2: the KV cache's type joined the identity.
+        part(b"throng request key 2");
         part(id.weights.as_bytes());
         part(id.format.as_bytes());
         part(id.device.as_bytes());
+        part(id.kv.as_bytes());
         let token_bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
         part(&token_bytes);
         match &request.json_schema {

@@ -29,6 +29,11 @@ pub struct ModelIdentity {
     /// The class of device computing it: `cpu:avx512`, `cpu:avx2`, `cpu:portable` (throng's
     /// CPU kernels pick their code by instruction set) or `cuda`.
     pub device: String,
+    /// The type the KV cache keeps keys and values in (`F16`, `BF16`, `F32`): attention reads
+    /// them back rounded to it, so another type gives other bits. Empty in the identities of
+    /// stores written before it was recorded.
+    #[serde(default)]
+    pub kv: String,
 }
 
 impl ModelIdentity {
@@ -36,6 +41,7 @@ impl ModelIdentity {
         origin: &Origin,
         format: &str,
         device: &candle_core::Device,
+        kv: candle_core::DType,
     ) -> Result<Self, ModelError> {
         let weights = match origin {
             Origin::Generated(how) => format!("generated: {how}"),
@@ -51,6 +57,7 @@ impl ModelIdentity {
             weights,
             format: format.to_string(),
             device: device_class(device),
+            kv: format!("{kv:?}"),
         })
     }
 }

@@ -43,6 +43,11 @@ impl KvFormat {
         }
     }
 
+    /// The format `name` ([`KvFormat::name`]) names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// The dtype a cache in this format holds for a model computing in `activations` on
     /// `device`.
     pub fn dtype(self, device: &Device, activations: DType) -> DType {

@@ -128,6 +128,44 @@ pub struct Manifest {
     /// The run this one changes (`[counterfactual]`), which its report sets it beside.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counterfactual: Option<CounterfactualRecord>,
+    /// Where the finished run this one extends waits (`DIR.before-extension`) until this one
+    /// finishes and removes it: an extension stopped on the way is resumed reading it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extends: Option<String>,
+    /// What the run's replies depend on beside its requests, when it asks a model: `--resume`
+    /// loads with the same settings and refuses a model that is not the one it started with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineRecord>,
+}
+
+/// The engine settings that change a reply's bits, as a run asked for them, and each model
+/// as it was loaded. (Batch size, KV memory and the scheduler's settings change no bits: the
+/// engine is batch invariant.)
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineRecord {
+    /// `--kv-format` as asked (`auto`, `model`, `f32`, `f16`).
+    pub kv_format: String,
+    /// `--tokenizer`, as an absolute path, when one replaced the models' own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// Each model the run's first process loaded, by the name its config gives.
+    pub models: BTreeMap<String, LoadedModelRecord>,
+}
+
+/// A model as it was loaded: where from, and what its replies are a function of.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadedModelRecord {
+    /// The file or folder it was read from (absolute), or the preset, asset or Hub repository.
+    pub from: String,
+    /// The sha256 of the files it was read from (weights, config, tokenizer, chat template),
+    /// or how its weights were generated.
+    pub weights: String,
+    /// What the weights were stored as and became.
+    pub format: String,
+    /// The class of device computing it (`cpu:avx512`, `cpu:avx2`, `cuda`).
+    pub device: String,
+    /// The type the KV cache keeps keys and values in.
+    pub kv: String,
 }
 
 /// The base of a counterfactual run.
