@@ -492,6 +492,13 @@ pub const LONGEST_CONTEXT: f64 = 131_072.0;
 pub const REQUEST_BYTES: f64 = 16.0 * 1024.0;
 /// A turn an agent remembers (`history`): its own prompt, besides the reply (assumed).
 pub const HISTORY_TURN_BYTES: f64 = 4.0 * 1024.0;
+/// What the runner holds per cell whatever its size: the cell's record rows of a step as
+/// Arrow arrays of their own (a dozen small allocations each, before the step's rows are
+/// joined), its aggregates row, its RNG and bookkeeping, and what the allocator keeps around
+/// them. Measured at 14 KB a cell in peak resident memory (the guessing game, 3 agents a
+/// cell, 10,000 to 100,000 cells; the energy market, 20 agents, 2,000 cells): a run of many
+/// small cells is dominated by it.
+pub const CELL_BYTES: f64 = 16.0 * 1024.0;
 
 /// One part of what a run holds in memory.
 #[derive(Debug, Clone, PartialEq)]
@@ -742,6 +749,11 @@ fn of_size<S: Scenario>(exp: &Experiment, arms: &[S], size: usize, cells: usize)
         "a step's turns and decisions",
         "agents, replicates or arms",
         agent_cells * runner_bytes_per_agent::<S>(exp),
+    ));
+    parts.push(MemoryPart::new(
+        "each cell's records and bookkeeping",
+        "replicates or arms",
+        cells as f64 * CELL_BYTES,
     ));
     // The agents of each replicate: attributes (and their state columns), policies, the
     // decision log's sample.

@@ -29,8 +29,10 @@ pub struct Keys<'a> {
     pub population: &'a Population,
 }
 
-fn dictionary<'a>(values: impl Iterator<Item = &'a str>) -> ArrayRef {
-    let mut builder = StringDictionaryBuilder::<UInt16Type>::new();
+fn dictionary<'a>(values: impl ExactSizeIterator<Item = &'a str>) -> ArrayRef {
+    // Sized to the column: `new()` reserves for 1,024 keys and values, which the finished
+    // arrays keep, so that a run of many small cells held kilobytes per cell and column.
+    let mut builder = StringDictionaryBuilder::<UInt16Type>::with_capacity(values.len(), 4, 64);
     for v in values {
         builder.append_value(v);
     }
@@ -243,4 +245,42 @@ pub fn group_means(
         )
         .expect("invariant: columns of one length"),
     )
+}
+
+/// The columns of a per-cell record: the cell's keys (see [`crate::record::CELL_KEYS`]), then
+/// the scenario's `own`.
+pub fn keyed_schema(own: &arrow_schema::Schema) -> arrow_schema::SchemaRef {
+    let keys = [
+        Field::new(crate::record::CELL_KEYS[0], DataType::LargeUtf8, false),
+        Field::new(crate::record::CELL_KEYS[1], DataType::UInt64, false),
+        Field::new(crate::record::CELL_KEYS[2], DataType::UInt64, false),
+        Field::new(crate::record::CELL_KEYS[3], DataType::UInt64, false),
+    ];
+    let fields: Vec<FieldRef> = keys
+        .into_iter()
+        .map(Arc::new)
+        .chain(own.fields().iter().cloned())
+        .collect();
+    Arc::new(arrow_schema::Schema::new(fields))
+}
+
+/// The scenario's rows `own` of `cell` after `step`, with the cell's keys in front.
+pub fn keyed(own: &RecordBatch, cell: &CellInfo, step: usize) -> Result<RecordBatch, RunError> {
+    let m = own.num_rows();
+    let constant = |v: usize| Arc::new(UInt64Array::from_value(v as u64, m)) as ArrayRef;
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(arrow_array::LargeStringArray::from_iter_values(
+            std::iter::repeat_n(cell.arm.as_str(), m),
+        )),
+        constant(cell.population),
+        constant(cell.replicate),
+        constant(step),
+    ];
+    columns.extend(own.columns().iter().cloned());
+    RecordBatch::try_new(keyed_schema(&own.schema()), columns).map_err(|e| {
+        RunError::Setup(format!(
+            "the scenario's aggregates row of arm `{}`, replicate {}, step {step}: {e}",
+            cell.arm, cell.replicate
+        ))
+    })
 }
