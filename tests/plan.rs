@@ -264,7 +264,6 @@ fn absurd_plan_inputs_are_refused_with_the_fix() {
     );
     for (args, words) in [
         (&["--devices", "0"][..], "--devices must be at least 1"),
-        (&["--max-seqs", "0"][..], "--max-seqs 0 runs no sequence"),
         (
             &["--sample", "0"][..],
             "with --sample 0 nothing measures the speed",
@@ -274,6 +273,13 @@ fn absurd_plan_inputs_are_refused_with_the_fix() {
         assert_eq!(code, Some(1), "{args:?}: {text}");
         assert!(text.contains(words), "{text}");
     }
+    // Refused by the argument's own check, as `throng run` refuses it.
+    let (code, text) = plan_tiny(&["--max-seqs", "0"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("'--max-seqs <MAX_SEQS>'") && text.contains("must be at least 1"),
+        "{text}"
+    );
 }
 
 /// `throng plan` of a 40-agent guessing game on `model` with `args`, where no model's weights

@@ -38,6 +38,12 @@ pub struct PlanArgs {
     pub agents: Option<Vec<i64>>,
     #[arg(long, allow_negative_numbers = true)]
     pub replicates: Option<i64>,
+    /// Steps (default: the config's).
+    #[arg(long, allow_negative_numbers = true)]
+    pub steps: Option<i64>,
+    /// The policy, as `throng run --policy` sets it (`scripted` sizes the simulation alone).
+    #[arg(long, value_parser = super::choice::PolicyArg::parser())]
+    pub policy: Option<PolicyKind>,
     /// How the run's ranks would share it (default: the config's `split`): with several
     /// models, `models` puts each model on devices of its own, as `throng run --split models`.
     #[arg(long, value_parser = super::choice::SplitArg::parser())]
@@ -474,20 +480,15 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
     let overrides = Overrides {
         agents: args.agents.clone(),
         replicates: args.replicates,
+        steps: args.steps,
+        policy: args.policy,
         model: model_given.then(|| args.model.model.clone()),
         default_model: super::default_model(),
-        ..Overrides::default()
     };
     let loaded = registry.load(&args.config, &overrides)?;
     let exp = loaded.experiment();
     if !exp.policies.uses(PolicyKind::Llm) {
-        bail!(
-            "every agent of {} uses the scripted policy, which needs no model: nothing to size",
-            args.config.display()
-        );
-    }
-    if args.model.max_seqs == 0 {
-        bail!("--max-seqs 0 runs no sequence: give at least 1");
+        return scripted(&args.config, loaded.as_ref());
     }
     // Before the model is loaded: no first step has more decisions than agents in its cells.
     let cells = exp.arms.len() * exp.config.replicates.0;
@@ -566,12 +567,12 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
     };
     let prompts = registry.prompts(exp)?;
     let mut llm = Llm::new(engine, prompts, exp.config.history, exp.config.llm.wave);
-    println!(
+    out!(
         "throng plan: {} on {} device{}: {where_}",
         exp.config.name,
         args.devices,
         if args.devices == 1 { "" } else { "s" }
-    );
+    )?;
     let from = match &stated {
         Some(_) => "computed from the preset's stated config",
         None => "computed from its config",
@@ -591,15 +592,15 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
         ),
         None => format!("{parameters} parameters ({}) [{from}]", count(parameters)),
     };
-    println!(
+    out!(
         "model {} ({:?}): {size}; weights {} [{weight_how}]; KV {} per token [{kv_tag}]",
         model.model,
         cfg.family,
         bytes(weight_bytes.value),
         bytes(kv_token.value),
-    );
+    )?;
     let footprint = loaded.footprint()?;
-    println!(
+    out!(
         "simulation {} at its largest population ({} agents in each of {} cell{}), the model aside [computed: {}]",
         plan::human_bytes(footprint.bytes()),
         footprint.population,
@@ -612,18 +613,18 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
             .map(|p| format!("{} {}", p.what, plan::human_bytes(p.bytes)))
             .collect::<Vec<_>>()
             .join(", ")
-    );
+    )?;
     if exp.config.history > 0 {
-        println!(
+        out!(
             "note: history = {}: later steps' prompts grow by up to {} turns; this sizes the first step",
             exp.config.history, exp.config.history
-        );
+        )?;
     }
     if stated.is_some() && args.sample > 0 && super::given("sample") {
-        println!(
+        out!(
             "note: --sample {} is not used: without the weights nothing decides here; the speed is the profile's",
             args.sample
-        );
+        )?;
     }
     let max_tokens = exp.arms.iter().map(|a| a.llm.max_tokens).max().unwrap_or(0);
     for &size in &exp.config.agents.0 {
@@ -671,21 +672,21 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
             speed,
         };
         let e = inputs.estimate();
-        println!(
+        out!(
             "\npopulation {size}: {} cells, {} decisions in the first step",
             first.cells, first.decisions
-        );
+        )?;
         match &stated {
-            Some(counted) => println!(
+            Some(counted) => out!(
                 "  prompt tokens per agent  {:.1} [{counted}; {} first-step prompts rendered]",
                 first.prompt_tokens, first.tokenized
-            ),
-            None => println!(
+            )?,
+            None => out!(
                 "  prompt tokens per agent  {:.1} [measured: {} first-step prompts rendered and tokenized]",
                 first.prompt_tokens, first.tokenized
-            ),
+            )?,
         }
-        println!(
+        out!(
             "  shared system prompt     {:.1} tokens, {:.0}% of prompt tokens [{}; {} distinct]",
             first.shared_tokens,
             e.shared_share * 100.0,
@@ -695,8 +696,8 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
                 "measured"
             },
             first.prefixes.len()
-        );
-        println!(
+        )?;
+        out!(
             "  reply tokens per agent   {:.1} [{}]",
             reply.value,
             match reply.source {
@@ -706,13 +707,13 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
                 ),
                 _ => format!("assumed: max_tokens = {max_tokens}, an upper bound"),
             }
-        );
-        println!(
+        )?;
+        out!(
             "  KV per agent             {} (own prompt and reply); system prompts {} per device",
             bytes(e.kv_per_sequence),
             bytes(e.kv_prefixes)
-        );
-        println!(
+        )?;
+        out!(
             "  KV memory per device     {} free for the cache of {} [{}] (less weights, {:.0}% reserve [assumed]); \
              the whole step at once needs {}",
             bytes(e.kv_memory),
@@ -720,15 +721,15 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
             tag(memory),
             plan::RESERVED_SHARE * 100.0,
             bytes(e.kv_whole_step)
-        );
-        println!(
+        )?;
+        out!(
             "  batch per device         {} sequences of {} decisions (at most --max-seqs {})",
             e.batch, e.decisions_per_device, model.max_seqs
-        );
+        )?;
         if !e.fits {
-            println!("  step time                none: it does not fit (see below)");
+            out!("  step time                none: it does not fit (see below)")?;
         } else {
-            println!(
+            out!(
                 "  step time                {:.2} s [{}]",
                 e.step_seconds.value,
                 match (&speed, &first.sample) {
@@ -742,10 +743,10 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
                         plan::FLOPS_EFFICIENCY * 100.0
                     ),
                 }
-            );
+            )?;
         }
         if let (Some(touched), Some(x), true) = (e.experts_touched, experts, e.fits) {
-            println!(
+            out!(
                 "  experts per decode step  {touched:.1} of {} a layer read from memory at a batch of {} \
                  ({} of {} weights) [assumed: uniform routing]; compute counts the {} routed experts \
                  of each token ({} parameters)",
@@ -755,7 +756,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
                 bytes(weight_bytes.value),
                 x.per_token,
                 count(active)
-            );
+            )?;
         }
         // Where the models go: each with its share of the step's decisions (the run's agents
         // it decides for), the prompts counted once for all (their text is the same).
@@ -791,7 +792,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
             });
         }
         if !others.is_empty() {
-            println!(
+            out!(
                 "  models                   {} ({}): {}",
                 models.len(),
                 match placement {
@@ -808,11 +809,11 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
                     ))
                     .collect::<Vec<_>>()
                     .join("; ")
-            );
+            )?;
         }
         let placed = plan::place(&models, args.devices, memory.value, placement)?;
         for line in placed.lines() {
-            println!("  {line}");
+            out!("  {line}")?;
         }
         let fits = if e.fits {
             "yes".to_string()
@@ -859,16 +860,16 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
                 _ => format!("NO: {what}; use a bigger device or a smaller model"),
             }
         };
-        println!("  fits                     {fits}");
+        out!("  fits                     {fits}")?;
         if let Some(target) = args.target_step {
             // More devices than decisions would add none that has work.
             let limit = first.decisions.clamp(1, 4096);
             match inputs.devices_for(target, limit) {
-                Some(d) => println!(
+                Some(d) => out!(
                     "  for a {target} s step      {d} device{} (agents split evenly; scaling assumed linear)",
                     if d == 1 { "" } else { "s" }
-                ),
-                None => println!(
+                )?,
+                None => out!(
                     "  for a {target} s step      not reachable with up to {limit} device{}{}",
                     if limit == 1 { "" } else { "s" },
                     if limit == first.decisions {
@@ -876,9 +877,46 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
                     } else {
                         ""
                     }
-                ),
+                )?,
             }
         }
     }
     Ok(())
 }
+
+/// `throng plan` of a config whose agents all follow rules: no model to size, but the
+/// simulation's memory, part by part, and whether this machine holds it (the check `throng
+/// run` makes before it writes anything).
+fn scripted(config: &std::path::Path, loaded: &dyn crate::scenarios::Loaded) -> Result<()> {
+    let footprint = loaded.footprint()?;
+    out!(
+        "{}: every agent follows the scripted policy, so there is no model to size; the \
+         simulation needs about {} at its largest population ({} agents in each of {} cell{}):",
+        config.display(),
+        plan::human_bytes(footprint.bytes()),
+        footprint.population,
+        footprint.cells,
+        if footprint.cells == 1 { "" } else { "s" },
+    )?;
+    for part in &footprint.parts {
+        out!(
+            "  {:>10}  {} (lower {})",
+            plan::human_bytes(part.bytes),
+            part.what,
+            part.lower
+        )?;
+    }
+    match crate::sim::plan::HostMemory::here() {
+        Some(host) => match footprint.check(&host, 1) {
+            Ok(()) => out!(
+                "fits this machine, which lets a run use {} of its {} available",
+                plan::human_bytes(host.usable()),
+                plan::human_bytes(host.available)
+            )?,
+            Err(e) => out!("does not fit this machine: {e}")?,
+        },
+        None => out!("this machine does not say how much memory it has")?,
+    }
+    Ok(())
+}
+
