@@ -98,3 +98,60 @@ fn cgroup_limit() -> Option<usize> {
     }
     limits.into_iter().min()
 }
+
+/// How the program running throng is invoked, for messages that tell the user what to run
+/// next (`... run --resume DIR`): `throng`, a study's own binary over `cli::main_with`, or
+/// Python. A message that named `throng` to a study's user would send them to a program that
+/// does not know their scenario.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// A command line program, as it was invoked (`throng`, `target/release/my-study`).
+    Command(String),
+    /// The Python package (`throng.run(...)`).
+    Python,
+}
+
+static PROGRAM: std::sync::RwLock<Option<Program>> = std::sync::RwLock::new(None);
+
+/// Sets how the running program is named in messages (see [`Program`]).
+pub fn set_program(program: Program) {
+    *PROGRAM.write().unwrap_or_else(|e| e.into_inner()) = Some(program);
+}
+
+/// How the running program is named: as set, else the command it was invoked as (its file
+/// name when it was found on the `PATH`, its path as given otherwise), else `throng`.
+pub fn program() -> Program {
+    if let Some(p) = PROGRAM.read().unwrap_or_else(|e| e.into_inner()).clone() {
+        return p;
+    }
+    let invoked = std::env::args_os()
+        .next()
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Program::Command(match invoked.contains('/') || invoked.is_empty() {
+        // A test harness or `cargo run` runs a binary by its path: `throng` itself is named
+        // plainly when that is its name, a study's binary by the path that reaches it.
+        true => match std::path::Path::new(&invoked).file_name() {
+            Some(name) if name == "throng" => "throng".into(),
+            Some(_) => invoked,
+            None => "throng".into(),
+        },
+        false => invoked,
+    })
+}
+
+/// What to run to continue the run in `dir`.
+pub fn resume_command(dir: &std::path::Path) -> String {
+    match program() {
+        Program::Command(p) => format!("{p} run --resume {}", dir.display()),
+        Program::Python => format!("throng.run(resume={:?})", dir.display().to_string()),
+    }
+}
+
+/// What to run to write the report of the run in `dir`.
+pub fn report_command(dir: &std::path::Path) -> String {
+    match program() {
+        Program::Command(p) => format!("{p} report {}", dir.display()),
+        Program::Python => format!("throng.open_run({:?}).report()", dir.display().to_string()),
+    }
+}

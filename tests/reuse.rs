@@ -145,18 +145,20 @@ fn a_store_of_another_weight_format_is_refused_and_a_damaged_one_ignored() {
             .args([
                 "run",
                 cfg.to_str().unwrap(),
+                // Never what `auto` picks on a CPU for this model (int8 where the CPU has
+                // VNNI, f32 elsewhere).
                 "--weights",
-                "f32",
+                "bf16",
                 "--no-report",
                 "--out",
             ])
-            .arg(tmp.path().join("f32"))
+            .arg(tmp.path().join("bf16"))
             .arg("--reuse")
             .arg(&a),
     );
     assert!(!refused.ok, "{}", refused.text);
     assert!(
-        refused.text.contains("gives other bits") && refused.text.contains("F32"),
+        refused.text.contains("gives other bits") && refused.text.contains("BF16"),
         "{}",
         refused.text
     );
@@ -177,6 +179,39 @@ fn a_store_of_another_weight_format_is_refused_and_a_damaged_one_ignored() {
         "a damaged store is not read"
     );
     assert_same_records(&a, &b, RECORDS, "a run beside a damaged store");
+}
+
+// Guards against issue 30, item 1: the request key left out the KV cache's format, so
+// `--reuse` of a run made with `--kv-format f32` said "reused 16 of 16" in a default (f16 KV)
+// run, whose records then differed from a fresh default run's.
+#[test]
+fn a_store_of_another_kv_format_is_refused_rather_than_reused() {
+    if common::smollm2().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), |t| t);
+    let f32_kv = tmp.path().join("f32-kv");
+    run(&cfg, &f32_kv, &["--kv-format", "f32"]);
+    let out = tmp.path().join("default-kv");
+    let refused = output(
+        throng()
+            .args(["run", cfg.to_str().unwrap(), "--no-report", "--out"])
+            .arg(&out)
+            .arg("--reuse")
+            .arg(&f32_kv),
+    );
+    assert!(!refused.ok, "{}", refused.text);
+    assert!(
+        refused.text.contains("KV cache") && refused.text.contains("--kv-format"),
+        "{}",
+        refused.text
+    );
+    // The same KV format reuses every decision.
+    let same = tmp.path().join("same");
+    run(&cfg, &same, &["--kv-format", "f32", "--reuse", f32_kv.to_str().unwrap()]);
+    assert_eq!(reused(&same), 32);
+    assert_same_records(&f32_kv, &same, RECORDS, "reused from the same KV format");
 }
 
 /// The scripted energy market of Experiment 2, 3 steps of 1 replicate.
@@ -258,6 +293,150 @@ fn extending_refuses_fewer_steps_and_an_unfinished_run() {
         dir.join("manifest.json").exists(),
         "a refused extension leaves the run in place"
     );
+}
+
+// Guards against issue 30, item 16: an extension refused by the config's range or memory
+// checks (`--resume DIR --steps 1000001`) left the run moved to `DIR.before-extension`, and
+// nothing said how to get it back; and an extension stopped and resumed to its end left the
+// run as it was beside it for good.
+#[test]
+fn a_refused_extension_leaves_the_run_in_place_and_a_finished_one_cleans_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    scripted_market(&dir, "3", "1");
+    let before = std::fs::read(dir.join("state.parquet")).unwrap();
+    let aside = tmp.path().join("r.before-extension");
+    for (flag, value) in [("--steps", "1000001"), ("--replicates", "100000000")] {
+        let refused = output(
+            throng()
+                .args(["run", "--no-report", "--resume"])
+                .arg(&dir)
+                .args([flag, value]),
+        );
+        assert!(!refused.ok, "{flag} {value}: {}", refused.text);
+        assert!(refused.text.contains(flag), "{}", refused.text);
+        assert!(!aside.exists(), "{flag} {value}: the run was moved aside");
+        assert_eq!(std::fs::read(dir.join("state.parquet")).unwrap(), before);
+    }
+    // Stopped after a step of the extension, then resumed to its end.
+    let stopped = output(
+        throng()
+            .args(["run", "--no-report", "--resume"])
+            .arg(&dir)
+            .args(["--steps", "5", "--stop-after", "1"]),
+    );
+    assert!(stopped.ok, "{}", stopped.text);
+    assert!(aside.is_dir(), "the run as it was waits while the extension is paused");
+    let resumed = output(throng().args(["run", "--no-report", "--resume"]).arg(&dir));
+    assert!(resumed.ok, "{}", resumed.text);
+    assert!(!aside.exists(), "{}", resumed.text);
+    let whole = tmp.path().join("whole");
+    scripted_market(&whole, "5", "1");
+    assert_same_records(&whole, &dir, &["state.parquet", "aggregates.csv"], "extended");
+}
+
+// Guards against issue 30, item 19: `--reuse` of a missing path, a file or a folder that is
+// not a run only warned and ran at full cost.
+#[test]
+fn reuse_of_what_is_not_a_run_with_a_store_is_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scripted = tmp.path().join("scripted");
+    scripted_market(&scripted, "1", "1");
+    let file = tmp.path().join("file.txt");
+    std::fs::write(&file, "x").unwrap();
+    let folder = tmp.path().join("folder");
+    std::fs::create_dir(&folder).unwrap();
+    let config = common::cli::repo().join("experiments/exp2-regulated.toml");
+    for (source, why) in [
+        (tmp.path().join("missing"), "there is nothing there"),
+        (file, "is a file"),
+        (folder, "not a run folder"),
+        (scripted, "no decision store"),
+    ] {
+        let out = tmp.path().join("out");
+        let ran = output(
+            throng()
+                .args(["run", "--no-report", "--policy", "scripted", "--steps", "1"])
+                .arg(&config)
+                .arg("--out")
+                .arg(&out)
+                .arg("--reuse")
+                .arg(&source),
+        );
+        assert!(!ran.ok, "{}: {}", source.display(), ran.text);
+        assert!(ran.text.contains(why), "{}: {}", source.display(), ran.text);
+        assert!(!out.exists(), "{}: a folder was written", source.display());
+    }
+}
+
+// Guards against issue 30, item 17: checks made after the run folder was written (settings
+// the engine refuses, a store of another format) left an "interrupted" folder behind, which
+// blocked the same command once the cause was fixed.
+#[test]
+fn a_run_refused_at_its_start_leaves_no_folder_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_model(&common::TinyLlama::default());
+    let config = tmp.path().join("tiny.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "name = \"tiny\"\nsteps = 1\nagents = 4\npolicy = \"llm\"\ntemplates = {:?}\n\
+             [llm]\nmax_tokens = 16\n[scenario]\nname = \"guess\"\n",
+            common::cli::repo().join("templates/guess").display().to_string()
+        ),
+    )
+    .unwrap();
+    for bad in [&["--max-seqs", "0"][..], &["--max-batch-tokens", "0"]] {
+        let out = tmp.path().join("out");
+        let ran = output(
+            throng()
+                .args(["run", "--no-report", "--model"])
+                .arg(model.path())
+                .arg(&config)
+                .arg("--out")
+                .arg(&out)
+                .args(bad),
+        );
+        assert!(!ran.ok, "{bad:?}: {}", ran.text);
+        assert!(ran.text.contains(bad[0]), "{bad:?}: {}", ran.text);
+        assert!(!out.exists(), "{bad:?}: a folder was written");
+    }
+    // A store the run cannot reuse (another weight format) is found once the model is
+    // loaded, after the folder was taken: the folder is given up, and the same --out works.
+    let a = tmp.path().join("a");
+    let ran = output(
+        throng()
+            .args(["run", "--no-report", "--weights", "f32", "--model"])
+            .arg(model.path())
+            .arg(&config)
+            .arg("--out")
+            .arg(&a),
+    );
+    assert!(ran.ok, "{}", ran.text);
+    let out = tmp.path().join("out");
+    let refused = output(
+        throng()
+            .args(["run", "--no-report", "--weights", "bf16", "--model"])
+            .arg(model.path())
+            .arg(&config)
+            .arg("--out")
+            .arg(&out)
+            .arg("--reuse")
+            .arg(&a),
+    );
+    assert!(!refused.ok, "{}", refused.text);
+    assert!(!out.exists(), "{}", refused.text);
+    let again = output(
+        throng()
+            .args(["run", "--no-report", "--weights", "f32", "--model"])
+            .arg(model.path())
+            .arg(&config)
+            .arg("--out")
+            .arg(&out)
+            .arg("--reuse")
+            .arg(&a),
+    );
+    assert!(again.ok, "{}", again.text);
 }
 
 #[test]

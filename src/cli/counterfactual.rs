@@ -42,8 +42,10 @@ pub fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>> {
                 at("base"),
                 format!(
                     "field `counterfactual.base`: {shown} has not finished (it is {} after {} \
-                     steps): finish it first with `throng run --resume {shown}`",
-                    manifest.status, manifest.steps_done
+                     steps): finish it first with `{}`",
+                    manifest.status,
+                    manifest.steps_done,
+                    crate::host::resume_command(given)
                 ),
             )
             .into());

@@ -24,11 +24,19 @@ pub fn asked(args: &RunArgs) -> bool {
     args.resume.is_some() && (args.steps.is_some() || args.replicates.is_some())
 }
 
-/// Turns `args` (`--resume DIR` with `--steps` or `--replicates`) into a new run of the
-/// finished run's config into `DIR`, with its numbers changed, reusing its decisions and
-/// computing on its weight format and kind of device; the finished run is moved aside first.
-/// Returns where it went, and the config file it was made from.
-pub fn prepare(args: &mut RunArgs, ranks: usize) -> Result<(PathBuf, String)> {
+/// An extension, checked and planned: the finished run in `dir` is made again into `dir`
+/// with the numbers of `args`, reading its decisions from where it waits (`previous`).
+pub struct Plan {
+    dir: PathBuf,
+    previous: PathBuf,
+    config_file: String,
+}
+
+/// Checks that `args` (`--resume DIR` with `--steps` or `--replicates`) extend a finished run,
+/// and turns them into a new run of its config into `DIR`, with its numbers changed, reusing
+/// its decisions and computing on its weight format, kind of device, KV format and tokenizer.
+/// Nothing is moved yet: the new run's own checks come first (see [`Plan::move_aside`]).
+pub fn plan(args: &mut RunArgs, ranks: usize) -> Result<Plan> {
     let dir = args.resume.clone().expect("invariant: `asked` holds");
     let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
     if ranks > 1 {
@@ -45,13 +53,20 @@ pub fn prepare(args: &mut RunArgs, ranks: usize) -> Result<(PathBuf, String)> {
             dir.display()
         );
     }
+    if !args.reuse.is_empty() {
+        bail!(
+            "extending {} reads the decision stores the run was made with (its own, and its \
+             manifest's `reuse`): drop --reuse",
+            dir.display()
+        );
+    }
     if manifest.status != Status::Finished {
         bail!(
             "--steps and --replicates with --resume extend a finished run, and {} is {}: finish \
-             it first (throng run --resume {}), then extend it",
+             it first ({}), then extend it",
             dir.display(),
             manifest.status,
-            dir.display()
+            crate::host::resume_command(&dir)
         );
     }
     let steps = args.steps.unwrap_or(manifest.steps as i64);
@@ -81,15 +96,11 @@ pub fn prepare(args: &mut RunArgs, ranks: usize) -> Result<(PathBuf, String)> {
             dir.display()
         );
     }
-    std::fs::rename(&dir, &previous)
-        .map_err(|e| anyhow::anyhow!("cannot move {} aside to extend it: {e}", dir.display()))?;
-    eprintln!(
-        "throng: extending {} to {steps} steps and {replicates} replicates, reusing its \
-         decisions (the run as it was waits in {} until the extension finishes)",
-        dir.display(),
-        previous.display()
-    );
-    let mut sources = vec![previous.clone()];
+    // Its own decisions, when it asked a model (a scripted run has none to reuse).
+    let mut sources: Vec<PathBuf> = [dir.clone()]
+        .into_iter()
+        .filter(|d| d.join(record::store::STORE).exists())
+        .collect();
     if let Some(r) = &manifest.reuse {
         sources.extend(r.sources.iter().map(PathBuf::from));
     }
@@ -104,9 +115,128 @@ pub fn prepare(args: &mut RunArgs, ranks: usize) -> Result<(PathBuf, String)> {
     {
         args.model.device = device.clone();
     }
-    args.config = Some(previous.join(record::CONFIG));
-    args.out = Some(dir);
+    // The KV format and tokenizer it ran with, or its decisions would not be reused.
+    if let Some(engine) = &manifest.engine {
+        if !super::given("kv_format")
+            && let Some(kv) = crate::model::KvFormat::from_name(&engine.kv_format)
+        {
+            args.model.kv_format = kv;
+        }
+        if !super::given("tokenizer") {
+            args.model.tokenizer = engine.tokenizer.as_ref().map(PathBuf::from);
+        }
+    }
+    // Read from where the run is until it is moved.
+    args.config = Some(dir.join(record::CONFIG));
+    args.out = Some(dir.clone());
     args.resume = None;
     args.reuse = sources;
-    Ok((previous, manifest.config_file))
+    Ok(Plan {
+        dir,
+        previous,
+        config_file: manifest.config_file,
+    })
+}
+
+impl Plan {
+    /// Moves the finished run aside, once the extended run's checks have passed, and points
+    /// `args` at it. The run is moved back if the extension fails before its first step.
+    pub fn move_aside(self, args: &mut RunArgs) -> Result<MovedAside> {
+        std::fs::rename(&self.dir, &self.previous).map_err(|e| {
+            anyhow::anyhow!("cannot move {} aside to extend it: {e}", self.dir.display())
+        })?;
+        eprintln!(
+            "throng: extending {} to {} steps and {} replicates, reusing its decisions (the run \
+             as it was waits in {} until the extension finishes)",
+            self.dir.display(),
+            args.steps.map_or("its".into(), |s| s.to_string()),
+            args.replicates.map_or("its".into(), |r| r.to_string()),
+            self.previous.display()
+        );
+        args.config = Some(self.previous.join(record::CONFIG));
+        for source in &mut args.reuse {
+            if *source == self.dir {
+                *source = self.previous.clone();
+            }
+        }
+        Ok(MovedAside {
+            plan: self,
+            started: false,
+        })
+    }
+}
+
+/// A finished run moved aside while its extension starts: moved back into its place if the
+/// extension fails before its first step, so that nothing is left to undo by hand.
+pub struct MovedAside {
+    plan: Plan,
+    started: bool,
+}
+
+impl MovedAside {
+    /// The config file the run was first made from.
+    pub fn config_file(&self) -> &str {
+        &self.plan.config_file
+    }
+
+    /// Where the run as it was waits.
+    pub fn previous(&self) -> &Path {
+        &self.plan.previous
+    }
+
+    /// The extension's first step starts: from now on it reads the run where it waits, and
+    /// a stopped extension is resumed, not undone.
+    pub fn started(&mut self) {
+        self.started = true;
+    }
+}
+
+impl Drop for MovedAside {
+    fn drop(&mut self) {
+        if self.started {
+            return;
+        }
+        let Plan { dir, previous, .. } = &self.plan;
+        // The extension's start left nothing in `dir` (its folder was given up), or never
+        // made it.
+        let _ = std::fs::remove_dir(dir);
+        match std::fs::rename(previous, dir) {
+            Ok(()) => eprintln!(
+                "throng: the extension did not start; {} is back as it was",
+                dir.display()
+            ),
+            Err(e) => eprintln!(
+                "throng: the extension did not start, and {} could not be moved back ({e}): \
+                 move it back by hand (mv {} {})",
+                previous.display(),
+                previous.display(),
+                dir.display()
+            ),
+        }
+    }
+}
+
+/// After the run in `dir` finished: the run as it was before an extension (the manifest's
+/// `extends`), which the extended run read its decisions from, is removed, since the
+/// extended run holds all of it.
+pub fn finished(dir: &Path, manifest: &Manifest) {
+    let Some(previous) = manifest.extends.as_ref().map(PathBuf::from) else {
+        return;
+    };
+    if !previous.is_dir() {
+        return;
+    }
+    match std::fs::remove_dir_all(&previous) {
+        Ok(()) => eprintln!(
+            "throng: the extension finished; the run as it was before it ({}) is removed, since \
+             {} holds all of it",
+            previous.display(),
+            dir.display()
+        ),
+        Err(e) => eprintln!(
+            "throng: warning: the run as it was before its extension is still in {} ({e}); the \
+             extended run does not need it",
+            previous.display()
+        ),
+    }
 }

@@ -19,6 +19,7 @@ pub mod extend;
 pub mod generate;
 pub mod models;
 pub mod plan;
+pub mod resume;
 pub mod reuse;
 pub mod run;
 pub mod serve;
@@ -55,10 +56,10 @@ pub struct ModelArgs {
     #[arg(long, value_parser = choice::KvFormatArg::parser(), default_value = "auto")]
     pub kv_format: KvFormat,
     /// Tokens per forward pass (default: 512 on CPU, 8192 on GPU).
-    #[arg(long)]
+    #[arg(long, value_parser = choice::positive)]
     pub max_batch_tokens: Option<usize>,
     /// Sequences running at once.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = choice::positive)]
     pub max_seqs: usize,
     /// Turn off prefix caching (for comparisons).
     #[arg(long)]
@@ -111,7 +112,7 @@ pub fn parse_run(args: impl IntoIterator<Item = OsString>) -> Result<run::RunArg
         // A command sizes its thread pools before any thread exists; an embedding program's
         // pools started with it.
         bail!(
-            "--threads {threads}: the threads of a program that embeds throng start with it;              set the environment variable RAYON_NUM_THREADS={threads} before it starts instead"
+            "--threads {threads}: the threads of a program that embeds throng start with it; set the environment variable RAYON_NUM_THREADS={threads} before it starts instead"
         );
     }
     match cli.command {

@@ -3,7 +3,6 @@
 
 use super::ModelArgs;
 use crate::cluster::Ranks;
-use crate::model::WeightFormat;
 use crate::record::{self, Manifest, RunFolder, Status};
 use crate::scenarios;
 use crate::scenarios::Registry;
@@ -104,33 +103,6 @@ fn device_for(args: &RunArgs, ranks: &Ranks, started_on: Option<&str>) -> String
     args.model.device.clone()
 }
 
-/// What a resumed run takes from its manifest rather than the command line: the weight
-/// format and the device it started with, so that it computes the same bits.
-struct StartedWith {
-    weights: Option<WeightFormat>,
-    device: Option<String>,
-}
-
-impl StartedWith {
-    fn read(dir: &Path) -> Result<Self> {
-        let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
-        let weights = match manifest.weight_format.as_deref() {
-            Some(name) => Some(WeightFormat::from_name(name).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "{}: unknown weight format `{name}` (this throng knows {})",
-                    dir.join(record::MANIFEST).display(),
-                    WeightFormat::ALL.map(WeightFormat::name).join(", ")
-                )
-            })?),
-            None => None,
-        };
-        Ok(Self {
-            weights,
-            device: manifest.device,
-        })
-    }
-}
-
 /// Ctrl-C, and the SIGTERM a batch system sends before a job's time limit: finish the step,
 /// checkpoint, exit 0. A second signal, or a step still running `timeout` after the first
 /// (a step that cannot finish), stops the run at once: the run in `dir` is marked paused,
@@ -172,12 +144,12 @@ fn stop_on_signal(rank: usize, dir: &Path, timeout: Duration) -> Arc<AtomicBool>
 /// Ends the process in the middle of a step, leaving the run in `dir` paused (see
 /// [`stop_on_signal`]).
 fn stop_at_once(rank: usize, dir: &Path, why: &str) -> ! {
-    let resume = format!("throng run --resume {}", dir.display());
+    let resume = crate::host::resume_command(dir);
     match record::pause_at_once(dir) {
         Ok(m) if m.status == Status::Finished => eprintln!(
             "\nthrong: rank {rank}: stopped at once ({why}); the run had finished, but its report \
-             was not written: throng report {}",
-            dir.display()
+             was not written: {}",
+            crate::host::report_command(dir)
         ),
         Ok(_) => eprintln!(
             "\nthrong: rank {rank}: stopped at once ({why}); the step in progress is lost, the \
@@ -190,6 +162,25 @@ fn stop_at_once(rank: usize, dir: &Path, why: &str) -> ! {
         ),
     }
     std::process::exit(130);
+}
+
+/// A new run's folder while the run starts: given up when dropped before [`Starting::started`]
+/// (see [`RunFolder::abandon`]).
+struct Starting(Option<RunFolder>);
+
+impl Starting {
+    /// The folder, kept from now on.
+    fn started(mut self) -> Option<RunFolder> {
+        self.0.take()
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(folder) = self.0.take() {
+            folder.abandon();
+        }
+    }
 }
 
 /// Who watches for Ctrl-C and SIGTERM during a run.
@@ -250,10 +241,13 @@ fn run_ranked(
     ranks: &Ranks,
     mut signals: Signals<'_>,
 ) -> Result<Outcome> {
+    if !args.reuse.is_empty() {
+        super::reuse::check_sources(&args.reuse)?;
+    }
     // A finished run given more steps or replicates is made again with them, reusing its
     // decisions (see `super::extend`).
     let extension = match super::extend::asked(&args) {
-        true => Some(super::extend::prepare(&mut args, ranks.size())?),
+        true => Some(super::extend::plan(&mut args, ranks.size())?),
         false => None,
     };
     let root = ranks.is_root();
@@ -275,22 +269,32 @@ fn run_ranked(
         );
     }
     if args.resume.is_some() {
-        refuse_resume_flags()?;
+        super::resume::refuse_flags()?;
         if !args.reuse.is_empty() {
             bail!(
-                "--resume reads the decision stores the run started with (its manifest's                  `reuse`): drop --reuse"
+                "--resume reads the decision stores the run started with (its manifest's `reuse`): drop --reuse"
             );
         }
     }
     // A resumed run stays on the kind of device it started on (see `StartedWith`).
     let started_on = match &args.resume {
-        Some(dir) => StartedWith::read(dir).ok().and_then(|s| s.device),
+        Some(dir) => super::resume::StartedWith::read(dir).ok().and_then(|s| s.device),
         None => None,
     };
     let memory = super::MemoryCheck {
         processes: ranks.topology().local_size,
         model_on_cpu: device_kind(&device_for(&args, ranks, started_on.as_deref())) == "cpu",
         kv_memory: args.model.kv_memory.map(|b| b.as_u64()),
+    };
+    // An extension is checked as the new run it is while the finished run is in its place,
+    // and only then moved aside.
+    let mut extension = match extension {
+        Some(plan) => {
+            let config = args.config.as_ref().expect("invariant: an extension has a config");
+            check_new(registry, config, &overrides, &memory)?;
+            Some(plan.move_aside(&mut args)?)
+        }
+        None => None,
     };
     // Rank 0 alone takes (and locks) the run folder and writes it; the other ranks follow
     // the folder it names (a default one is named by rank 0's clock).
@@ -323,13 +327,15 @@ fn run_ranked(
     }
     let resume = args.resume.is_some();
     let started = match resume {
-        true => Some(StartedWith::read(&dir)?),
+        true => Some(super::resume::StartedWith::read(&dir)?),
         false => None,
     };
-    let (mut loaded, _folder, mut manifest) = match opened {
+    let (mut loaded, folder, mut manifest) = match opened {
         Some((loaded, folder, mut manifest)) => {
-            if let Some((_, config_file)) = &extension {
-                manifest.config_file = config_file.clone();
+            if let Some(extension) = &extension {
+                manifest.config_file = extension.config_file().to_string();
+                let previous = std::path::absolute(extension.previous())?;
+                manifest.extends = Some(previous.display().to_string());
             }
             (loaded, Some(folder), manifest)
         }
@@ -351,7 +357,16 @@ fn run_ranked(
             (loaded, None, Manifest::default())
         }
     };
+    // Until its first step starts, a new run's folder is given up if the start fails (a
+    // model that does not load, a store it cannot reuse), so that the same command can be
+    // given again once the cause is fixed. A resumed run's folder is its records: kept.
+    let (starting, resumed_folder) = match resume {
+        true => (Starting(None), folder),
+        false => (Starting(folder), None),
+    };
     let exp = loaded.experiment();
+    // The model settings the run loads with, recorded in its manifest.
+    let mut model_args = args.model.clone();
     let mut llm = if scenarios::needs_model(exp) {
         let started_on = started.as_ref().and_then(|s| s.device.as_deref());
         let device = device_for(&args, ranks, started_on);
@@ -379,7 +394,7 @@ fn run_ranked(
             None => args.model.weights,
         };
         let names = super::models_of(exp)?;
-        let model = ModelArgs {
+        let mut model = ModelArgs {
             model: names
                 .first()
                 .cloned()
@@ -388,6 +403,10 @@ fn run_ranked(
             weights,
             ..args.model.clone()
         };
+        if let Some(started) = &started {
+            started.apply(&mut model, &dir)?;
+        }
+        model_args = model.clone();
         if model_given && !names.contains(&args.model.model) {
             eprintln!(
                 "throng: warning: --model {} sets the config's default model ([llm] model), \
@@ -492,6 +511,10 @@ fn run_ranked(
             .engines()
             .map(|(name, e)| (name.map_or_else(|| default_name.clone(), str::to_string), e))
             .collect();
+        match &started {
+            Some(started) => started.check_models(&dir, &engines)?,
+            None => manifest.engine = Some(super::resume::engine_record(&model_args, &engines)?),
+        }
         let reuse = super::reuse::open(&sources, &engines)?;
         // Rank 0 keeps every rank's replies.
         if root {
@@ -558,6 +581,11 @@ fn run_ranked(
         }
         Signals::Watch(_) => Arc::new(AtomicBool::new(false)),
     };
+    // From here the run writes records: its folder is kept whatever happens.
+    let _folder = starting.started().or(resumed_folder);
+    if let Some(extension) = &mut extension {
+        extension.started();
+    }
     let options = RunOptions {
         resume,
         stop_after: args.stop_after,
@@ -622,19 +650,19 @@ fn run_ranked(
                     }
                 ),
                 None if manifest.steps_done == 0 => format!(
-                    "the run stopped before it finished a step; once the cause is fixed, throng run \
-                     --resume {} starts it from the beginning",
-                    dir.display()
+                    "the run stopped before it finished a step; once the cause is fixed, {} \
+                     starts it from the beginning",
+                    crate::host::resume_command(&dir)
                 ),
                 None => format!(
-                    "the run stopped; its {} finished step{} kept: throng run --resume {}",
+                    "the run stopped; its {} finished step{} kept: {}",
                     manifest.steps_done,
                     if manifest.steps_done == 1 {
                         " is"
                     } else {
                         "s are"
                     },
-                    dir.display()
+                    crate::host::resume_command(&dir)
                 ),
             };
             return Err(e).context(advice);
@@ -649,7 +677,7 @@ fn run_ranked(
         return Ok(outcome);
     }
     if let Some(reuse) = llm.as_ref().and_then(Llm::reuse) {
-        for warning in &reuse.warnings {
+        for warning in reuse.warnings() {
             eprintln!("throng: warning: --reuse {warning}");
         }
     }
@@ -672,8 +700,8 @@ fn run_ranked(
             false => "paused",
         };
         out!(
-            "{why} after {steps_done} steps, checkpointed; resume with: throng run --resume {}{}",
-            dir.display(),
+            "{why} after {steps_done} steps, checkpointed; resume with: {}{}",
+            crate::host::resume_command(&dir),
             match ranks.size() {
                 1 => "",
                 _ => " (under mpirun or srun, with any number of ranks)",
@@ -708,14 +736,10 @@ fn run_ranked(
         manifest.preemptions = Some(preemptions);
     }
     record::write_json_atomic(&dir.join(record::MANIFEST), &manifest)?;
-    if let Some((previous, _)) = &extension {
-        // The extended run holds every record and decision of the run as it was.
-        if let Err(e) = std::fs::remove_dir_all(previous) {
-            eprintln!(
-                "throng: warning: the run as it was before its extension is still in {} ({e});                  the extended run does not need it",
-                previous.display()
-            );
-        }
+    if manifest.status == Status::Finished {
+        // An extension that finished, in this process or in a resume of it, holds every
+        // record and decision of the run as it was.
+        super::extend::finished(&dir, &manifest);
     }
     if !args.no_report {
         let text = registry.report(&dir).context("writing the report")?;
@@ -725,21 +749,6 @@ fn run_ranked(
         out!("run: {}", dir.display())?;
     }
     Ok(outcome)
-}
-
-/// `--resume` runs exactly what the run started with: flags that would change its bits are
-/// refused, as the config overrides are (see [`open_resumed`]). `--device` is checked once the
-/// manifest is read (a device of the same kind computes the same bits); `--threads` changes
-/// no bits (see the README, "Seeds") and is allowed.
-fn refuse_resume_flags() -> Result<()> {
-    if super::given("weights") {
-        bail!(
-            "--resume continues a run with the weight format it started with (its manifest's \
-             `weight_format`): drop --weights; another format computes other bits, so the \
-             resumed steps would not be the run's. To use another format, start a new run"
-        );
-    }
-    Ok(())
 }
 
 /// Takes the run folder `dir` to continue it: checks it, its manifest, its inputs and its
@@ -818,6 +827,24 @@ fn check_inputs(dir: &Path, manifest: &Manifest) -> Result<()> {
     )
 }
 
+/// Loads `config` for a new run and checks what can be checked before its folder is written:
+/// the config, the memory it needs, the models it names.
+fn check_new(
+    registry: &Registry,
+    config: &Path,
+    overrides: &Overrides,
+    memory: &super::MemoryCheck,
+) -> Result<Box<dyn scenarios::Loaded>> {
+    let loaded = registry.load(config, overrides)?;
+    memory
+        .check(loaded.as_ref())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+    if scenarios::needs_model(loaded.experiment()) {
+        super::models_of(loaded.experiment())?;
+    }
+    Ok(loaded)
+}
+
 /// Takes a new or empty folder for a new run of `config`: the manifest first, so that the
 /// folder is a recognisable run from its first moment, then the config as run.
 fn open_new(
@@ -827,7 +854,7 @@ fn open_new(
     overrides: &Overrides,
     memory: &super::MemoryCheck,
 ) -> Result<(Box<dyn scenarios::Loaded>, RunFolder, Manifest)> {
-    let loaded = registry.load(config, overrides)?;
+    let loaded = check_new(registry, config, overrides, memory)?;
     let exp = loaded.experiment();
     let templates = std::path::absolute(scenarios::templates_dir(exp))?;
     if templates.to_str().is_none() {
@@ -838,12 +865,6 @@ fn open_new(
             templates.display(),
             config.display()
         );
-    }
-    memory
-        .check(loaded.as_ref())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
-    if scenarios::needs_model(exp) {
-        super::models_of(exp)?;
     }
     let dir = out.unwrap_or_else(|| crate::sim::runner::default_run_dir(&exp.config.name));
     let manifest = Manifest {

@@ -22,7 +22,8 @@ pub enum FolderError {
     )]
     Foreign { dir: PathBuf, example: String },
     #[error(
-        "{dir} already holds a run: continue it with `throng run --resume {dir}`, or give --out a new or empty folder"
+        "{dir} already holds a run: continue it with `{}`, or give --out a new or empty folder",
+        crate::host::resume_command(dir)
     )]
     HoldsRun { dir: PathBuf },
     #[error("another throng (pid {pid}) is writing {dir}: wait for it to finish, or stop it first")]
@@ -52,7 +53,8 @@ pub enum FolderError {
     )]
     InsideRun { dir: PathBuf, run: PathBuf },
     #[error(
-        "throng (pid {pid}) is still writing {dir}: a report now would show the run in the middle of a step and go stale as it goes on, so none is written. The run writes its report when it ends (if it was started with --no-report, run `throng report {dir}` then)"
+        "throng (pid {pid}) is still writing {dir}: a report now would show the run in the middle of a step and go stale as it goes on, so none is written. The run writes its report when it ends (if it was started with --no-report, run `{}` then)",
+        crate::host::report_command(dir)
     )]
     Busy { dir: PathBuf, pid: String },
     #[error(
@@ -206,11 +208,19 @@ impl RunFolder {
         Ok(folder)
     }
 
-    /// Gives up a new run's folder whose start failed (its config could not be written): removes
-    /// what the start wrote (manifest, configs, lock) and the folders it made, leaving the place
+    /// Gives up a new run's folder whose start failed (its config could not be written, its
+    /// model did not load): removes what the start wrote (manifest, configs, decision store,
+    /// lock) and the folders it made, leaving the place
     /// as it was before, so that the same `--out` can be given again.
     pub fn abandon(self) {
-        for name in [MANIFEST_TMP, MANIFEST, super::CONFIG, CONFIG_ORIGINAL, LOCK] {
+        for name in [
+            MANIFEST_TMP,
+            MANIFEST,
+            super::CONFIG,
+            CONFIG_ORIGINAL,
+            super::store::STORE,
+            LOCK,
+        ] {
             let _ = std::fs::remove_file(self.dir.join(name));
         }
         let _ = std::fs::remove_dir_all(self.dir.join(super::inputs::INPUTS));

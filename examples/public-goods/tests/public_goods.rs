@@ -165,6 +165,37 @@ fn a_killed_run_resumes_exactly() {
     same_records(&whole, &killed);
 }
 
+// Guards against issue 30, item 22: a study's pause message said `throng run --resume DIR`,
+// and `throng` does not know the study's scenario, so the advice failed. It names the program
+// that is running.
+#[test]
+fn a_paused_studys_message_names_its_own_program() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = small_config(tmp.path());
+    let paused = tmp.path().join("paused");
+    let out = ok({
+        let mut c = study();
+        c.args(["run"])
+            .arg(&config)
+            .arg("--out")
+            .arg(&paused)
+            .args(["--no-report", "--stop-after", "1"]);
+        c
+    });
+    let said = text(&out);
+    let program = env!("CARGO_BIN_EXE_public-goods");
+    let advice = format!("{program} run --resume {}", paused.display());
+    assert!(said.contains(&advice), "no `{advice}` in:\n{said}");
+    assert!(!said.contains("throng run --resume"), "{said}");
+    // The advice, followed, works.
+    let args: Vec<&str> = advice.split(' ').skip(1).collect();
+    ok({
+        let mut c = study();
+        c.args(&args).arg("--no-report");
+        c
+    });
+}
+
 // Guards against the base report missing from a scenario that writes none of its own: the
 // report has the per-step means with intervals, the group levels, the figures and the caveat
 // of a scripted run.
@@ -234,9 +265,9 @@ fn two_teams() -> (PublicGoods, Population) {
 // settled in the wrong order: a fixed round worked by hand.
 #[test]
 fn pots_and_payoffs_match_a_hand_computation() {
-    use rand::SeedableRng;
+    use throng::rand::SeedableRng;
     let (scenario, population) = two_teams();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let mut rng = throng::rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let mut world = scenario.init(&population, &mut rng);
     let d = |local, global| Some(Decision { local, global });
     let decisions = [d(10, 0), d(0, 0), d(4, 8), d(20, 0)];
@@ -281,10 +312,10 @@ fn pots_and_payoffs_match_a_hand_computation() {
 #[test]
 fn a_reply_over_the_endowment_is_scaled_to_it() {
     let (scenario, population) = two_teams();
-    let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0);
+    let mut rng = <throng::rand_chacha::ChaCha8Rng as throng::rand::SeedableRng>::seed_from_u64(0);
     let world = scenario.init(&population, &mut rng);
     let parsed = scenario
-        .parse(&world, 0, &serde_json::json!({"local": 15, "global": 12}))
+        .parse(&world, 0, &throng::serde_json::json!({"local": 15, "global": 12}))
         .unwrap();
     assert_eq!(
         parsed.decision,
@@ -296,7 +327,7 @@ fn a_reply_over_the_endowment_is_scaled_to_it() {
     assert_eq!(parsed.clamps.len(), 1, "{:?}", parsed.clamps);
     assert!(
         scenario
-            .parse(&world, 0, &serde_json::json!({"local": "lots"}))
+            .parse(&world, 0, &throng::serde_json::json!({"local": "lots"}))
             .is_err()
     );
 }
@@ -493,9 +524,9 @@ fn a_short_smollm2_run_ends_with_valid_decisions() {
         c
     });
     let log = std::fs::read_to_string(out.join("decisions.jsonl")).unwrap();
-    let records: Vec<serde_json::Value> = log
+    let records: Vec<throng::serde_json::Value> = log
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| throng::serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(records.len(), 60 * 2, "{}", text(&ran));
     let valid = records.iter().filter(|r| r["fallback"].is_null()).count();
@@ -509,8 +540,8 @@ fn a_short_smollm2_run_ends_with_valid_decisions() {
         let (l, g) = (d["local"].as_u64().unwrap(), d["global"].as_u64().unwrap());
         assert!(l + g <= 20, "{r}");
     }
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let summary: throng::serde_json::Value =
+        throng::serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let hit = summary["timing"]["prefix_hit_rate"].as_f64().unwrap();
     assert!(hit > 0.5, "prefix-cache hit rate {hit}");
 }
