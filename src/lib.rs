@@ -18,3 +18,9 @@ pub mod scenarios;
 pub mod seed;
 pub mod serve;
 pub mod sim;
+
+// The crates a study names in its scenario's types (its knobs are a `toml::Table`, its RNG a
+// `rand_chacha::ChaCha8Rng`, its prompt variables `minijinja` values, its aggregates an Arrow
+// `RecordBatch`), so that a study depends on throng alone (and serde, for its derives) and
+// always gets the versions throng was built with.
+pub use {arrow_array, arrow_schema, minijinja, rand, rand_chacha, serde_json, toml};

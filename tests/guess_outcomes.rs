@@ -60,7 +60,7 @@ fn run(config: &Path, out: &Path, extra: &[&str]) -> String {
 }
 
 fn rounds(dir: &Path) -> Vec<RoundRow> {
-    throng::record::read_csv(&dir.join("aggregates.csv")).unwrap()
+    throng::record::read_keyed_csv(&dir.join("aggregates.csv")).unwrap()
 }
 
 /// `(replicate, step) -> [(guess, won)]` from the state table.

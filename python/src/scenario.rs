@@ -62,7 +62,8 @@ struct Class {
     roles: &'static [&'static str],
     /// The state table's own columns (`columns`); none without `row`.
     columns: Vec<FieldRef>,
-    /// The per-cell aggregates' columns (`aggregates_columns`), after the cell's keys.
+    /// The per-cell aggregates' own columns (`aggregates_columns`); the runner writes the
+    /// cell's keys in front of them.
     aggregates: Option<SchemaRef>,
     /// The scenario's own tables (`tables`): their names, and each one's columns after the
     /// cell's keys.
@@ -149,7 +150,9 @@ impl PyKind {
                 "it has `row` but no `columns`: declare the row's columns and their types",
             ));
         }
-        let aggregates = declared(class, "aggregates_columns")?.map(keyed);
+        // The runner writes the cell's keys in front of them.
+        let aggregates = declared(class, "aggregates_columns")?
+            .map(|own| Arc::new(arrow_schema::Schema::new(own)));
         let mut table_names = Vec::new();
         let mut tables = Vec::new();
         if class.hasattr("tables")? {
@@ -196,15 +199,7 @@ fn keyed_batch(
     let rows: Vec<Value> = rows
         .into_iter()
         .map(|row| {
-            let mut own = match row {
-                Value::Object(map) => map,
-                other => raise(
-                    method,
-                    pyo3::exceptions::PyTypeError::new_err(format!(
-                        "{method} gives rows as dicts of their columns, not {other}"
-                    )),
-                ),
-            };
+            let mut own = dict_row(method, row);
             let mut keyed = serde_json::Map::new();
             keyed.insert("arm".into(), Value::from(cell.arm.clone()));
             keyed.insert("population".into(), Value::from(cell.population));
@@ -213,6 +208,28 @@ fn keyed_batch(
             keyed.append(&mut own);
             Value::Object(keyed)
         })
+        .collect();
+    own_batch(method, schema, rows)
+}
+
+/// A row `method` gave, which must be a dict of its columns.
+fn dict_row(method: &'static str, row: Value) -> serde_json::Map<String, Value> {
+    match row {
+        Value::Object(map) => map,
+        other => raise(
+            method,
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "{method} gives rows as dicts of their columns, not {other}"
+            )),
+        ),
+    }
+}
+
+/// The batch of `rows` (dicts) with the columns of `schema`.
+fn own_batch(method: &'static str, schema: &SchemaRef, rows: Vec<Value>) -> RecordBatch {
+    let rows: Vec<Value> = rows
+        .into_iter()
+        .map(|row| Value::Object(dict_row(method, row)))
         .collect();
     columns::batch(schema.fields(), &rows).unwrap_or_else(|e| {
         raise(
@@ -1026,7 +1043,7 @@ impl Scenario for PyScenario {
                 return None;
             }
             let row = to_json("aggregates", &out);
-            Some(keyed_batch("aggregates", schema, cell, step, vec![row]))
+            Some(own_batch("aggregates", schema, vec![row]))
         })
     }
 

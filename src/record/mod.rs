@@ -20,8 +20,8 @@ pub use folder::{
     CONFIG_ORIGINAL, FolderError, LOCK, LockHolder, RunFolder, host, lock_for_report, never_started,
 };
 pub use manifest::{
-    CounterfactualRecord, Counters, FileSum, Manifest, ModelRecord, ReuseRecord, Status,
-    peak_rss_bytes,
+    CounterfactualRecord, Counters, EngineRecord, FileSum, LoadedModelRecord, Manifest,
+    ModelRecord, ReuseRecord, Status, peak_rss_bytes,
 };
 pub use seal::{checksums, record_files, verify};
 pub use writer::{
@@ -250,6 +250,80 @@ pub fn read_csv<R: DeserializeOwned>(path: &Path) -> Result<Vec<R>, RecordError>
         .deserialize()
         .collect::<Result<Vec<R>, _>>()
         .map_err(|e| RecordError::format(path, e))
+}
+
+/// The columns the runner writes first in every row of a per-cell record (`aggregates.csv`):
+/// the cell's arm, population size and replicate, and the step. A scenario's rows hold only
+/// its own columns.
+pub const CELL_KEYS: [&str; 4] = ["arm", "population", "replicate", "step"];
+
+/// A row of a per-cell record as read back: the cell's keys, and the scenario's own columns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Keyed<T> {
+    pub arm: String,
+    pub population: usize,
+    pub replicate: usize,
+    pub step: usize,
+    /// The scenario's own columns.
+    pub row: T,
+}
+
+/// A keyed row reads as its own columns too (`row.mean` for `row.row.mean`).
+impl<T> std::ops::Deref for Keyed<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.row
+    }
+}
+
+/// Reads a per-cell record (`aggregates.csv`), checked as [`read_csv`] checks: the cell's keys
+/// of each row, and its own columns as a `T`.
+pub fn read_keyed_csv<T: DeserializeOwned>(path: &Path) -> Result<Vec<Keyed<T>>, RecordError> {
+    if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+        verify(dir, &name.to_string_lossy())?;
+    }
+    let mut reader = csv::Reader::from_path(path).map_err(|e| RecordError::format(path, e))?;
+    let headers = reader
+        .headers()
+        .map_err(|e| RecordError::format(path, e))?
+        .clone();
+    if !headers.iter().take(CELL_KEYS.len()).eq(CELL_KEYS) {
+        return Err(RecordError::format(
+            path,
+            format!(
+                "its first columns are not the cell's keys ({}): it was not written by this \
+                 throng's runner",
+                CELL_KEYS.join(", ")
+            ),
+        ));
+    }
+    let own: csv::StringRecord = headers.iter().skip(CELL_KEYS.len()).collect();
+    let mut rows = Vec::new();
+    for record in reader.records() {
+        let record = record.map_err(|e| RecordError::format(path, e))?;
+        let line = record.position().map_or(0, |p| p.line());
+        let bad = |what: &str, e: &dyn std::fmt::Display| {
+            RecordError::format(path, format!("line {line}: {what}: {e}"))
+        };
+        let count = |i: usize| -> Result<usize, RecordError> {
+            record
+                .get(i)
+                .unwrap_or_default()
+                .parse()
+                .map_err(|e| bad(CELL_KEYS[i], &e))
+        };
+        let rest: csv::StringRecord = record.iter().skip(CELL_KEYS.len()).collect();
+        rows.push(Keyed {
+            arm: record.get(0).unwrap_or_default().to_string(),
+            population: count(1)?,
+            replicate: count(2)?,
+            step: count(3)?,
+            row: rest
+                .deserialize(Some(&own))
+                .map_err(|e| bad("the scenario's columns", &e))?,
+        });
+    }
+    Ok(rows)
 }
 
 /// Reads a run's `steps.csv`.

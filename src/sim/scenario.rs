@@ -54,6 +54,105 @@ pub enum ParseError {
     Rejected { field: String, reason: String },
 }
 
+/// A simulation, to the runner: the core below (its types, roles, knobs, world, a turn,
+/// parsing a reply, the scripted baseline, resolving a step, and a state row), and optional
+/// parts with defaults. A minimal one, in which each agent bets a whole number of coins:
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use std::sync::Arc;
+/// use throng::rand_chacha::ChaCha8Rng;
+/// use throng::sim::config::ScenarioProblem;
+/// use throng::sim::population::Population;
+/// use throng::sim::scenario::{ParseError, Parsed, Scenario, Turn};
+///
+/// struct Bets;
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Row {
+///     coins: u32,
+/// }
+///
+/// impl Scenario for Bets {
+///     type World = Vec<u32>;
+///     type Decision = u32;
+///     type Row = Row;
+///     const NAME: &'static str = "bets";
+///
+///     fn roles() -> &'static [&'static str] {
+///         &["bettor"]
+///     }
+///     fn from_table(_: &throng::toml::Table) -> Result<Self, ScenarioProblem> {
+///         Ok(Bets)
+///     }
+///     fn init(&self, population: &Population, _: &mut ChaCha8Rng) -> Vec<u32> {
+///         vec![10; population.size]
+///     }
+///     fn num_agents(&self, world: &Vec<u32>) -> usize {
+///         world.len()
+///     }
+///     fn turn(&self, world: &Vec<u32>, _: &Population, agent: usize, _: usize) -> Turn {
+///         Turn {
+///             context: throng::minijinja::context! { coins => world[agent] },
+///             schema: Arc::new(throng::serde_json::json!({
+///                 "type": "object",
+///                 "properties": { "bet": { "type": "integer", "minimum": 0, "maximum": 10 } },
+///                 "required": ["bet"],
+///             })),
+///         }
+///     }
+///     fn parse(
+///         &self,
+///         _: &Vec<u32>,
+///         _: usize,
+///         value: &throng::serde_json::Value,
+///     ) -> Result<Parsed<u32>, ParseError> {
+///         let bet = throng::serde_json::from_value(value["bet"].clone())?;
+///         Ok(Parsed { decision: bet, clamps: vec![] })
+///     }
+///     fn no_change(&self, _: &Vec<u32>, _: usize) -> u32 {
+///         0
+///     }
+///     fn scripted(&self, w: &Vec<u32>, _: &Population, a: usize, _: &mut ChaCha8Rng) -> u32 {
+///         w[a] / 2
+///     }
+///     fn resolve(&self, w: &mut Vec<u32>, _: &Population, d: &[Option<u32>], _: &mut ChaCha8Rng) {
+///         for (coins, bet) in w.iter_mut().zip(d) {
+///             *coins = coins.saturating_sub(bet.unwrap_or(0).min(*coins));
+///         }
+///     }
+///     fn row(&self, world: &Vec<u32>, agent: usize, _: usize) -> Option<Row> {
+///         Some(Row { coins: world[agent] })
+///     }
+/// }
+/// ```
+///
+/// A scenario without [`Scenario::row`] does not compile: forgetting it would write no state
+/// table at all.
+///
+/// ```compile_fail
+/// # use throng::rand_chacha::ChaCha8Rng;
+/// # use throng::sim::config::ScenarioProblem;
+/// # use throng::sim::population::Population;
+/// # use throng::sim::scenario::{ParseError, Parsed, Scenario, Turn};
+/// struct Forgetful;
+/// impl Scenario for Forgetful {
+///     type World = ();
+///     type Decision = ();
+///     type Row = ();
+///     const NAME: &'static str = "forgetful";
+///     fn roles() -> &'static [&'static str] { &["agent"] }
+///     fn from_table(_: &throng::toml::Table) -> Result<Self, ScenarioProblem> { Ok(Forgetful) }
+///     fn init(&self, _: &Population, _: &mut ChaCha8Rng) {}
+///     fn num_agents(&self, _: &()) -> usize { 1 }
+///     fn turn(&self, _: &(), _: &Population, _: usize, _: usize) -> Turn { unimplemented!() }
+///     fn parse(&self, _: &(), _: usize, _: &throng::serde_json::Value)
+///         -> Result<Parsed<()>, ParseError> { unimplemented!() }
+///     fn no_change(&self, _: &(), _: usize) {}
+///     fn scripted(&self, _: &(), _: &Population, _: usize, _: &mut ChaCha8Rng) {}
+///     fn resolve(&self, _: &mut (), _: &Population, _: &[Option<()>], _: &mut ChaCha8Rng) {}
+/// }
+/// ```
 pub trait Scenario: Sized + Send + Sync + 'static {
     /// Everything that changes during a cell's run, kept in checkpoints.
     type World: Serialize + DeserializeOwned + Send + Sync;
@@ -114,10 +213,10 @@ pub trait Scenario: Sized + Send + Sync + 'static {
     /// after they have settled (the listeners of the million-agent study). Nothing by default.
     fn react(&self, _world: &mut Self::World, _population: &Population, _group: GroupRef<'_>) {}
     /// `agent`'s row of the state table after `step` (step 0: before anyone moves), or `None`
-    /// for no row.
-    fn row(&self, _world: &Self::World, _agent: usize, _step: usize) -> Option<Self::Row> {
-        None
-    }
+    /// for no row. Required, though a scenario may answer `None` for every agent (one that
+    /// lays out its table in [`Scenario::state`]): a default of no rows let a study that
+    /// forgot it run to the end with no state table, without a word.
+    fn row(&self, world: &Self::World, agent: usize, step: usize) -> Option<Self::Row>;
     /// Checks the experiment's population against what the scenario can use; a problem names
     /// its field under `population.`. Anything goes by default.
     fn check_population(&self, _population: &PopulationSpec) -> Result<(), ScenarioProblem> {
@@ -164,14 +263,16 @@ pub trait Scenario: Sized + Send + Sync + 'static {
     ) -> Option<RecordBatch> {
         None
     }
-    /// The columns of the scenario's per-cell aggregates (`aggregates.csv`), or `None` when it
-    /// has none: the file is then not written at all. Declared up front, so that the file
-    /// has its header from the start, before any step has finished.
+    /// The scenario's own columns of its per-cell aggregates (`aggregates.csv`), or `None`
+    /// when it has none: the file is then not written at all. Declared up front, so that the
+    /// file has its header from the start, before any step has finished. The runner writes
+    /// the cell's keys (`arm`, `population`, `replicate`, `step`) in front of them.
     fn aggregates_schema() -> Option<arrow_schema::SchemaRef> {
         None
     }
     /// One row of per-cell aggregates after `step`, with the columns of
-    /// [`Scenario::aggregates_schema`], kept whatever the decision log keeps.
+    /// [`Scenario::aggregates_schema`] (the runner adds the cell's keys), kept whatever the
+    /// decision log keeps.
     fn aggregates(
         &self,
         _world: &Self::World,

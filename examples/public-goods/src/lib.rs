@@ -21,11 +21,12 @@
 //! global. The levels' pots are computed in [`Scenario::react`], innermost first: a team's
 //! pot settles before its village's.
 
-use rand::Rng;
-use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use std::sync::Arc;
+use throng::rand::Rng;
+use throng::rand_chacha::ChaCha8Rng;
+use throng::serde_json::{self, Value, json};
+use throng::{minijinja, toml};
 use throng::sim::config::ScenarioProblem;
 use throng::sim::groups::GroupRef;
 use throng::sim::population::{Population, PopulationSpec};

@@ -263,6 +263,11 @@ impl Scenario for EnergyMarket {
         &["producer", "utility"]
     }
 
+    /// None: [`Scenario::state`] lays out the market's whole table.
+    fn row(&self, _world: &Market, _agent: usize, _step: usize) -> Option<()> {
+        None
+    }
+
     fn from_table(table: &toml::Table) -> Result<Self, ScenarioProblem> {
         MarketConfig::from_table(table).map(Self::new)
     }

@@ -434,13 +434,9 @@ impl Scenario for GuessGame {
         Some(report::round_batch(&[]).schema())
     }
 
-    fn aggregates(&self, game: &Game, cell: &CellInfo, step: usize) -> Option<RecordBatch> {
+    fn aggregates(&self, game: &Game, _cell: &CellInfo, step: usize) -> Option<RecordBatch> {
         let result = step.checked_sub(1).and_then(|r| game.results.get(r))?;
-        let mut row = report::RoundRow {
-            arm: cell.arm.clone(),
-            population: cell.population,
-            replicate: cell.replicate,
-            step,
+        let mut row = report::Round {
             players: game.agents,
             guesses: 0,
             mean: None,

@@ -27,14 +27,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::OnceLock;
 
-/// One cell's round in `aggregates.csv`.
+/// One cell's round in `aggregates.csv` (after the cell's keys, which the runner writes; the
+/// step is the round, 1-based).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RoundRow {
-    pub arm: String,
-    pub population: usize,
-    pub replicate: usize,
-    /// The round (1-based).
-    pub step: usize,
+pub struct Round {
     pub players: usize,
     /// Players who guessed (the others' replies fell back).
     pub guesses: usize,
@@ -59,11 +55,14 @@ pub struct RoundRow {
     pub equilibrium: Option<f64>,
 }
 
-pub fn round_batch(rows: &[RoundRow]) -> RecordBatch {
+/// A round as read back, with its cell's keys.
+pub type RoundRow = record::Keyed<Round>;
+
+pub fn round_batch(rows: &[Round]) -> RecordBatch {
     use serde_arrow::schema::{SchemaLike, TracingOptions};
     static FIELDS: OnceLock<Vec<FieldRef>> = OnceLock::new();
     let fields = FIELDS.get_or_init(|| {
-        Vec::<FieldRef>::from_type::<RoundRow>(TracingOptions::default().allow_null_fields(true))
+        Vec::<FieldRef>::from_type::<Round>(TracingOptions::default().allow_null_fields(true))
             .expect("invariant: the row type traces")
     });
     serde_arrow::to_record_batch(fields, &rows).expect("invariant: rows fit their schema")
@@ -539,7 +538,7 @@ pub fn report(dir: &Path) -> Result<Report, ReportError> {
 fn report_and_text(dir: &Path) -> Result<(Report, String), ReportError> {
     let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
     let steps: Vec<StepRecord> = record::read_steps(dir)?;
-    let rows: Vec<RoundRow> = record::read_csv(&dir.join(record::AGGREGATES))?;
+    let rows: Vec<RoundRow> = record::read_keyed_csv(&dir.join(record::AGGREGATES))?;
     if rows.is_empty() {
         return Err(ReportError::Empty {
             dir: dir.to_path_buf(),

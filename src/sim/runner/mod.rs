@@ -175,7 +175,10 @@ pub fn run<S: Scenario>(
         true => Some(Recorder::open(
             dir,
             state_csv,
-            arms.first().and_then(|s| s.aggregates_columns()).as_deref(),
+            arms.first()
+                .and_then(|s| s.aggregates_columns())
+                .map(|own| rows::keyed_schema(&own))
+                .as_deref(),
             start.as_ref(),
             options.store.clone(),
         )?),

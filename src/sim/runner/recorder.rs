@@ -249,11 +249,17 @@ impl Recorder {
         }
         self.state(exp, arms, cells, group, step + 1)?;
         super::fault::point(global_step, "state");
+        // The runner puts the cell's keys in front of the scenario's own columns.
         let aggregates: Vec<_> = (0..cells.infos.len())
             .filter_map(|c| {
-                arms[cells.arm_of[c]].aggregates(&cells.worlds[c], &cells.infos[c], step + 1)
+                let own = arms[cells.arm_of[c]].aggregates(
+                    &cells.worlds[c],
+                    &cells.infos[c],
+                    step + 1,
+                )?;
+                Some(super::rows::keyed(&own, &cells.infos[c], step + 1))
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         self.writer.aggregates(&aggregates)?;
         let mut counters = Counters {
             seconds: timing.seconds,
