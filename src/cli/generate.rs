@@ -2,6 +2,7 @@
 //! as an offline batch-inference tool.
 
 use super::ModelArgs;
+use super::numbers::{at_least_one, temperature, top_p};
 use crate::engine::{
     Client, Engine, Fill, Message, Prompt, Queue, Request, RequestError, Response, SamplingParams,
     Schema,
@@ -34,7 +35,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub schema: Option<PathBuf>,
     /// Run N copies of the request, copy i seeded with derive(seed, i); stdout becomes JSON Lines.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one())]
     pub n: usize,
     /// A JSON Lines file of requests (`messages`, through the chat template, or `prompt`, raw
     /// text without it; optional `json_schema`, `max_tokens`, `temperature`, `top_p`,
@@ -44,14 +45,14 @@ pub struct GenerateArgs {
     /// read its response, write the next) and keep its prefix cache from call to call.
     #[arg(long)]
     pub requests: Option<PathBuf>,
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = at_least_one())]
     pub max_tokens: usize,
     /// 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = temperature(), allow_negative_numbers = true)]
     pub temperature: f32,
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one())]
     pub top_k: Option<usize>,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = top_p(), allow_negative_numbers = true)]
     pub top_p: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -339,9 +340,6 @@ pub fn response_line(
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    if args.n == 0 {
-        bail!("--n must be at least 1");
-    }
     let sampling = SamplingParams {
         temperature: args.temperature,
         top_k: args.top_k,
