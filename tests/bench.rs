@@ -160,6 +160,51 @@ fn bench_refuses_contexts_longer_than_the_model_with_the_fix() {
     );
 }
 
+// Guards against issue 30, item 11: `throng bench --block-size 0` panicked (a division by
+// zero), and `--max-seqs 0` quietly meant every agent. Every numeric flag of bench and
+// generate that no run can use is refused by name, before any model is built or loaded.
+#[test]
+fn numeric_flags_that_cannot_work_are_refused_by_name_without_a_panic() {
+    fn bench(args: &[&'static str]) -> Vec<&'static str> {
+        [&["bench", "--shape", "tiny"][..], args].concat()
+    }
+    fn generate(args: &[&'static str]) -> Vec<&'static str> {
+        [&["generate", "--prompt", "hi"][..], args].concat()
+    }
+    for args in [
+        bench(&["--block-size", "0"]),
+        bench(&["--max-seqs", "0"]),
+        bench(&["--max-batch-tokens", "0"]),
+        bench(&["--agents", "0"]),
+        bench(&["--reply", "0"]),
+        bench(&["--steps", "0"]),
+        bench(&["--top-k", "0"]),
+        bench(&["--temperature", "-1"]),
+        bench(&["--temperature", "NaN"]),
+        bench(&["--top-p", "0"]),
+        generate(&["--max-tokens", "0"]),
+        generate(&["--n", "0"]),
+        generate(&["--top-k", "0"]),
+        generate(&["--temperature", "inf"]),
+        generate(&["--top-p", "1.5"]),
+        generate(&["--max-seqs", "0"]),
+        generate(&["--max-batch-tokens", "0"]),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_throng"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let flag = args[args.len() - 2];
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains(args[args.len() - 1]),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
 /// One bench run of 8 agents on the tiny shape under `policy`, with room for a quarter of their
 /// contexts; the JSON report.
 fn squeezed_bench(policy: &str, dir: &std::path::Path) -> Value {

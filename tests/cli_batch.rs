@@ -79,6 +79,34 @@ fn bad_lines_become_error_lines_in_place_and_the_rest_are_answered() {
     assert_eq!(lines[4]["tag"], "e");
 }
 
+// Guards against issue 30, item 21: a request the engine refused (an unknown chat role) was
+// reported without the line it came from, unlike one that did not parse.
+#[test]
+fn a_request_the_engine_refuses_names_its_line() {
+    let model = tiny();
+    let path = requests(
+        model.path(),
+        &[
+            r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}"#,
+            "",
+            r#"{"messages": [{"role": "wizard", "content": "hi"}], "max_tokens": 2}"#,
+        ],
+    );
+    let out = throng()
+        .args(["generate", "--model"])
+        .arg(model.path())
+        .arg("--requests")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let lines = json_lines(&out.stdout);
+    let error = lines[1]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with(&format!("{} line 3: ", path.display())) && error.contains("wizard"),
+        "{error}"
+    );
+}
+
 // 100,000 requests showed nothing for an hour and a kill lost all of it: the first lines must
 // come out (and be flushed) while later ones are still being generated.
 #[test]

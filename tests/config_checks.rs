@@ -494,3 +494,89 @@ fn counts_have_documented_upper_bounds() {
     );
     assert!(!out.exists());
 }
+
+// Guards against issue 30, item 2: `agents = [3, 3]` ran the same cells twice under the same
+// keys, and the report's intervals counted each game twice. A size listed twice is refused at
+// its line (and on the command line); so is a sweep value written twice as `1` and `1.0`,
+// which made the same arm under two names.
+#[test]
+fn a_population_size_or_sweep_value_listed_twice_is_refused_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "guess", "\n[scenario]\nname = \"guess\"\n");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("agents = 4\n", "agents = [3, 5, 3]\n");
+    std::fs::write(&path, &text).unwrap();
+    let err = throng::scenarios::Registry::builtin()
+        .load(&path, &Overrides::default())
+        .unwrap_err();
+    let line = 1 + text.lines().position(|l| l.starts_with("agents")).unwrap();
+    assert_eq!(err.line(), Some(line), "{err}");
+    let said = err.to_string();
+    assert!(
+        said.contains("field `agents`")
+            && said.contains("population size 3 is listed twice")
+            && said.contains("list it once"),
+        "{said}"
+    );
+    std::fs::write(&path, text.replace("agents = [3, 5, 3]\n", "agents = 4\n")).unwrap();
+    let err = throng::scenarios::Registry::builtin()
+        .load(
+            &path,
+            &Overrides {
+                agents: Some(vec![6, 6]),
+                ..Overrides::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("--agents") && err.contains("population size 6 is listed twice"),
+        "{err}"
+    );
+    refused(
+        "guess",
+        "\n[scenario]\nname = \"guess\"\n\n[sweep]\nscenario = { offset = [1, 2, 1.0] }\n",
+        "offset = [1",
+        "sweep.scenario.offset",
+        "`1.0` is listed twice",
+    );
+}
+
+// Guards against issue 30, item 18: an arm that changed a knob shaping the first worlds from a
+// later step (`from_step`) was refused only once the run had started, with advice to resume,
+// which could never work. It is refused when the config is read, at the knob's line.
+#[test]
+fn a_knob_that_shapes_the_first_worlds_is_refused_from_a_step_at_its_line() {
+    let body = "\n[scenario]\nname = \"energy_market\"\n\n[[arms]]\nname = \"cap\"\nfrom_step = 2\nscenario = { consumer_price_cap = 90.0 }\n\n[[arms]]\nname = \"richer\"\nfrom_step = 2\nscenario = { consumer_price_cap = 90.0, starting_resources = 50000.0 }\n";
+    let text = body.replace("steps = 1", "");
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "energy_market", &text);
+    let config = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("steps = 1\n", "steps = 4\n");
+    std::fs::write(&path, &config).unwrap();
+    let err = throng::scenarios::Registry::builtin()
+        .load(&path, &Overrides::default())
+        .unwrap_err();
+    let line = 1 + config
+        .lines()
+        .position(|l| l.contains("starting_resources = 50000.0"))
+        .unwrap();
+    let said = err.to_string();
+    assert_eq!(err.line(), Some(line), "{said}");
+    assert!(
+        said.contains("arm `richer`")
+            && said.contains("`starting_resources` shapes the worlds at the start")
+            && !said.contains("`consumer_price_cap` shapes")
+            && said.contains("leave `from_step` out")
+            && !said.contains("--resume"),
+        "{said}"
+    );
+    // A knob that acts on each step may change from a step.
+    let fine = config.replace(", starting_resources = 50000.0", "");
+    std::fs::write(&path, fine).unwrap();
+    throng::scenarios::Registry::builtin()
+        .load(&path, &Overrides::default())
+        .unwrap();
+}

@@ -399,6 +399,77 @@ fn a_base_that_is_missing_unfinished_or_of_another_scenario_is_refused_with_the_
     );
 }
 
+// Guards against issue 30, item 20: a base with no population size in common was compared
+// ("does not diverge from the base in the 0 steps both ran"), a shorter base was compared over
+// its steps without a word, and `base = ""` was refused without its line.
+#[test]
+fn a_base_with_nothing_or_less_in_common_is_refused_or_said_plainly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    let short = text(GUESS).replace("steps = 3", "steps = 2");
+    let ran = output(
+        throng()
+            .arg("run")
+            .arg(write(tmp.path(), "b", &short))
+            .args(["--policy", "scripted", "--no-report", "--out"])
+            .arg(&base),
+    );
+    assert!(ran.ok, "{}", ran.text);
+    let with_base =
+        |config: &str, base: &str| format!("{config}\n[counterfactual]\nbase = \"{base}\"\n");
+    let empty = with_base(&text(GUESS), "");
+    let line = 1 + empty.lines().position(|l| l == "base = \"\"").unwrap();
+    let said = refused(&empty);
+    assert!(
+        said.contains(&format!("c.toml:{line}:"))
+            && said.contains("field `counterfactual.base` is empty")
+            && said.contains("runs/"),
+        "{said}"
+    );
+    let other_size = with_base(
+        &text(GUESS).replace("agents = 6", "agents = 8"),
+        base.to_str().unwrap(),
+    );
+    let said = refused(&other_size);
+    assert!(
+        said.contains("field `counterfactual.base`")
+            && said.contains("no size in common")
+            && said.contains("agents = 6"),
+        "{said}"
+    );
+    // A base of fewer steps: the run says so as it starts, and its report says what was not
+    // compared.
+    let longer = with_base(
+        &text(GUESS).replace("steps = 3", "steps = 4"),
+        base.to_str().unwrap(),
+    );
+    let out = tmp.path().join("cf");
+    let ran = output(
+        throng()
+            .arg("run")
+            .arg(write(tmp.path(), "cf", &longer))
+            .args(["--policy", "scripted", "--out"])
+            .arg(&out),
+    );
+    assert!(ran.ok, "{}", ran.text);
+    assert!(
+        ran.text
+            .contains("it ran 2 steps and this run 4: steps 3 to 4 are not compared"),
+        "{}",
+        ran.text
+    );
+    assert!(
+        ran.text
+            .contains("Not compared, as the base did not run them: this run's steps"),
+        "{}",
+        ran.text
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let not_compared = summary["counterfactual"]["not_compared"].to_string();
+    assert!(not_compared.contains("steps 3, 4"), "{not_compared}");
+}
+
 #[test]
 fn a_knob_that_shapes_the_first_worlds_cannot_change_from_a_step() {
     let said = refused(&format!(

@@ -277,7 +277,7 @@ fn absurd_plan_inputs_are_refused_with_the_fix() {
     let (code, text) = plan_tiny(&["--max-seqs", "0"]);
     assert_eq!(code, Some(2), "{text}");
     assert!(
-        text.contains("'--max-seqs <MAX_SEQS>'") && text.contains("must be at least 1"),
+        text.contains("'--max-seqs <MAX_SEQS>'") && text.contains("give at least 1"),
         "{text}"
     );
 }

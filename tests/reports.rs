@@ -189,3 +189,50 @@ size = 4
     assert!(page.contains("<td>team</td>") && page.contains("<td>league</td>"));
     assert_eq!(page.matches("Group levels at step").count(), 1);
 }
+
+// Guards against issue 30, item 23: the base report gave a 0/1 column Student's t interval
+// over replicates, which left [0, 1] (a share of winners shown as [-0.38, 1.05]). A share's
+// interval is Wilson's, within [0, 1]; a column that is never negative is never given a
+// negative bound, and the report says where one was cut.
+#[test]
+fn intervals_keep_to_the_range_a_columns_values_can_take() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("shares.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "name = \"shares\"\nseed = 5\nreplicates = 3\nsteps = 4\npolicy = \"scripted\"\n\
+             agents = 5\ntemplates = {:?}\n\n[scenario]\nname = \"guess\"\n\n\
+             [population.attributes.education]\nshares = {{ school = 60, university = 40 }}\n",
+            common::cli::repo()
+                .join("templates/guess")
+                .display()
+                .to_string()
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("run");
+    run(&config, &out);
+    let mut reader = csv::Reader::from_path(out.join("means.csv")).unwrap();
+    let header = reader.headers().unwrap().clone();
+    let at = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let (column, low, high, mean) = (at("column"), at("ci_low"), at("ci_high"), at("mean"));
+    let mut shares = 0;
+    for row in reader.records() {
+        let row = row.unwrap();
+        let (Ok(lo), Ok(hi)) = (row[low].parse::<f64>(), row[high].parse::<f64>()) else {
+            continue;
+        };
+        let m: f64 = row[mean].parse().unwrap();
+        assert!(lo <= m && m <= hi, "{row:?}");
+        match &row[column] {
+            "won" => {
+                shares += 1;
+                assert!((0.0..=1.0).contains(&lo) && hi <= 1.0, "{row:?}");
+            }
+            "guess" => assert!(lo >= 0.0, "{row:?}"),
+            _ => {}
+        }
+    }
+    assert!(shares > 0, "a share with an interval");
+}

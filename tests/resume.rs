@@ -165,6 +165,62 @@ fn templates_are_the_run_folders_copies_and_an_edited_copy_is_refused() {
     assert_same_records(&whole, &out, &RECORDS, "resumed from the kept templates");
 }
 
+// Guards against issue 30, item 21: an edited copy of a template (`inputs/templates/...`) was
+// reported with the advice to undo it from "the templates as it started in inputs/", which is
+// the very copy that was edited. The advice names the template it was copied from.
+#[test]
+fn an_edited_template_copy_is_undone_from_the_template_it_was_copied_from() {
+    let tmp = tempfile::tempdir().unwrap();
+    let templates = tmp.path().join("templates");
+    std::fs::create_dir_all(&templates).unwrap();
+    // Templates of this study's own (not the repository's, which would also match).
+    for name in ["system.jinja", "player.jinja"] {
+        let text = std::fs::read_to_string(repo().join("templates/guess").join(name)).unwrap();
+        std::fs::write(templates.join(name), text + "{# this study #}\n").unwrap();
+    }
+    let fixture = std::fs::read_to_string(repo().join(GUESS)).unwrap();
+    let config = tmp.path().join("exp.toml");
+    std::fs::write(
+        &config,
+        fixture.replace(
+            "templates = \"../../templates/guess\"",
+            "templates = \"templates\"",
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("run");
+    let Ran { ok, text, .. } = run(&config, &out, &["--stop-after", "1"]);
+    assert!(ok, "{text}");
+    let copy = out.join("inputs/templates/player.jinja");
+    let kept = std::fs::read(&copy).unwrap();
+    std::fs::write(&copy, [&kept[..], b"\nAnswer fast."].concat()).unwrap();
+    let Ran { ok, text, .. } = resume(&out, &[]);
+    assert!(!ok, "{text}");
+    let original = templates.join("player.jinja");
+    assert!(
+        text.contains(&format!("{} was edited", copy.display()))
+            && text.contains(&format!(
+                "{} is the template as it started: copy it to {}",
+                original.display(),
+                copy.display()
+            ))
+            && !text.contains("as it started are in"),
+        "{text}"
+    );
+    // Once the original changed too, the run's copy was the last one as it started.
+    std::fs::write(&original, "{{ changed }}").unwrap();
+    let Ran { ok, text, .. } = resume(&out, &[]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("the run's own copy of a template") && text.contains("put back"),
+        "{text}"
+    );
+    // The advice works.
+    std::fs::write(&copy, &kept).unwrap();
+    let Ran { ok, text, .. } = resume(&out, &[]);
+    assert!(ok, "{text}");
+}
+
 /// A config for the LLM policy on the tiny random model: every decision samples, so a
 /// different weight format or any other change of bits shows in the records.
 fn llm_config(dir: &Path) -> PathBuf {

@@ -55,6 +55,9 @@ pub struct Comparison {
     pub base: String,
     pub base_arm: String,
     pub arms: Vec<Divergence>,
+    /// What of this run the base has no counterpart of, and so was not compared, in words
+    /// (`steps 5 to 8`); empty when every cell and step of this run was.
+    pub not_compared: Vec<String>,
     pub differences: Vec<Difference>,
     /// Figures drawn (paths under the run folder, without their extension).
     pub figures: Vec<String>,
@@ -187,15 +190,73 @@ pub(super) fn compare(
             });
         }
     }
+    let not_compared = not_compared(ours, &tables[0].1);
     write_csv(&dir.join("counterfactual.csv"), &differences)?;
     let figures = draw(dir, &differences)?;
     Ok(Comparison {
         base: cf.base.clone(),
         base_arm: cf.arm.clone(),
         arms,
+        not_compared,
         differences,
         figures,
     })
+}
+
+/// The population sizes, replicates and steps of this run (`ours`) that the base's arm
+/// (`base`) does not have: a base that ran fewer steps or replicates, or other sizes, is set
+/// beside this run only where both have cells, and the report says what was left out.
+fn not_compared(ours: &Table, base: &Cells) -> Vec<String> {
+    use std::collections::BTreeSet;
+    let theirs: [BTreeSet<u32>; 3] = [
+        base.rows.keys().map(|k| k.0).collect(),
+        base.rows.keys().map(|k| k.1).collect(),
+        base.rows.keys().map(|k| k.2).collect(),
+    ];
+    let mine: [BTreeSet<u32>; 3] = [
+        ours.population.iter().copied().collect(),
+        ours.replicate.iter().copied().collect(),
+        ours.step.iter().copied().collect(),
+    ];
+    let mut out = Vec::new();
+    for ((what, mine), theirs) in ["population sizes", "replicates", "steps"]
+        .iter()
+        .zip(&mine)
+        .zip(&theirs)
+    {
+        let missing: Vec<u32> = mine.difference(theirs).copied().collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let had = match theirs.is_empty() {
+            true => "none".to_string(),
+            false => spans(&theirs.iter().copied().collect::<Vec<_>>()),
+        };
+        out.push(format!(
+            "this run's {what} {} (the base has {had})",
+            spans(&missing)
+        ));
+    }
+    out
+}
+
+/// Sorted numbers as runs: `0, 2 to 5, 9`.
+fn spans(sorted: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        parts.push(match j - i {
+            0 => sorted[i].to_string(),
+            1 => format!("{}, {}", sorted[i], sorted[j]),
+            _ => format!("{} to {}", sorted[i], sorted[j]),
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
 }
 
 /// One figure per column: each arm's difference from the base per step, with its interval.
@@ -243,11 +304,28 @@ fn draw(dir: &Path, differences: &[Difference]) -> Result<Vec<String>, ReportErr
 fn diverges(d: &Divergence) -> String {
     match d.from_step {
         Some(step) => format!("diverges from the base at step {step}"),
+        // No population size, replicate and step in common: "does not diverge in the 0
+        // steps both ran" read as agreement.
+        None if d.steps_compared == 0 => {
+            "has no cell in common with the base (no population size, replicate and step that \
+             both ran), so nothing was compared"
+                .to_string()
+        }
         None => format!(
             "does not diverge from the base in the {} steps both ran",
             d.steps_compared
         ),
     }
+}
+
+/// The sentence on what the base has no counterpart of, if anything.
+fn not_compared_text(c: &Comparison) -> Option<String> {
+    (!c.not_compared.is_empty()).then(|| {
+        format!(
+            "Not compared, as the base did not run them: {}.",
+            c.not_compared.join("; ")
+        )
+    })
 }
 
 fn with_interval(d: &Difference) -> String {
@@ -271,6 +349,9 @@ fn last_nonzero<'a>(c: &'a Comparison, arm: &str) -> Vec<&'a Difference> {
 /// The comparison's lines for the terminal.
 pub fn text(c: &Comparison) -> String {
     let mut out = format!("against base {} (arm `{}`):\n", c.base, c.base_arm);
+    if let Some(line) = not_compared_text(c) {
+        let _ = writeln!(out, "  {line}");
+    }
     for a in &c.arms {
         let _ = writeln!(out, "  arm `{}` {}", a.arm, diverges(a));
         for d in last_nonzero(c, &a.arm) {
@@ -304,6 +385,9 @@ pub fn html(c: &Comparison) -> String {
         let _ = write!(body, "<li>Arm <b>{}</b> {}.</li>", esc(&a.arm), diverges(a));
     }
     body.push_str("</ul>");
+    if let Some(line) = not_compared_text(c) {
+        let _ = write!(body, "<p>{}</p>", esc(&line));
+    }
     // Every step from the first that diverges, every column that differs somewhere.
     let first = c.arms.iter().filter_map(|a| a.from_step).min();
     let differs: std::collections::BTreeSet<&str> = c

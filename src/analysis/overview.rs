@@ -16,7 +16,7 @@ use super::counterfactual;
 use super::html::{self, esc};
 use super::plot::{self, Band, HistogramPanel, Histograms, Lines};
 use super::state::{Table, flatten, texts, whole};
-use super::stats::Summary;
+use super::stats::{Bounds, Summary};
 use crate::record::{self, Manifest};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Float64Type;
@@ -119,8 +119,16 @@ pub struct Timing {
     pub prefix_hit_rate: f64,
 }
 
-/// Means per (arm, population, breakdown, value, step, column), each over its replicates.
-fn means(t: &Table) -> Vec<Mean> {
+/// Means per (arm, population, breakdown, value, step, column), each over its replicates,
+/// with an interval that keeps to what the column's values can be (see [`interval_of`]);
+/// and the columns whose Student's t intervals were cut at 0.
+fn means(t: &Table) -> (Vec<Mean>, Vec<String>) {
+    let bounds: Vec<Bounds> = t
+        .numbers
+        .iter()
+        .map(|(_, values)| Bounds::of(values.iter().copied()))
+        .collect();
+    let mut cut = std::collections::BTreeSet::new();
     // (arm, population, breakdown, value, step, column) -> replicate -> (sum, count), all as
     // codes: the rows of a million agents build no string.
     type Key = (u32, u32, u32, u32, u32, u32);
@@ -155,7 +163,11 @@ fn means(t: &Table) -> Vec<Mean> {
         .into_iter()
         .filter_map(|((arm, population, b, value, step, c), reps)| {
             let per: Vec<f64> = reps.values().map(|(s, n)| s / *n as f64).collect();
-            let s = Summary::of(&per)?;
+            let observations = reps.values().map(|(_, n)| n).sum();
+            let (s, clipped) = interval_of(bounds[c as usize], &per, observations)?;
+            if clipped {
+                cut.insert(c);
+            }
             let (ci_low, ci_high) = s.interval().unzip();
             let (by, value) = match b {
                 0 => ("all".to_string(), "all".to_string()),
@@ -188,7 +200,41 @@ fn means(t: &Table) -> Vec<Mean> {
             b.step,
         ))
     });
-    means
+    let cut = cut
+        .into_iter()
+        .map(|c| t.numbers[c as usize].0.clone())
+        .collect();
+    (means, cut)
+}
+
+/// The mean of replicate means `per` (over `observations` agent values in all) with its 95%
+/// interval, as the column's `bounds` allow: Wilson's for a share, which stays in [0, 1];
+/// Student's t cut at 0 for a column that is never negative (with `true` when it was cut);
+/// Student's t otherwise.
+fn interval_of(bounds: Bounds, per: &[f64], observations: usize) -> Option<(Summary, bool)> {
+    match bounds {
+        Bounds::Share => Summary::of_share(per, observations).map(|s| (s, false)),
+        Bounds::NonNegative => {
+            let mut s = Summary::of(per)?;
+            let cut = s.n >= 2 && s.ci_low < 0.0;
+            s.ci_low = s.ci_low.max(0.0);
+            Some((s, cut))
+        }
+        Bounds::Unbounded => Summary::of(per).map(|s| (s, false)),
+    }
+}
+
+/// The note on intervals cut at 0, naming their columns.
+fn cut_note(columns: &[String]) -> Option<String> {
+    if columns.is_empty() {
+        return None;
+    }
+    let named: Vec<String> = columns.iter().map(|c| format!("`{c}`")).collect();
+    Some(format!(
+        "Some 95% intervals of {} reached below 0, where none of the column's values lie, and \
+         are cut at 0: with few replicates Student's t is wide; more replicates narrow it.",
+        named.join(", ")
+    ))
 }
 
 fn timing(dir: &Path) -> Timing {
@@ -259,12 +305,13 @@ pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, R
     let levels: Vec<String> = level_names(&groups);
     let state = record::read_state(dir)?;
     let table = flatten(&state, &levels)?;
-    let means = means(&table);
+    let (means, cut) = means(&table);
     let columns: Vec<String> = table.numbers.iter().map(|(n, _)| n.clone()).collect();
     let mut notes = match own.notes {
         Some(notes) => notes,
         None => notes(&manifest, options),
     };
+    notes.extend(cut_note(&cut));
     let comparison = match &manifest.counterfactual {
         None => None,
         Some(cf) => match counterfactual::compare(dir, &table, cf, &levels) {

@@ -19,6 +19,39 @@ pub enum Method {
     StudentT,
     /// The 2.5th and 97.5th percentiles of the means of resamples drawn with replacement.
     BootstrapPercentile,
+    /// Wilson's score interval of a share in [0, 1], at the effective number of observations
+    /// the replicates' spread implies (see [`Summary::of_share`]).
+    Wilson,
+}
+
+/// The values a column can take, as its values show: what interval its means get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bounds {
+    /// Every value lies in [0, 1] (a yes/no column, a share): Wilson's interval.
+    Share,
+    /// Every value is at least 0 (a count, a price): Student's t, cut at 0.
+    NonNegative,
+    /// Values of either sign.
+    Unbounded,
+}
+
+impl Bounds {
+    /// The bounds of a column with these values (NaN, a missing value, is left out).
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Self {
+        let (mut low, mut high) = (f64::INFINITY, f64::NEG_INFINITY);
+        for v in values.into_iter().filter(|v| !v.is_nan()) {
+            low = low.min(v);
+            high = high.max(v);
+        }
+        if low >= 0.0 && high <= 1.0 {
+            Bounds::Share
+        } else if low >= 0.0 {
+            Bounds::NonNegative
+        } else {
+            Bounds::Unbounded
+        }
+    }
 }
 
 /// A sample's mean with its 95% confidence interval.
@@ -90,11 +123,43 @@ impl Summary {
         Some(s)
     }
 
-    /// `of` or `of_bounded`, as `method` says.
+    /// The mean of replicate shares (each replicate's mean of values in [0, 1], such as a
+    /// yes/no column) with Wilson's score interval, which never leaves [0, 1] where
+    /// Student's t gave a 0/1 column [-0.38, 1.05].
+    ///
+    /// The replicate is the unit of independence, so the interval is Wilson's at the effective
+    /// number of observations `n = p(1 - p) / se^2`, `se` the standard error of the mean over
+    /// replicates (Kish's design effect): where the share is far from its bounds it matches
+    /// Student's t, whose quantile it uses. When every replicate has the same share (`se` = 0),
+    /// the `observations` (the agent values pooled) stand in for `n`, so that a share of 0 in
+    /// every replicate still gets an upper bound above 0.
+    pub fn of_share(values: &[f64], observations: usize) -> Option<Self> {
+        let mut s = Self::of(values)?;
+        s.method = Method::Wilson;
+        if s.n < 2 {
+            return Some(s);
+        }
+        let p = s.mean.clamp(0.0, 1.0);
+        let se2 = s.sd.powi(2) / s.n as f64;
+        let n = if se2 > 0.0 {
+            p * (1.0 - p) / se2
+        } else {
+            observations.max(s.n) as f64
+        };
+        let z = t_quantile(s.n - 1);
+        let (lo, hi) = wilson(p, n, z);
+        s.ci_low = lo;
+        s.ci_high = hi;
+        Some(s)
+    }
+
+    /// `of` or `of_bounded`, as `method` says (Wilson's interval with the replicates as the
+    /// observations).
     pub fn with(method: Method, values: &[f64]) -> Option<Self> {
         match method {
             Method::StudentT => Self::of(values),
             Method::BootstrapPercentile => Self::of_bounded(values),
+            Method::Wilson => Self::of_share(values, values.len()),
         }
     }
 
@@ -102,6 +167,29 @@ impl Summary {
     pub fn interval(&self) -> Option<(f64, f64)> {
         (self.n >= 2).then_some((self.ci_low, self.ci_high))
     }
+}
+
+/// Wilson's score interval of a share `p` over `n` observations at quantile `z`; within
+/// [0, 1] whatever `p` and `n`.
+fn wilson(p: f64, n: f64, z: f64) -> (f64, f64) {
+    if n <= 0.0 || !n.is_finite() {
+        return (p, p);
+    }
+    let z2n = z * z / n;
+    let centre = (p + z2n / 2.0) / (1.0 + z2n);
+    let half = z / (1.0 + z2n) * (p * (1.0 - p) / n + z2n / (4.0 * n)).sqrt();
+    // At a bound the interval starts exactly there (the formula's rounding says 1e-17).
+    let low = if p <= 0.0 {
+        0.0
+    } else {
+        (centre - half).max(0.0)
+    };
+    let high = if p >= 1.0 {
+        1.0
+    } else {
+        (centre + half).min(1.0)
+    };
+    (low, high)
 }
 
 fn t_quantile(df: usize) -> f64 {
@@ -279,6 +367,53 @@ mod tests {
         assert_eq!(b.interval(), Some((10.0, 15.0)));
         // Seeded: the same data give the same interval.
         assert_eq!(Summary::of_bounded(&times), Summary::of_bounded(&times));
+    }
+
+    // Guards against issue 30, item 23: a 0/1 column's mean over three replicates got
+    // Student's t interval [-0.38, 1.05], beyond what a share can be.
+    #[test]
+    fn a_share_gets_a_wilson_interval_within_zero_and_one() {
+        let shares = [0.0, 1.0, 0.4];
+        let t = Summary::of(&shares).unwrap();
+        assert!(t.ci_low < 0.0 && t.ci_high > 1.0, "the premise: {t:?}");
+        let w = Summary::of_share(&shares, 30).unwrap();
+        let (lo, hi) = w.interval().unwrap();
+        assert!(
+            (0.0..w.mean).contains(&lo) && hi > w.mean && hi <= 1.0,
+            "{w:?}"
+        );
+        assert_eq!((w.method, w.mean), (Method::Wilson, t.mean));
+        // Away from the bounds, with many replicates, it is Student's t.
+        let middle: Vec<f64> = (0..200)
+            .map(|i| 0.4 + 0.2 * ((i % 7) as f64 / 6.0))
+            .collect();
+        let (t, w) = (
+            Summary::of(&middle).unwrap(),
+            Summary::of_share(&middle, 2000).unwrap(),
+        );
+        assert!((t.ci_low - w.ci_low).abs() < 1e-3 && (t.ci_high - w.ci_high).abs() < 1e-3);
+        // No agent said yes in any replicate: still an upper bound, from the agents counted.
+        let none = Summary::of_share(&[0.0, 0.0, 0.0], 60).unwrap();
+        let (lo, hi) = none.interval().unwrap();
+        let z2 = t_quantile(2).powi(2);
+        assert!(
+            lo == 0.0 && (hi - z2 / (60.0 + z2)).abs() < 1e-12,
+            "{none:?}"
+        );
+        // Wilson's own numbers: 3 of 10 at z = 1.96 is [0.1078, 0.6032].
+        let (lo, hi) = wilson(0.3, 10.0, 1.96);
+        assert!(
+            (lo - 0.1078).abs() < 1e-4 && (hi - 0.6032).abs() < 1e-4,
+            "{lo} {hi}"
+        );
+    }
+
+    #[test]
+    fn bounds_follow_the_values() {
+        assert_eq!(Bounds::of([0.0, 1.0, f64::NAN, 1.0]), Bounds::Share);
+        assert_eq!(Bounds::of([0.25, 0.5]), Bounds::Share);
+        assert_eq!(Bounds::of([0.0, 3.0]), Bounds::NonNegative);
+        assert_eq!(Bounds::of([-1.0, 3.0]), Bounds::Unbounded);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! simulation steps its agents; prints a table and writes the same as JSON.
 
 use super::choice::{AttentionArg, KvFormatArg, KvPolicyArg, ShapeArg, WeightsArg};
+use super::numbers::{at_least_one, temperature, top_p};
 use super::parse_device;
 use crate::bench::{Bench, BenchSpec};
 use crate::engine::{EngineConfig, KvPolicy};
@@ -19,7 +20,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// Agents deciding every step, all in one continuous batch.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least_one())]
     pub agents: usize,
     /// Prompt tokens every agent shares (the rules).
     #[arg(long, default_value_t = 400)]
@@ -28,20 +29,20 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 200)]
     pub own: usize,
     /// Most reply tokens per agent and step.
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, value_parser = at_least_one())]
     pub reply: usize,
     /// Simulation steps; step 1 is cold, later ones reuse each agent's previous turn.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least_one())]
     pub steps: usize,
     /// Free replies instead of JSON decisions (no grammar masks).
     #[arg(long)]
     pub no_schema: bool,
     /// Sampling temperature (0 is greedy).
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = 0.7, value_parser = temperature(), allow_negative_numbers = true)]
     pub temperature: f32,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = top_p(), allow_negative_numbers = true)]
     pub top_p: f32,
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one())]
     pub top_k: Option<usize>,
     /// Seeds the weights, the prompts and the sampling.
     #[arg(long, default_value_t = 0)]
@@ -56,7 +57,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub host_sampling: bool,
     /// Tokens per KV block (default: 16 on the CPU, 32 on a GPU).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one())]
     pub block_size: Option<usize>,
     /// Memory for the KV cache, e.g. `40GiB` (default: what the agents' contexts need).
     #[arg(long)]
@@ -65,10 +66,10 @@ pub struct BenchArgs {
     #[arg(long, value_parser = KvFormatArg::parser(), default_value = "auto")]
     pub kv_format: KvFormat,
     /// Tokens per forward pass (default: 512 on the CPU, 8192 on a GPU).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one())]
     pub max_batch_tokens: Option<usize>,
     /// Sequences running at once (default: every agent).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one())]
     pub max_seqs: Option<usize>,
     /// Turn off prefix caching (for comparisons).
     #[arg(long)]

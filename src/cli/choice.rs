@@ -158,16 +158,6 @@ choice! {
     }
 }
 
-/// A count that must be at least 1 (`--max-seqs`, `--max-batch-tokens`, `--block-size`): clap
-/// refuses 0 with this message before anything runs.
-pub fn positive(text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(format!("`{text}` is not a whole number ({e})")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,4 +241,3 @@ mod tests {
         assert_eq!(kv, KvPolicy::ALL);
     }
 }
-

@@ -19,8 +19,23 @@ pub fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>> {
         find_field(&source.text, cf.span(), field, "counterfactual.").or(Some(cf.span()))
     };
     let given = &cf.get_ref().base;
-    let base: PathBuf = std::path::absolute(given)?;
     let shown = given.display();
+    let folder = "give the folder of a finished run (relative to the folder throng runs in), \
+                  e.g. base = \"runs/market-1712345678\"";
+    if given.as_os_str().is_empty() {
+        return Err(source
+            .error(
+                at("base"),
+                format!("field `counterfactual.base` is empty: {folder}"),
+            )
+            .into());
+    }
+    let base: PathBuf = std::path::absolute(given).map_err(|e| {
+        source.error(
+            at("base"),
+            format!("field `counterfactual.base`: {shown}: {e}; {folder}"),
+        )
+    })?;
     let manifest: Manifest = match record::read_json(&base.join(record::MANIFEST)) {
         Ok(m) => m,
         Err(e) => {
@@ -93,6 +108,28 @@ pub fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>> {
             }
         },
     };
+    // Cells are set beside the base's of the same population size, replicate and step: with
+    // no size in common, nothing could be (and a report said "does not diverge in the 0 steps
+    // both ran").
+    let sizes = &exp.config.agents.0;
+    if !sizes.iter().any(|n| manifest.populations.contains(n)) {
+        return Err(source
+            .error(
+                at("base"),
+                format!(
+                    "field `counterfactual.base`: {shown} ran populations of {} agents and this \
+                     config runs {}: no size in common, so no cell of this run could be set \
+                     beside one of the base; run a size the base ran (agents = {})",
+                    numbers(&manifest.populations),
+                    numbers(sizes),
+                    manifest.populations.first().copied().unwrap_or_default()
+                ),
+            )
+            .into());
+    }
+    for line in uncompared(&manifest, exp) {
+        eprintln!("throng: warning: [counterfactual] base {shown}: {line}");
+    }
     if manifest.seed != exp.config.seed {
         eprintln!(
             "throng: warning: [counterfactual] base {shown} ran with seed {}, and this run with \
@@ -105,6 +142,50 @@ pub fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>> {
         base: base.display().to_string(),
         arm,
     }))
+}
+
+/// What of the run `exp` configures has no counterpart in its base (`base`'s manifest), and
+/// so will not be set beside it: said before the run starts, as the report says it after.
+fn uncompared(base: &Manifest, exp: &Experiment) -> Vec<String> {
+    let c = &exp.config;
+    let mut out = Vec::new();
+    let extra: Vec<usize> = c
+        .agents
+        .0
+        .iter()
+        .copied()
+        .filter(|n| !base.populations.contains(n))
+        .collect();
+    if !extra.is_empty() {
+        out.push(format!(
+            "it ran no population of {} agents, so those cells of this run are not compared",
+            numbers(&extra)
+        ));
+    }
+    if c.replicates.0 > base.replicates {
+        out.push(format!(
+            "it ran {} replicates and this run {}: only the first {} are compared",
+            base.replicates, c.replicates.0, base.replicates
+        ));
+    }
+    if c.steps.0 > base.steps {
+        out.push(format!(
+            "it ran {} steps and this run {}: steps {} to {} are not compared",
+            base.steps,
+            c.steps.0,
+            base.steps + 1,
+            c.steps.0
+        ));
+    }
+    out
+}
+
+fn numbers(values: &[usize]) -> String {
+    values
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn listed(arms: &[String]) -> String {

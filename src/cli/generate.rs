@@ -2,6 +2,7 @@
 //! as an offline batch-inference tool.
 
 use super::ModelArgs;
+use super::numbers::{at_least_one, temperature, top_p};
 use crate::engine::{
     Client, Engine, Fill, Message, Prompt, Queue, Request, RequestError, Response, SamplingParams,
     Schema,
@@ -34,7 +35,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub schema: Option<PathBuf>,
     /// Run N copies of the request, copy i seeded with derive(seed, i); stdout becomes JSON Lines.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one())]
     pub n: usize,
     /// A JSON Lines file of requests (`messages`, through the chat template, or `prompt`, raw
     /// text without it; optional `json_schema`, `max_tokens`, `temperature`, `top_p`,
@@ -44,14 +45,14 @@ pub struct GenerateArgs {
     /// read its response, write the next) and keep its prefix cache from call to call.
     #[arg(long)]
     pub requests: Option<PathBuf>,
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = at_least_one())]
     pub max_tokens: usize,
     /// 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = temperature(), allow_negative_numbers = true)]
     pub temperature: f32,
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one())]
     pub top_k: Option<usize>,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = top_p(), allow_negative_numbers = true)]
     pub top_p: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -103,11 +104,13 @@ struct Item {
     index: usize,
     request: Result<Request, String>,
     tag: Option<String>,
+    /// Where it was read (`requests.jsonl line 3`), for the errors the engine finds in it.
+    at: Option<String>,
 }
 
 /// What a [`Source`] has for the engine next.
 enum Pull {
-    Item(Item),
+    Item(Box<Item>),
     /// Nothing yet (standard input has not sent the next line); more may come.
     Later,
     /// Nothing more will come.
@@ -202,11 +205,12 @@ impl Source {
                 if *n > 1 {
                     request.sampling.seed = crate::seed::derive(*seed, &[i as u64]);
                 }
-                Ok(Pull::Item(Item {
+                Ok(Pull::Item(Box::new(Item {
                     index: i,
                     request: Ok(request),
                     tag: None,
-                }))
+                    at: None,
+                })))
             }
             Source::File {
                 name,
@@ -232,10 +236,10 @@ impl Source {
                 }
                 let i = *index;
                 *index += 1;
-                return Ok(Pull::Item(match text {
+                return Ok(Pull::Item(Box::new(match text {
                     Ok(text) => parse_line(&text, i, *line, name, *max_tokens, *sampling),
                     Err(e) => not_utf8(&e, i, *line, name),
-                }));
+                })));
             },
         }
     }
@@ -259,6 +263,7 @@ fn not_utf8(e: &std::string::FromUtf8Error, index: usize, line: usize, name: &st
             at + 1
         )),
         tag,
+        at: None,
     }
 }
 
@@ -280,6 +285,7 @@ fn parse_line(
         index,
         request: request_from_json(text, index, &at, max_tokens, sampling),
         tag,
+        at: Some(at),
     }
 }
 
@@ -339,9 +345,6 @@ pub fn response_line(
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    if args.n == 0 {
-        bail!("--n must be at least 1");
-    }
     let sampling = SamplingParams {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -508,10 +511,20 @@ fn stream(engine: &mut Engine, source: &mut Source, unordered: bool) -> Result<C
     })
 }
 
-/// A request in the engine: its index in the input and its seed, for its line.
+/// A request in the engine: its index in the input and its seed, for its line, and where it
+/// was read, for its error.
 struct Line {
     index: usize,
     seed: u64,
+    at: Option<String>,
+}
+
+/// `error`, prefixed with where its request was read (`requests.jsonl line 3: ...`).
+fn located(at: Option<&str>, error: String) -> String {
+    match at {
+        Some(at) => format!("{at}: {error}"),
+        None => error,
+    }
 }
 
 /// The requests of a batch, and their response lines on their way to stdout.
@@ -572,7 +585,7 @@ impl Client for Batch<'_> {
                 wrote = false;
             }
             let item = match self.source.next_item(wait)? {
-                Pull::Item(item) => item,
+                Pull::Item(item) => *item,
                 Pull::Later => break Fill::More,
                 Pull::End => break Fill::Done,
             };
@@ -581,11 +594,13 @@ impl Client for Batch<'_> {
             let key = Line {
                 index: item.index,
                 seed: seed.unwrap_or_default(),
+                at: item.at.clone(),
             };
+            // The engine's refusals (an unknown chat role, a prompt too long) name the line.
             let submitted = item.request.and_then(|r| {
                 queue
                     .submit(key, r)
-                    .map_err(|refused| refused.error.to_string())
+                    .map_err(|refused| located(item.at.as_deref(), refused.error.to_string()))
             });
             if let Err(e) = submitted {
                 let l = response_line(item.index, seed, Err((e, item.tag.as_deref())));
@@ -602,7 +617,11 @@ impl Client for Batch<'_> {
     fn finished(&mut self, key: Line, result: Result<Response, RequestError>) -> Result<()> {
         let l = match &result {
             Ok(r) => response_line(key.index, Some(key.seed), Ok(r)),
-            Err(e) => response_line(key.index, Some(key.seed), Err((e.to_string(), None))),
+            Err(e) => response_line(
+                key.index,
+                Some(key.seed),
+                Err((located(key.at.as_deref(), e.to_string()), None)),
+            ),
         };
         self.write(key.index, l, result.is_ok())
     }

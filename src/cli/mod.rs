@@ -18,6 +18,7 @@ pub mod eval;
 pub mod extend;
 pub mod generate;
 pub mod models;
+pub mod numbers;
 pub mod plan;
 pub mod resume;
 pub mod reuse;
@@ -56,10 +57,10 @@ pub struct ModelArgs {
     #[arg(long, value_parser = choice::KvFormatArg::parser(), default_value = "auto")]
     pub kv_format: KvFormat,
     /// Tokens per forward pass (default: 512 on CPU, 8192 on GPU).
-    #[arg(long, value_parser = choice::positive)]
+    #[arg(long, value_parser = numbers::at_least_one())]
     pub max_batch_tokens: Option<usize>,
     /// Sequences running at once.
-    #[arg(long, default_value_t = 256, value_parser = choice::positive)]
+    #[arg(long, default_value_t = 256, value_parser = numbers::at_least_one())]
     pub max_seqs: usize,
     /// Turn off prefix caching (for comparisons).
     #[arg(long)]

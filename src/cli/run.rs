@@ -814,15 +814,44 @@ fn check_inputs(dir: &Path, manifest: &Manifest) -> Result<()> {
     if changes.is_empty() {
         return Ok(());
     }
-    let list: Vec<String> = changes.iter().map(|c| format!("  - {c}")).collect();
+    let list: Vec<String> = changes
+        .iter()
+        .map(|c| format!("  - {}/{c}", dir.display()))
+        .collect();
+    // The copies under inputs/templates are what the run renders: an edit there is undone
+    // from the template it was copied from, not from inputs/, which holds the edit.
+    let mut undo = Vec::new();
+    if changes.iter().any(|c| !c.is_template()) {
+        undo.push(format!(
+            "the config as it started is {}",
+            dir.join(record::inputs::STARTED_CONFIG).display()
+        ));
+    }
+    for c in changes.iter().filter(|c| c.is_template()) {
+        let copy = dir.join(c.file());
+        undo.push(
+            match record::inputs::original_template(dir, manifest, c.file()) {
+                Some(original) => format!(
+                    "{} is the template as it started: copy it to {}",
+                    original.display(),
+                    copy.display()
+                ),
+                None => format!(
+                    "{} is the run's own copy of a template, the one it renders, and no other copy \
+                 of it as it started was found: put back what was changed in it",
+                    copy.display()
+                ),
+            },
+        );
+    }
     bail!(
         "cannot resume {dir}: its inputs changed since the run started, and a resume runs \
          exactly what the run started with:\n{}\nTo continue the run as it started, undo the \
-         change (the config and templates as it started are in {inputs}/). To run with the \
-         change, start a new run: throng run {config} --out NEW_FOLDER",
+         change: {}. To run with the change, start a new run: throng run {config} --out \
+         NEW_FOLDER",
         list.join("\n"),
+        undo.join("; "),
         dir = dir.display(),
-        inputs = dir.join(record::inputs::INPUTS).display(),
         config = dir.join(record::CONFIG).display(),
     )
 }

@@ -34,7 +34,21 @@ pub(crate) struct Picked {
     pub copies: Duration,
 }
 
-const NO_TOKEN: &str = "the grammar allowed no token (the schema may be unsatisfiable)";
+/// Why no token could be picked for a row under `mask` (its grammar's, if it has one): the
+/// grammar allowed none, or the model gave no finite logit to any token it allowed (NaN or
+/// infinite logits, which only broken weights or an overflow make; a request without a
+/// schema was once told that its grammar had allowed no token).
+fn no_token(mask: Option<&SimpleVob>) -> String {
+    match mask {
+        Some(mask) if mask.is_zero() => {
+            "the grammar allowed no token (the schema may be unsatisfiable)".into()
+        }
+        _ => "the model gave no finite logit (NaN or infinity) to any token it could pick: its \
+              weights or its computation are broken; check the model file (download it again), \
+              or try another --weights format (f16 overflows where bf16 and f32 do not)"
+            .into(),
+    }
+}
 
 /// Picks a token for every running sequence `i` with `row_of[i] = Some(r)`, from row `r` of
 /// `logits` `(rows, vocab)`, under its mask `masks[i]`.
@@ -72,12 +86,15 @@ fn pick_on_host(
         .zip(masks.par_iter())
         .map(|((seq, row), mask)| {
             let row = row.as_mut()?;
-            match mask {
+            let mask = match mask {
                 Some(Err(e)) => return Some(Err(format!("the grammar failed: {e}"))),
-                Some(Ok(mask)) => apply_mask(row, mask),
-                None => {}
-            }
-            Some(seq.sampler.sample(row).ok_or_else(|| NO_TOKEN.to_string()))
+                Some(Ok(mask)) => {
+                    apply_mask(row, mask);
+                    Some(mask)
+                }
+                None => None,
+            };
+            Some(seq.sampler.sample(row).ok_or_else(|| no_token(mask)))
         })
         .collect();
     Ok(Picked {
@@ -145,7 +162,8 @@ fn pick_on_device(
     for (&(i, _), id) in order.iter().zip(ids) {
         tokens[i] = Some(match &masks[i] {
             Some(Err(e)) => Err(format!("the grammar failed: {e}")),
-            _ => id.ok_or_else(|| NO_TOKEN.to_string()),
+            Some(Ok(mask)) => id.ok_or_else(|| no_token(Some(mask))),
+            None => id.ok_or_else(|| no_token(None)),
         });
     }
     Ok(Picked {
@@ -153,4 +171,73 @@ fn pick_on_device(
         sampling: start.elapsed().saturating_sub(copies),
         copies,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::sampler::{Sampler, SamplingParams};
+    use candle_core::Device;
+
+    fn sequences(n: usize) -> Vec<Sequence> {
+        (0..n)
+            .map(|i| {
+                Sequence::new(
+                    i as u64,
+                    vec![1, 2],
+                    Sampler::new(SamplingParams::greedy()),
+                    8,
+                )
+            })
+            .collect()
+    }
+
+    // Guards against issue 30, item 21: NaN logits of a request with no schema were blamed on
+    // "the grammar", which it did not have.
+    #[test]
+    fn nan_logits_are_blamed_on_the_model_and_an_empty_mask_on_the_grammar() {
+        let vocab = 40;
+        let logits = Tensor::from_vec(
+            [
+                vec![f32::NAN; vocab],
+                vec![f32::NAN; vocab],
+                vec![0.5; vocab],
+            ]
+            .concat(),
+            (3, vocab),
+            &Device::Cpu,
+        )
+        .unwrap();
+        let mut running = sequences(3);
+        let masks = vec![
+            None,
+            Some(Ok(SimpleVob::alloc_ones(vocab))),
+            Some(Ok(SimpleVob::alloc(vocab))),
+        ];
+        let picked = pick(
+            logits,
+            &[Some(0), Some(1), Some(2)],
+            &mut running,
+            &masks,
+            PickOn::Host,
+            false,
+        )
+        .unwrap();
+        let errors: Vec<String> = picked
+            .tokens
+            .into_iter()
+            .map(|t| t.unwrap().unwrap_err())
+            .collect();
+        for e in &errors[..2] {
+            assert!(
+                e.contains("no finite logit") && !e.contains("grammar"),
+                "{e}"
+            );
+        }
+        assert!(
+            errors[2].contains("the grammar allowed no token"),
+            "{}",
+            errors[2]
+        );
+    }
 }

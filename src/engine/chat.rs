@@ -59,6 +59,76 @@ pub fn jinja_environment() -> Environment<'static> {
     env
 }
 
+/// The most text one render of a template may write: 8 MiB, sixteen times what fills the
+/// longest context throng runs (128K tokens of about 4 bytes each). Fuel counts work, not
+/// output, and minijinja sets no limit of its own: `{{ "x" * 100000000 }}` wrote 100 MB per
+/// render, which the tokenizer then took past 13 GB.
+pub const MAX_RENDERED_BYTES: usize = 8 << 20;
+
+/// Why a template's render failed.
+#[derive(Debug)]
+pub enum RenderFailure {
+    /// It wrote more than [`MAX_RENDERED_BYTES`].
+    TooLong,
+    /// Any other error of the template (see [`describe`]).
+    Template(minijinja::Error),
+}
+
+impl RenderFailure {
+    /// What went wrong, on one line, with the way on; `template` names the template.
+    pub fn describe(&self, template: &str) -> String {
+        match self {
+            RenderFailure::TooLong => format!(
+                "{template} wrote more than {} MiB in one render, far more than any prompt (a \
+                 string repeated or multiplied, such as `\"x\" * 100000000`, or a loop that runs \
+                 too long?); shorten what it writes",
+                MAX_RENDERED_BYTES >> 20
+            ),
+            RenderFailure::Template(e) => describe(e),
+        }
+    }
+}
+
+/// Writes a render into memory until it passes [`MAX_RENDERED_BYTES`], then refuses more.
+struct Bounded {
+    out: Vec<u8>,
+    over: bool,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.out.len() + buf.len() > MAX_RENDERED_BYTES {
+            self.over = true;
+            return Err(std::io::Error::other("the rendered text is too long"));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Renders `template` with `ctx`, stopping at [`MAX_RENDERED_BYTES`] of output.
+pub fn render_bounded(
+    template: &minijinja::Template<'_, '_>,
+    ctx: impl Into<Value>,
+) -> Result<String, RenderFailure> {
+    let mut out = Bounded {
+        out: Vec::new(),
+        over: false,
+    };
+    let rendered = template.render_captured_to(ctx, &mut out).map(|_| ());
+    if out.over {
+        return Err(RenderFailure::TooLong);
+    }
+    rendered.map_err(RenderFailure::Template)?;
+    // minijinja writes whole `str`s, and a refused write leaves no part behind.
+    Ok(String::from_utf8(out.out)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+}
+
 /// A template error with its causes, on one line.
 pub fn describe(e: &minijinja::Error) -> String {
     if e.kind() == ErrorKind::OutOfFuel {
@@ -317,6 +387,8 @@ pub enum ChatError {
     Compile(String),
     #[error("the chat template refused the conversation: {0}")]
     Render(String),
+    #[error("{0}")]
+    TooLong(String),
 }
 
 /// A compiled chat template with the special tokens it refers to.
@@ -457,9 +529,10 @@ impl ChatTemplate {
             tools => tools,
             date_string => self.date_string.as_deref().map(Value::from).unwrap_or(Value::UNDEFINED),
         };
-        template
-            .render(ctx)
-            .map_err(|e| ChatError::Render(describe(&e)))
+        render_bounded(&template, ctx).map_err(|e| match e {
+            RenderFailure::TooLong => ChatError::TooLong(e.describe("the model's chat template")),
+            RenderFailure::Template(e) => ChatError::Render(describe(&e)),
+        })
     }
 }
 
@@ -578,6 +651,29 @@ mod tests {
         let with_tools =
             ChatTemplate::new(&spec("{% if m.role == 'ipython' %}tool output{% endif %}")).unwrap();
         assert!(with_tools.roles().contains(&"ipython".to_string()));
+    }
+
+    // Guards against issue 30, item 13: `{{ "x" * 100000000 }}` in a chat template rendered
+    // 100 MB a conversation (and the tokenizer took it past 13 GB); fuel bounds work, not
+    // output.
+    #[test]
+    fn a_chat_template_that_writes_too_much_is_stopped_by_name_and_limit() {
+        for source in [
+            "{{ 'x' * 100000000 }}",
+            "{% for i in range(3000) %}{{ 'y' * 5000 }}{% endfor %}",
+        ] {
+            let t = ChatTemplate::new(&spec(source)).unwrap();
+            let err = t.render(&[Message::user("hi")], true).unwrap_err();
+            assert!(matches!(err, ChatError::TooLong(_)), "{source}: {err:?}");
+            let text = err.to_string();
+            assert!(
+                text.contains("chat template") && text.contains("8 MiB"),
+                "{source}: {text}"
+            );
+        }
+        // Just under the limit renders.
+        let t = ChatTemplate::new(&spec("{{ 'z' * 8000000 }}")).unwrap();
+        assert_eq!(t.render(&[], true).unwrap().len(), 8_000_000);
     }
 
     #[test]

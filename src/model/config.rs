@@ -23,14 +23,46 @@ pub enum ConfigProblem {
     UnsupportedArchitecture { found: String },
     /// A size of zero (heads, layers, the vocabulary).
     #[error("`{0}` must be positive")]
-    NotPositive(&'static str),
-    #[error("num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})")]
-    HeadGroups { heads: usize, kv_heads: usize },
-    #[error("head_dim ({0}) must be even for rotary embeddings")]
-    OddHeadDim(usize),
+    NotPositive(String),
+    /// A number that must be finite and above 0, and is not.
+    #[error("`{name}` is {value}: it must be a finite number above 0 ({why})")]
+    NotPositiveNumber {
+        name: String,
+        value: f64,
+        why: &'static str,
+    },
+    #[error("`{heads_key}` ({heads}) must be a multiple of `{kv_key}` ({kv_heads})")]
+    HeadGroups {
+        heads_key: String,
+        heads: usize,
+        kv_key: String,
+        kv_heads: usize,
+    },
+    /// No head width given, and the hidden size does not split into the heads.
+    #[error(
+        "`{hidden_key}` ({hidden}) is not a multiple of `{heads_key}` ({heads}), so the heads \
+         have no whole width (a checkpoint whose heads are not hidden_size / heads wide says so \
+         in `head_dim`)"
+    )]
+    HeadWidth {
+        hidden_key: String,
+        hidden: usize,
+        heads_key: String,
+        heads: usize,
+    },
+    #[error("`{0}` ({1}) must be even for rotary embeddings")]
+    OddHeadDim(String, usize),
     #[error("rope_freqs has {found} values, head_dim / 2 is {expected}")]
     RopeFreqs { found: usize, expected: usize },
-    #[error("rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor")]
+    #[error(
+        "rope_freqs value {index} is {value}: every one divides a rotation frequency, so it must \
+         be a finite number above 0"
+    )]
+    RopeFreqValue { index: usize, value: f32 },
+    #[error(
+        "rope_scaling needs finite numbers with factor > 0, low_freq_factor > 0, \
+         high_freq_factor > low_freq_factor and original_max_position_embeddings > 0"
+    )]
     RopeScaling,
     #[error("rope_scaling of type llama3: {0}")]
     Llama3Scaling(serde_json::Error),
@@ -38,6 +70,11 @@ pub enum ConfigProblem {
     RopeType(String),
     #[error("no eos_token_id: the model could never finish a reply")]
     NoEos,
+    #[error(
+        "every eos_token_id ({ids:?}) is outside the vocabulary of {vocab} tokens: the model \
+         could never finish a reply"
+    )]
+    EosOutsideVocabulary { ids: Vec<u32>, vocab: usize },
     #[error("num_experts_per_tok ({per_token}) must be between 1 and num_local_experts ({count})")]
     Experts { count: usize, per_token: usize },
     #[error(
@@ -241,7 +278,7 @@ impl ModelConfig {
 
     /// Reads and validates a Hugging Face `config.json`.
     pub fn from_hf_file(path: &Path) -> Result<Self, ModelError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+        let text = super::files::read_regular_text(path)?;
         let raw: RawHfConfig = serde_json::from_str(&text).map_err(|e| ModelError::Config {
             path: path.to_path_buf(),
             message: format!("line {}, column {}: {e}", e.line(), e.column()),
@@ -256,7 +293,14 @@ impl ModelConfig {
         raw.validate()
     }
 
+    /// Checks the hyper-parameters, naming them as `config.json` does.
     pub(crate) fn check(self) -> Result<Self, ConfigProblem> {
+        self.check_with(&|name| name.to_string())
+    }
+
+    /// Checks the hyper-parameters, naming each by `key(its config.json name)` (a GGUF file
+    /// names them by its own metadata keys).
+    pub(crate) fn check_with(self, key: &dyn Fn(&str) -> String) -> Result<Self, ConfigProblem> {
         let positive = [
             ("vocab_size", self.vocab_size),
             ("hidden_size", self.hidden_size),
@@ -268,35 +312,85 @@ impl ModelConfig {
             ("max_position_embeddings", self.max_position_embeddings),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(ConfigProblem::NotPositive(name));
+            return Err(ConfigProblem::NotPositive(key(name)));
+        }
+        // Zero or negative, these load and generate garbage: a rotation whose frequencies are
+        // all 1 or NaN, a norm that divides by zero or by the root of a negative number.
+        let numbers = [
+            (
+                "rope_theta",
+                self.rope.theta as f64,
+                "the base of the rotary embeddings' frequencies: 10000 for Llama 2, 500000 for Llama 3",
+            ),
+            (
+                "rms_norm_eps",
+                self.rms_norm_eps,
+                "what RMSNorm adds to the mean square before its root: 1e-5 or 1e-6 in published models",
+            ),
+        ];
+        for (name, value, why) in numbers {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(ConfigProblem::NotPositiveNumber {
+                    name: key(name),
+                    value,
+                    why,
+                });
+            }
         }
         if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(ConfigProblem::HeadGroups {
+                heads_key: key("num_attention_heads"),
                 heads: self.num_heads,
+                kv_key: key("num_key_value_heads"),
                 kv_heads: self.num_kv_heads,
             });
         }
         if !self.head_dim.is_multiple_of(2) {
-            return Err(ConfigProblem::OddHeadDim(self.head_dim));
+            return Err(ConfigProblem::OddHeadDim(key("head_dim"), self.head_dim));
         }
-        if let Some(factors) = &self.rope.freq_factors
-            && factors.len() != self.head_dim / 2
-        {
-            return Err(ConfigProblem::RopeFreqs {
-                found: factors.len(),
-                expected: self.head_dim / 2,
-            });
+        if let Some(factors) = &self.rope.freq_factors {
+            if factors.len() != self.head_dim / 2 {
+                return Err(ConfigProblem::RopeFreqs {
+                    found: factors.len(),
+                    expected: self.head_dim / 2,
+                });
+            }
+            if let Some((index, &value)) = factors
+                .iter()
+                .enumerate()
+                .find(|(_, f)| !(f.is_finite() && **f > 0.0))
+            {
+                return Err(ConfigProblem::RopeFreqValue { index, value });
+            }
         }
-        if let Some(s) = self.rope.scaling
-            && !(s.factor > 0.0 && s.high_freq_factor > s.low_freq_factor)
-        {
-            return Err(ConfigProblem::RopeScaling);
+        if let Some(s) = self.rope.scaling {
+            let finite = [s.factor, s.low_freq_factor, s.high_freq_factor]
+                .iter()
+                .all(|v| v.is_finite());
+            if !(finite
+                && s.factor > 0.0
+                && s.low_freq_factor > 0.0
+                && s.high_freq_factor > s.low_freq_factor
+                && s.original_max_position_embeddings > 0)
+            {
+                return Err(ConfigProblem::RopeScaling);
+            }
         }
         if self.eos_token_ids.is_empty() {
             return Err(ConfigProblem::NoEos);
         }
+        if self
+            .eos_token_ids
+            .iter()
+            .all(|&id| id as usize >= self.vocab_size)
+        {
+            return Err(ConfigProblem::EosOutsideVocabulary {
+                ids: self.eos_token_ids.clone(),
+                vocab: self.vocab_size,
+            });
+        }
         if self.sliding_window == Some(0) {
-            return Err(ConfigProblem::NotPositive("sliding_window"));
+            return Err(ConfigProblem::NotPositive(key("sliding_window")));
         }
         if let Some(e) = self.experts
             && !(1..=e.count).contains(&e.per_token)
@@ -375,11 +469,20 @@ impl RawHfConfig {
         };
         let num_kv_heads = self.num_key_value_heads.unwrap_or(self.num_attention_heads);
         if self.num_attention_heads == 0 {
-            return Err(ConfigProblem::NotPositive("num_attention_heads"));
+            return Err(ConfigProblem::NotPositive("num_attention_heads".into()));
         }
-        let head_dim = self
-            .head_dim
-            .unwrap_or(self.hidden_size / self.num_attention_heads);
+        let head_dim = match self.head_dim {
+            Some(d) => d,
+            None if !self.hidden_size.is_multiple_of(self.num_attention_heads) => {
+                return Err(ConfigProblem::HeadWidth {
+                    hidden_key: "hidden_size".into(),
+                    hidden: self.hidden_size,
+                    heads_key: "num_attention_heads".into(),
+                    heads: self.num_attention_heads,
+                });
+            }
+            None => self.hidden_size / self.num_attention_heads,
+        };
         let eos_token_ids = match self.eos_token_id {
             Some(OneOrMany::One(id)) => vec![id],
             Some(OneOrMany::Many(ids)) => ids,

@@ -8,7 +8,10 @@ pub enum ModelError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("invalid model config {path}: {message}")]
+    #[error(
+        "invalid model config {path}: {message}; correct it (the model's published config.json \
+         has the value) or download the model again"
+    )]
     Config { path: PathBuf, message: String },
     #[error("{path}: {message}")]
     UnsupportedArchitecture { path: PathBuf, message: String },
@@ -41,6 +44,23 @@ pub enum ModelError {
          Hugging Face repo id (owner/name)"
     )]
     NotARegularFile { path: PathBuf, kind: String },
+    #[error(
+        "{path} is {kind}, not a regular file: a model's files must be regular files (or \
+         symbolic links to them); put the file itself there (download the model again if unsure)"
+    )]
+    NotARegularModelFile { path: PathBuf, kind: String },
+    #[error(
+        "tensor `{name}` in {path} holds {found} of its {total} values: a model with such \
+         weights computes NaN (or plausible-looking garbage once quantized); the file is damaged \
+         or was saved from a diverged training run: download it again or use another checkpoint"
+    )]
+    NonFiniteWeights {
+        path: PathBuf,
+        name: String,
+        /// What is wrong, e.g. `3 NaN and 1 infinite`.
+        found: String,
+        total: usize,
+    },
     #[error("{0}")]
     Unavailable(String),
     #[error("{0}")]

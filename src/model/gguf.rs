@@ -32,7 +32,7 @@ impl GgufSource {
     /// Reads the header and checks that every tensor lies inside the file, so that a truncated
     /// download is reported now, by name, and not as a read error halfway through loading.
     pub fn open(path: &Path) -> Result<Self, ModelError> {
-        let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
+        let file = super::files::open_regular(path)?;
         let file_len = file.metadata().map_err(|e| ModelError::io(path, e))?.len();
         let mut reader = BufReader::new(file);
         let content = Content::read(&mut reader).map_err(|e| {
@@ -77,16 +77,33 @@ impl GgufSource {
 
     fn meta_u32(&self, key: &str) -> Result<u32, ModelError> {
         let value = self.meta(key).ok_or_else(|| {
-            ModelError::corrupt(&self.path, format!("metadata key `{key}` is missing"))
+            ModelError::corrupt(
+                &self.path,
+                format!(
+                    "metadata key `{key}` is missing; the file is damaged or was written wrong: \
+                     download it again"
+                ),
+            )
         })?;
         value
             .to_u32()
             .or_else(|_| value.to_u64().map(|v| v as u32))
-            .or_else(|_| value.to_i32().map(|v| v as u32))
+            .or_else(|_| {
+                // A negative count read as u32 would be four billion heads.
+                value.to_i32().and_then(|v| {
+                    u32::try_from(v).map_err(|_| {
+                        candle_core::Error::Msg(format!("{v} is negative, and must not be"))
+                    })
+                })
+            })
             .map_err(|e| {
                 ModelError::corrupt(
                     &self.path,
-                    format!("metadata key `{key}`: {}", candle_cause(&e)),
+                    format!(
+                        "metadata key `{key}`: {}; the file is damaged or was written wrong: \
+                         download it again",
+                        candle_cause(&e)
+                    ),
                 )
             })
     }
@@ -137,6 +154,19 @@ impl GgufSource {
         };
         let head_dim = match self.meta_u32(&key("rope.dimension_count")) {
             Ok(d) => d as usize,
+            Err(_) if num_heads > 0 && !hidden_size.is_multiple_of(num_heads) => {
+                return Err(ModelError::corrupt(
+                    &self.path,
+                    format!(
+                        "`{}` ({hidden_size}) is not a multiple of `{}` ({num_heads}), so the heads \
+                         have no whole width, and `{}` does not give one; the file is damaged or \
+                         was written wrong: download it again",
+                        key("embedding_length"),
+                        key("attention.head_count"),
+                        key("rope.dimension_count")
+                    ),
+                ));
+            }
             Err(_) => hidden_size / num_heads.max(1),
         };
         let vocab_size = match self.meta_u32(&key("vocab_size")) {
@@ -216,9 +246,36 @@ impl GgufSource {
                 })?;
             cfg.rope.freq_factors = Some(factors);
         }
-        cfg.check()
-            .map_err(|problem| ModelError::corrupt(&self.path, problem.to_string()))
+        cfg.check_with(&|name| gguf_key(&arch, name))
+            .map_err(|problem| {
+                ModelError::corrupt(
+                    &self.path,
+                    format!(
+                        "{problem}; the file is damaged or was written wrong: download it again"
+                    ),
+                )
+            })
     }
+}
+
+/// The GGUF metadata key of a hyper-parameter `config.json` calls `name`, for a file of
+/// architecture `arch`.
+fn gguf_key(arch: &str, name: &str) -> String {
+    let key = match name {
+        "vocab_size" => "vocab_size",
+        "hidden_size" => "embedding_length",
+        "intermediate_size" => "feed_forward_length",
+        "num_hidden_layers" => "block_count",
+        "num_attention_heads" => "attention.head_count",
+        "num_key_value_heads" => "attention.head_count_kv",
+        "head_dim" => "rope.dimension_count",
+        "max_position_embeddings" => "context_length",
+        "rms_norm_eps" => "attention.layer_norm_rms_epsilon",
+        "rope_theta" => "rope.freq_base",
+        "sliding_window" => "attention.sliding_window",
+        other => return other.to_string(),
+    };
+    format!("{arch}.{key}")
 }
 
 impl GgufSource {
@@ -264,11 +321,13 @@ impl GgufSource {
 impl WeightSource for GgufSource {
     fn get(&mut self, part: Part, cfg: &ModelConfig) -> Result<SourceWeight, ModelError> {
         let name = part.gguf_name();
-        let q = match part.gguf_stacked() {
-            _ if self.content.tensor_infos.contains_key(&name) => self.read(&name)?,
-            Some((stacked, expert)) if self.content.tensor_infos.contains_key(&stacked) => {
-                self.expert_of(&stacked, expert)?
-            }
+        // The tensor as the file names it: a stacked expert tensor names all experts.
+        let (q, shown) = match part.gguf_stacked() {
+            _ if self.content.tensor_infos.contains_key(&name) => (self.read(&name)?, name.clone()),
+            Some((stacked, expert)) if self.content.tensor_infos.contains_key(&stacked) => (
+                self.expert_of(&stacked, expert)?,
+                format!("{stacked} (expert {expert})"),
+            ),
             _ => {
                 return Err(ModelError::MissingTensor {
                     path: self.path.clone(),
@@ -285,6 +344,7 @@ impl WeightSource for GgufSource {
                 expected,
             });
         }
+        super::finite::check_quantized(&self.path, &shown, &q)?;
         Ok(SourceWeight::Quantized(q))
     }
 

@@ -1,6 +1,7 @@
 //! From a model name to a loaded model: presets, local folders and files, Hugging Face repo
 //! ids (cache first, through `hf-hub`), and the packaged assets.
 
+use super::files;
 use super::gguf::GgufSource;
 use super::llama::WeightSource;
 use super::safetensors::SafetensorsSource;
@@ -66,7 +67,7 @@ impl ModelSource {
             Ok(meta) => {
                 return Err(ModelError::NotARegularFile {
                     path: path.to_path_buf(),
-                    kind: file_kind(&meta.file_type()),
+                    kind: super::files::file_kind(&meta.file_type()),
                 });
             }
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -109,25 +110,6 @@ fn looks_like_path(spec: &str) -> bool {
         || ["./", "../", "/", "~/"].iter().any(|p| spec.starts_with(p))
         || spec == "."
         || spec == ".."
-}
-
-/// What kind of file system entry a non-regular, non-folder file is.
-fn file_kind(kind: &std::fs::FileType) -> String {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if kind.is_fifo() {
-            return "a named pipe (FIFO)".into();
-        }
-        if kind.is_socket() {
-            return "a socket".into();
-        }
-        if kind.is_char_device() || kind.is_block_device() {
-            return "a device".into();
-        }
-    }
-    let _ = kind;
-    "not a regular file".into()
 }
 
 /// `owner/name` (optionally `@revision`) with the characters the Hub allows.
@@ -196,7 +178,7 @@ pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedMod
 
 fn load_hf_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let mut cfg = ModelConfig::from_hf_file(&dir.join("config.json"))?;
-    extend_eos_from_generation_config(&mut cfg, dir);
+    extend_eos_from_generation_config(&mut cfg, dir)?;
     let tokenizer_path = opts
         .tokenizer
         .clone()
@@ -346,24 +328,28 @@ fn fix_gguf_pre_tokenizer(
 }
 
 fn read_tokenizer(path: &Path) -> Result<tokenizers::Tokenizer, ModelError> {
-    if !path.is_file() {
-        return Err(ModelError::corrupt(
-            path,
-            "tokenizer.json is missing: the model folder is incomplete (or pass --tokenizer path/to/tokenizer.json)",
-        ));
-    }
-    tokenizers::Tokenizer::from_file(path)
+    let bytes = match files::read_regular(path) {
+        Ok(bytes) => bytes,
+        Err(e) if files::is_not_found(&e) => {
+            return Err(ModelError::corrupt(
+                path,
+                "tokenizer.json is missing: the model folder is incomplete (or pass --tokenizer path/to/tokenizer.json)",
+            ));
+        }
+        Err(e) => return Err(e),
+    };
+    tokenizers::Tokenizer::from_bytes(bytes)
         .map_err(|e| ModelError::corrupt(path, format!("cannot read the tokenizer: {e}")))
 }
 
 /// Llama 3.x list every end-of-turn token in `generation_config.json`; stopping on only the
 /// config's `eos_token_id` would let replies run on past `<|eot_id|>`.
-fn extend_eos_from_generation_config(cfg: &mut ModelConfig, dir: &Path) {
-    let Ok(text) = std::fs::read_to_string(dir.join("generation_config.json")) else {
-        return;
+fn extend_eos_from_generation_config(cfg: &mut ModelConfig, dir: &Path) -> Result<(), ModelError> {
+    let Some(text) = files::read_optional_text(&dir.join("generation_config.json"))? else {
+        return Ok(());
     };
     let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return;
+        return Ok(());
     };
     let ids: Vec<u32> = match json.get("eos_token_id") {
         Some(serde_json::Value::Number(n)) => {
@@ -381,6 +367,7 @@ fn extend_eos_from_generation_config(cfg: &mut ModelConfig, dir: &Path) {
             cfg.eos_token_ids.push(id);
         }
     }
+    Ok(())
 }
 
 /// `tokenizer_config.json` names special tokens either as strings or as `{"content": ...}`.
@@ -398,8 +385,7 @@ fn token_string(value: Option<&serde_json::Value>) -> Option<String> {
 pub fn read_chat_spec(dir: &Path) -> Result<ChatSpec, ModelError> {
     let path = dir.join("tokenizer_config.json");
     let mut spec = ChatSpec::default();
-    if path.is_file() {
-        let text = std::fs::read_to_string(&path).map_err(|e| ModelError::io(&path, e))?;
+    if let Some(text) = files::read_optional_text(&path)? {
         let json: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| ModelError::corrupt(&path, format!("line {}: {e}", e.line())))?;
         spec.template = match json.get("chat_template") {
@@ -416,10 +402,8 @@ pub fn read_chat_spec(dir: &Path) -> Result<ChatSpec, ModelError> {
         spec.bos_token = token_string(json.get("bos_token"));
         spec.eos_token = token_string(json.get("eos_token"));
     }
-    let jinja = dir.join("chat_template.jinja");
-    if spec.template.is_none() && jinja.is_file() {
-        spec.template =
-            Some(std::fs::read_to_string(&jinja).map_err(|e| ModelError::io(&jinja, e))?);
+    if spec.template.is_none() {
+        spec.template = files::read_optional_text(&dir.join("chat_template.jinja"))?;
     }
     Ok(spec)
 }
@@ -498,7 +482,8 @@ fn snapshot_complete(dir: &Path) -> bool {
         return false;
     }
     let index = dir.join("model.safetensors.index.json");
-    if let Ok(text) = std::fs::read_to_string(&index) {
+    // Only a regular file is read: a FIFO would block this check forever.
+    if let Ok(text) = files::read_regular_text(&index) {
         let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else {
             return false;
         };

@@ -9,6 +9,8 @@ mod attention;
 mod batch;
 mod config;
 mod error;
+mod files;
+mod finite;
 mod fused;
 mod gguf;
 pub mod identity;

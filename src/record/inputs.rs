@@ -9,7 +9,7 @@
 use super::RecordError;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The folder of the copies, in a run folder.
 pub const INPUTS: &str = "inputs";
@@ -47,6 +47,47 @@ pub enum InputChange {
     /// The file's bytes differ; `details` names the settings that differ, where the file is
     /// the config and its copy as started is there to compare with.
     Changed { file: String, details: Vec<String> },
+}
+
+impl InputChange {
+    /// The file, relative to the run folder (`config.toml`, `inputs/templates/player.jinja`).
+    pub fn file(&self) -> &str {
+        match self {
+            InputChange::Missing { file } | InputChange::Changed { file, .. } => file,
+        }
+    }
+
+    /// Whether the file is the run's copy of a prompt template (`inputs/templates/...`):
+    /// the run renders that copy, so it, not the template it was copied from, changed.
+    pub fn is_template(&self) -> bool {
+        Path::new(self.file()).starts_with(Path::new(INPUTS).join("templates"))
+    }
+}
+
+/// Where the run in `dir` (with manifest `manifest`) copied its template `file`
+/// (`inputs/templates/player.jinja`) from, if that file still holds what the run started
+/// with: the `templates` folder its config named, or a scenario's default folder beside or
+/// under the folder throng ran in, as when the run started (paths relative to where throng
+/// runs now, as the manifest's `config_file` is).
+pub fn original_template(dir: &Path, manifest: &super::Manifest, file: &str) -> Option<PathBuf> {
+    let want = manifest.inputs.get(file)?;
+    let name = Path::new(file).file_name()?;
+    let config = Path::new(&manifest.config_file);
+    let config_dir = config.parent().unwrap_or(Path::new(""));
+    let named = std::fs::read_to_string(dir.join(super::CONFIG_ORIGINAL))
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .and_then(|t| t.get("templates")?.as_str().map(|t| config_dir.join(t)));
+    let folders = named.into_iter().chain([
+        config_dir
+            .join("..")
+            .join("templates")
+            .join(&manifest.scenario),
+        Path::new("templates").join(&manifest.scenario),
+    ]);
+    folders
+        .map(|folder| folder.join(name))
+        .find(|path| std::fs::read(path).is_ok_and(|bytes| fingerprint(&bytes) == *want))
 }
 
 impl std::fmt::Display for InputChange {

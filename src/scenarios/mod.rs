@@ -255,12 +255,72 @@ pub fn load_with<S: Scenario + 'static>(
         .into_iter()
         .map(|step| Ok((step, arms_at(step)?)))
         .collect::<Result<Vec<_>, ConfigError>>()?;
-    let arms = runner::Arms::changing(arms_at(0)?, later);
+    let start = arms_at(0)?;
+    check_later_changes(&exp, &start, &later, &make)?;
+    let arms = runner::Arms::changing(start, later);
     Ok(Box::new(Typed {
         exp,
         arms,
         start: None,
     }))
+}
+
+/// Refuses, at its line, a knob that an arm changes from a later step (`from_step`) but that
+/// shapes the worlds at the start (a market's producers, its starting resources): the run
+/// keeps the worlds it made at step 0, so the change could never hold. Tried on the first
+/// population size's first replicate, as the run would make it; each changed knob is tried
+/// alone too, so that the one to blame is named.
+fn check_later_changes<S: Scenario>(
+    exp: &Experiment,
+    start: &[S],
+    later: &[(usize, Vec<S>)],
+    make: &impl Fn(&toml::Table) -> Result<S, ScenarioProblem>,
+) -> Result<(), ConfigError> {
+    let Some(&size) = exp.config.agents.0.first() else {
+        return Ok(());
+    };
+    if later.is_empty() {
+        return Ok(());
+    }
+    let population = runner::first_population(exp, size);
+    for (step, arms) in later {
+        for (i, arm) in exp.arms.iter().enumerate() {
+            let Some(change) = arm.change.as_ref().filter(|c| c.from_step == *step) else {
+                continue;
+            };
+            if runner::same_start(exp, &start[i], &arms[i], size, &population) {
+                continue;
+            }
+            let changed: Vec<&String> = change
+                .table
+                .iter()
+                .filter(|(k, v)| arm.table.get(*k) != Some(*v))
+                .map(|(k, _)| k)
+                .collect();
+            let alone = |key: &String| {
+                let mut table = arm.table.clone();
+                table.insert(key.clone(), change.table[key].clone());
+                make(&table)
+                    .is_ok_and(|s| !runner::same_start(exp, &start[i], &s, size, &population))
+            };
+            let shaping: Vec<&String> = changed.iter().copied().filter(|k| alone(k)).collect();
+            let named = if shaping.is_empty() { changed } else { shaping };
+            let list: Vec<String> = named.iter().map(|k| format!("`{k}`")).collect();
+            let (it, shapes) = match named.len() {
+                1 => ("it", "shapes"),
+                _ => ("they", "shape"),
+            };
+            let message = format!(
+                "{} {shapes} the worlds at the start, so {it} cannot change from step {step} \
+                 (`from_step`): leave `from_step` out to change {it} from the start, or change \
+                 from a step only knobs that act on each step (prices, caps, prompts)",
+                list.join(", ")
+            );
+            let field = named.first().map_or(String::new(), |k| k.to_string());
+            return Err(exp.locate(Some(i), ScenarioProblem::new(field, message)));
+        }
+    }
+    Ok(())
 }
 
 impl<S: Scenario> Loaded for Typed<S> {

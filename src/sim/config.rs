@@ -529,8 +529,26 @@ impl Sizes {
         if sizes.is_empty() {
             return Err("give at least one population size".into());
         }
+        if sizes.len() > MAX_POPULATION_SIZES {
+            return Err(format!(
+                "{} population sizes are more than the {MAX_POPULATION_SIZES} a run may list",
+                sizes.len()
+            ));
+        }
         if let Some(bad) = sizes.iter().find(|&&n| n < 2) {
             return Err(format!("a population needs at least 2 agents, got {bad}"));
+        }
+        // A size listed twice runs the same cells twice under the same keys, and the report
+        // then counts each of those games twice in its intervals.
+        if let Some((_, twice)) = sizes
+            .iter()
+            .enumerate()
+            .find(|(i, n)| sizes[..*i].contains(n))
+        {
+            return Err(format!(
+                "the population size {twice} is listed twice: each size runs its own cells, so \
+                 list it once (for more games of one size, raise `replicates`)"
+            ));
         }
         Ok(Sizes(sizes.into_iter().map(|n| n as usize).collect()))
     }

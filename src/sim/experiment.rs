@@ -4,9 +4,8 @@
 //! file, line and field, or at the flag that caused it.
 
 use super::config::{
-    ConfigError, Count, ExperimentConfig, LlmConfig, LlmOverrides, MAX_ARMS, MAX_POPULATION_SIZES,
-    MAX_TEMPERATURE, PolicyGroupConfig, PolicyKind, RecordsConfig, ScenarioProblem, Sizes, Source,
-    find_field,
+    ConfigError, Count, ExperimentConfig, LlmConfig, LlmOverrides, MAX_ARMS, MAX_TEMPERATURE,
+    PolicyGroupConfig, PolicyKind, RecordsConfig, ScenarioProblem, Sizes, Source, find_field,
 };
 use super::population::{Attribute, PopulationSpec};
 use std::ops::Range;
@@ -170,23 +169,9 @@ impl Experiment {
     pub fn load(path: &Path, overrides: &Overrides) -> Result<Self, ConfigError> {
         let source = Source::read(path)?;
         let mut config: ExperimentConfig = source.parse()?;
+        // Population sizes are checked as they are read (`Sizes::new`): a count, each size,
+        // and no size twice.
         overrides.apply(&mut config)?;
-        let sizes = config.agents.0.len();
-        if sizes > MAX_POPULATION_SIZES {
-            let message = format!(
-                "{sizes} population sizes are more than the {MAX_POPULATION_SIZES} a run may list"
-            );
-            return Err(match overrides.agents {
-                Some(_) => ConfigError::Flag {
-                    flag: "--agents".into(),
-                    message,
-                },
-                None => source.error(
-                    find_field(&source.text, 0..source.text.len(), "agents", ""),
-                    format!("field `agents`: {message}"),
-                ),
-            });
-        }
         let section = config.scenario.span();
         let mut base = config.scenario.get_ref().clone();
         let scenario = match base.remove("name") {
@@ -507,10 +492,18 @@ fn sweep_arms(
     }
     for (is_llm, key, values) in &axes {
         let texts: Vec<String> = values.iter().map(value_text).collect();
-        if let Some((_, twice)) = texts
-            .iter()
-            .enumerate()
-            .find(|(i, t)| texts[..*i].contains(t))
+        // `250` and `250.0` (or `"250"`) make the same arm under two names.
+        let same = |a: usize, b: usize| {
+            texts[a] == texts[b]
+                || match (&values[a], &values[b]) {
+                    (toml::Value::Integer(i), toml::Value::Float(f))
+                    | (toml::Value::Float(f), toml::Value::Integer(i)) => *i as f64 == *f,
+                    _ => false,
+                }
+        };
+        if let Some(twice) = (0..values.len())
+            .find(|&i| (0..i).any(|j| same(i, j)))
+            .map(|i| &texts[i])
         {
             return Err(source.error(
                 find_field(&source.text, sweep.span(), key, "sweep").or(Some(sweep.span())),

@@ -2,7 +2,7 @@
 //! prefix cache computes it once) and one `<role>.jinja` per role (what differs, last),
 //! read from the scenario's templates folder so that wording changes need no rebuild.
 
-use crate::engine::chat::{describe, jinja_environment};
+use crate::engine::chat::{RenderFailure, describe, jinja_environment, render_bounded};
 use minijinja::{Environment, UndefinedBehavior};
 use std::path::{Path, PathBuf};
 
@@ -100,15 +100,18 @@ impl PromptBook {
                 path: path.clone(),
                 message: describe(&e),
             })?;
-        template
-            .render(context)
+        render_bounded(&template, context)
             .map(|s| s.trim().to_string())
             .map_err(|e| PromptError::Template {
-                path,
-                message: match e.kind() {
-                    minijinja::ErrorKind::UndefinedError => self.undefined(name, context, &e),
-                    _ => describe(&e),
+                message: match &e {
+                    RenderFailure::Template(e)
+                        if e.kind() == minijinja::ErrorKind::UndefinedError =>
+                    {
+                        self.undefined(name, context, e)
+                    }
+                    _ => e.describe(&format!("{name}.jinja")),
                 },
+                path,
             })
     }
 
@@ -172,5 +175,31 @@ impl PromptBook {
                 given.join(", ")
             }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Guards against issue 30, item 13: a prompt template's output had no bound but fuel,
+    // which counts work, so `{{ "x" * 100000000 }}` made a 100 MB prompt per agent.
+    #[test]
+    fn a_prompt_template_that_writes_too_much_is_stopped_naming_it_and_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("system.jinja"), "Rules: {{ rules }}").unwrap();
+        std::fs::write(
+            dir.path().join("player.jinja"),
+            "You are {{ name }}.\n{{ \"x\" * 100000000 }}",
+        )
+        .unwrap();
+        let book = PromptBook::load(dir.path(), "guess", &["player"], &[]).unwrap();
+        let ctx = minijinja::context! { rules => "guess", name => "Ada" };
+        assert_eq!(book.render("system", &ctx).unwrap(), "Rules: guess");
+        let err = book.render("player", &ctx).unwrap_err().to_string();
+        assert!(
+            err.contains("player.jinja") && err.contains("8 MiB") && err.contains("shorten"),
+            "{err}"
+        );
     }
 }

@@ -21,6 +21,32 @@ pub fn population_seed(exp: &Experiment, size: usize, replicate: usize) -> u64 {
     )
 }
 
+/// Replicate 0's agents of population `size`, as a run draws them (without LLM-written
+/// personas, which need the model).
+pub fn first_population(exp: &Experiment, size: usize) -> Population {
+    exp.population.draw(size, population_seed(exp, size, 0))
+}
+
+/// Whether scenarios `a` and `b` make the same first world for replicate 0 of population
+/// `size` (whose agents are `population`) from the run's seed: a knob that changes it shapes
+/// the worlds at the start, so it cannot change from a later step.
+pub fn same_start<S: Scenario>(
+    exp: &Experiment,
+    a: &S,
+    b: &S,
+    size: usize,
+    population: &Population,
+) -> bool {
+    let world = |s: &S| {
+        let mut rng = ChaCha8Rng::seed_from_u64(crate::seed::derive(
+            exp.config.seed,
+            &[INIT, size as u64, 0],
+        ));
+        postcard::to_stdvec(&s.init(population, &mut rng)).ok()
+    };
+    world(a) == world(b)
+}
+
 /// What a replicate's cells share: the same agents, whatever the arm (common random
 /// numbers).
 pub struct Agents {

@@ -19,7 +19,7 @@ mod sizing;
 mod step;
 
 pub use arms::Arms;
-pub use cells::{Cells, model_agents};
+pub use cells::{Cells, first_population, model_agents, same_start};
 pub use recorder::Checkpoint;
 pub use share::{choose as choose_split, model_ranks};
 pub use sizing::{FirstStep, Sample, first_step};
