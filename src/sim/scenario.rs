@@ -54,6 +54,21 @@ pub enum ParseError {
     Rejected { field: String, reason: String },
 }
 
+/// The panic payload with which the code behind a [`Scenario`] method stops the run when it
+/// cannot go on (the methods return values, not errors): a Python class's exception, carried
+/// out of the runner with [`std::panic::resume_unwind`] (so no panic hook prints it). The
+/// command marks the run failed with `message` (paused when `interrupted`, a Ctrl-C landing
+/// in the scenario's code: its records end at the last checkpoint, from which it resumes),
+/// then unwinds on with the payload, `dir` set to the run's folder, to the program embedding
+/// throng, which finds its own `detail` in it.
+pub struct Halt {
+    pub message: String,
+    pub interrupted: bool,
+    pub detail: Box<dyn std::any::Any + Send>,
+    /// The run's folder, once the command knows it.
+    pub dir: Option<std::path::PathBuf>,
+}
+
 pub trait Scenario: Sized + Send + Sync + 'static {
     /// Everything that changes during a cell's run, kept in checkpoints.
     type World: Serialize + DeserializeOwned + Send + Sync;
