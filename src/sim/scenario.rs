@@ -114,6 +114,21 @@ pub trait Scenario: Sized + Send + Sync + 'static {
         agent: usize,
         rng: &mut ChaCha8Rng,
     ) -> Self::Decision;
+    /// Checks a decision of the `scripted` policy, made for `agent` at `step` (0-based), before
+    /// it is recorded; an error (what is wrong with it) stops the run, naming the agent and
+    /// the step. A scenario whose decisions are typed needs no check (the default); one whose
+    /// decisions are JSON (a Python class) holds them to the turn's schema, as a model's reply
+    /// is held to it.
+    fn check_scripted(
+        &self,
+        _world: &Self::World,
+        _population: &Population,
+        _agent: usize,
+        _step: usize,
+        _decision: &Self::Decision,
+    ) -> Result<(), String> {
+        Ok(())
+    }
     /// Applies every agent's decision at once (`None`: sat out) and advances the world. The
     /// groups then react, innermost level first ([`Scenario::react`]).
     fn resolve(
