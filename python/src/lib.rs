@@ -3,6 +3,7 @@
 //! ([`scenario`]). Like the command line, it is an edge over the library: throng's errors
 //! become Python exceptions here ([`errors`]).
 
+mod args;
 mod columns;
 mod engine;
 mod errors;
@@ -47,6 +48,8 @@ fn _throng(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "PromptTooLongError",
         py.get_type::<errors::PromptTooLongError>(),
     )?;
+    m.add("CutOffError", py.get_type::<errors::CutOffError>())?;
+    m.add("ArgumentError", errors::argument_error(py)?)?;
     m.add("ConfigError", py.get_type::<errors::ConfigError>())?;
     m.add("RunError", py.get_type::<errors::RunError>())?;
     m.add("ScenarioProblem", py.get_type::<ScenarioProblem>())?;
