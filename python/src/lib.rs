@@ -26,6 +26,14 @@ create_exception!(
     "A model's reply that `parse` refuses: Rejected(field, reason); the agent keeps `no_change`."
 );
 
+/// The `throng` command, the package's console script: throng's command line over `argv` (the
+/// command's name first) with the scenarios throng ships, as the `throng` binary runs it;
+/// returns its exit status.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
+    py.detach(|| throng::cli::main_with_args(&throng::scenarios::Registry::builtin(), argv))
+}
+
 #[pymodule]
 fn _throng(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -40,6 +48,7 @@ fn _throng(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runs::has_table, m)?)?;
     m.add_function(wrap_pyfunction!(runs::verify, m)?)?;
     m.add_function(wrap_pyfunction!(runs::report, m)?)?;
+    m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add("ThrongError", py.get_type::<errors::ThrongError>())?;
     m.add("ModelError", py.get_type::<errors::ModelError>())?;
     m.add("RequestError", py.get_type::<errors::RequestError>())?;
