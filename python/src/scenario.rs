@@ -76,7 +76,7 @@ fn halt_message(py: Python<'_>, method: &str, error: &PyErr) -> String {
     });
     if let Some(frames) = frames {
         let lines: Vec<&str> = frames.lines().collect();
-        text.push_str("\n");
+        text.push('\n');
         text.push_str(&lines[lines.len().saturating_sub(TRACEBACK_LINES)..].join("\n"));
     }
     text
