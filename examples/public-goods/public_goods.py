@@ -48,6 +48,7 @@ def rust_round(x):
 class PublicGoods(throng.Scenario):
     name = "public_goods"
     roles = ["citizen"]
+    knobs = KNOBS
     columns = {
         "kind": "str",
         "local": "float64",
@@ -58,12 +59,8 @@ class PublicGoods(throng.Scenario):
     }
 
     def __init__(self, knobs):
-        unknown = [k for k in knobs if k not in KNOBS]
-        if unknown:
-            raise throng.ScenarioProblem(
-                unknown[0], f"unknown field `{unknown[0]}`, expected one of {', '.join(KNOBS)}"
-            )
-        k = {**KNOBS, **knobs}
+        # `knobs` holds every knob of KNOBS (throng refuses others, and fills in the defaults).
+        k = dict(knobs)
         for field in ("local_factor", "global_factor", "free_riders", "hump_shaped"):
             k[field] = float(k[field])
         if not 1 <= k["endowment"] <= 1000:

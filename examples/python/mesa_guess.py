@@ -122,9 +122,10 @@ class GuessAgent(mesa.Agent):
         """Per-agent modes: this agent asks its model by itself."""
         m = self.model
         if m.mode == "per-agent":
+            # A reply cut off at max_tokens is a failed parse here, as it is for llama-cpp.
             result = m.engine.decide(
                 [self.messages()], SCHEMA, temperature=m.temperature,
-                seed=[self.seed()], max_tokens=m.max_tokens,
+                seed=[self.seed()], max_tokens=m.max_tokens, on_length="none",
             )[0]
             m.generated_tokens += result["generated_tokens"]
             self.receive(result["value"])
@@ -188,7 +189,7 @@ class GuessModel(mesa.Model):
         if self.mode == "batched":
             results = self.engine.decide(
                 [a.messages() for a in players], SCHEMA, temperature=self.temperature,
-                seed=[a.seed() for a in players], max_tokens=self.max_tokens,
+                seed=[a.seed() for a in players], max_tokens=self.max_tokens, on_length="none",
             )
             for agent, result in zip(players, results):
                 self.generated_tokens += result["generated_tokens"]

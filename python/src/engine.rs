@@ -1,27 +1,17 @@
 //! `throng.Engine`: a model loaded once, and lists of prompts decided as one continuous
 //! batch, with the interpreter's lock released while the engine works.
 
-use crate::errors;
-use clap::Parser;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use crate::{args, errors};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use throng::cli::ModelArgs;
 use throng::engine::{
-    Client, Engine, Fill, Message, Prompt, Queue, Request, RequestError, Response, SamplingParams,
-    Schema,
+    Client, Engine, Fill, FinishReason, KvPolicy, Message, Prompt, Queue, Request, RequestError,
+    Response, SamplingParams, Schema,
 };
-
-/// The engine's settings, read as `throng generate` reads its flags, so that a value is
-/// checked (and refused) with the command line's own words.
-#[derive(Parser)]
-#[command(name = "throng.Engine", no_binary_name = true)]
-struct Settings {
-    #[command(flatten)]
-    model: ModelArgs,
-}
+use throng::model::{KvFormat, WeightFormat};
 
 /// A model loaded once, deciding lists of prompts as one continuous batch.
 #[pyclass(name = "Engine", module = "throng")]
@@ -38,15 +28,65 @@ struct Defaults {
 }
 
 impl Defaults {
-    /// Each request's seed is set apart (see [`seeds`]).
-    fn new(max_tokens: usize, temperature: f32, top_p: f32, top_k: Option<usize>) -> Self {
-        Self {
+    /// The keyword arguments of `decide`, `stream` and `generate`, each checked; each
+    /// request's seed is set apart (see [`seeds`]).
+    fn new(
+        max_tokens: Option<&Bound<'_, PyAny>>,
+        temperature: Option<&Bound<'_, PyAny>>,
+        top_p: Option<&Bound<'_, PyAny>>,
+        top_k: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let max_tokens = match max_tokens {
+            Some(m) if !m.is_none() => {
+                args::count(m, "max_tokens", "the most tokens a reply may have")?
+            }
+            _ => 256,
+        };
+        let temperature = match temperature {
+            Some(t) if !t.is_none() => args::number(
+                t,
+                "temperature",
+                |x| x >= 0.0,
+                "from 0 up (0: always the likeliest token)",
+            )?,
+            _ => 0.0,
+        };
+        let top_p = match top_p {
+            Some(p) if !p.is_none() => args::number(
+                p,
+                "top_p",
+                |x| x > 0.0 && x <= 1.0,
+                "above 0, at most 1 (1: no nucleus cut)",
+            )?,
+            _ => 1.0,
+        };
+        let top_k = args::optional_count(top_k, "top_k", "the likeliest tokens kept; None: all")?;
+        Ok(Self {
             max_tokens,
             sampling: SamplingParams {
                 temperature,
                 top_p,
                 top_k,
                 seed: 0,
+            },
+        })
+    }
+}
+
+/// What `decide` does with a reply cut off before it finished.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnLength {
+    Raise,
+    Keep,
+}
+
+impl OnLength {
+    fn of(value: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        match value {
+            None => Ok(Self::Raise),
+            Some(v) => match args::choice(v, "on_length", &["raise", "none"])?.as_str() {
+                "raise" => Ok(Self::Raise),
+                _ => Ok(Self::Keep),
             },
         }
     }
@@ -68,42 +108,58 @@ fn prompt_of(item: &Bound<'_, PyAny>, system: Option<&str>, at: &str) -> PyResul
         messages.push(Message::user(item.extract::<String>()?));
     } else if item.is_instance_of::<PyList>() {
         let given: Vec<Message> = pythonize::depythonize(item).map_err(|e| {
-            PyTypeError::new_err(format!(
-                "{at}: a prompt given as a list must be messages, {{\"role\": ..., \"content\": \
-                 ...}} each: {e}"
-            ))
+            errors::argument(
+                item.py(),
+                format!(
+                    "{at}: a prompt given as a list must be messages, {{\"role\": ..., \
+                     \"content\": ...}} each: {e}"
+                ),
+            )
         })?;
         messages.extend(given);
     } else {
-        return Err(PyTypeError::new_err(format!(
-            "{at}: a prompt is a string (one user message) or a list of messages, not {}",
-            item.get_type().name()?
-        )));
+        return Err(errors::argument(
+            item.py(),
+            format!(
+                "{at}: a prompt is a string (one user message) or a list of messages, not {}",
+                item.get_type().name()?
+            ),
+        ));
     }
     Ok(Prompt::Messages(messages))
 }
 
 /// Each request's seed: `seed` for one request, `derive(seed, [i])` for request `i` of
 /// several (as `throng generate --n` seeds its copies), or one per request from a list.
-fn seeds(seed: &Bound<'_, PyAny>, n: usize) -> PyResult<Vec<u64>> {
-    if let Ok(one) = seed.extract::<u64>() {
-        return Ok(match n {
-            1 => vec![one],
-            _ => (0..n as u64)
-                .map(|i| throng::seed::derive(one, &[i]))
-                .collect(),
-        });
+fn seeds(seed: Option<&Bound<'_, PyAny>>, n: usize) -> PyResult<Vec<u64>> {
+    let one = |s: u64| match n {
+        1 => vec![s],
+        _ => (0..n as u64)
+            .map(|i| throng::seed::derive(s, &[i]))
+            .collect(),
+    };
+    let Some(seed) = seed.filter(|s| !s.is_none()) else {
+        return Ok(one(0));
+    };
+    let many = args::int(seed).is_none() && !seed.is_instance_of::<PyString>();
+    if let (true, Ok(items)) = (many, seed.try_iter()) {
+        let each: Vec<u64> = items
+            .enumerate()
+            .map(|(i, s)| args::seed(&s?, &format!("seed[{i}]")))
+            .collect::<PyResult<_>>()?;
+        if each.len() != n {
+            return Err(args::refuse(
+                seed,
+                "seed",
+                &format!(
+                    "{} seeds for {n} prompts: give one per prompt, or a single int",
+                    each.len()
+                ),
+            ));
+        }
+        return Ok(each);
     }
-    let each: Vec<u64> = seed.extract().map_err(|_| {
-        PyTypeError::new_err("seed is a non-negative int, or a list of them (one per prompt)")
-    })?;
-    if each.len() != n {
-        return Err(PyValueError::new_err(format!(
-            "seed gives {} seeds for {n} prompts: give one per prompt, or a single int",
-            each.len()
-        )));
-    }
-    Ok(each)
+    args::seed(seed, "seed").map(one)
 }
 
 /// A response as a dict: the engine's fields (`value`, `text`, `finish_reason`, token counts,
@@ -195,68 +251,144 @@ impl Client for Send {
     }
 }
 
+/// The spellings of `device`: `cpu`, `cuda` or `cuda:N`.
+fn is_device(spec: &str) -> bool {
+    spec == "cpu"
+        || spec == "cuda"
+        || spec
+            .strip_prefix("cuda:")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A keyword argument given, and not None.
+fn present<'py>(value: Option<&Bound<'py, PyAny>>) -> Option<Bound<'py, PyAny>> {
+    value.filter(|v| !v.is_none()).cloned()
+}
+
+/// `kv_memory`: bytes as an int, or a size as text (`"2GiB"`).
+fn kv_memory_of(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<bytesize::ByteSize>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let takes = "give a size such as \"2GiB\" or \"512MiB\", or bytes as an int";
+    if value.is_instance_of::<PyString>() {
+        let text: String = value.extract()?;
+        return text
+            .trim()
+            .parse::<bytesize::ByteSize>()
+            .ok()
+            .filter(|b| b.as_u64() > 0)
+            .map(Some)
+            .ok_or_else(|| args::refuse(value, "kv_memory", takes));
+    }
+    args::count(value, "kv_memory", takes).map(|n| Some(bytesize::ByteSize::b(n as u64)))
+}
+
+/// What a result of `decide` that is not a reply is: a refused or failed request, or a reply
+/// cut off before it finished.
+enum Failed<'a> {
+    Refused(&'a RequestError),
+    CutOff,
+}
+
 #[pymethods]
 impl PyEngine {
     /// Loads `model` (a preset of `throng models`, a model folder, a GGUF file or a Hub repo
     /// id) on `device` (`cpu` or `cuda:N`), its weights converted to `weights` (`auto`,
-    /// `native`, `f32`, `f16`, `bf16`, `int8`).
+    /// `native`, `f32`, `f16`, `bf16`, `q8_0`, `int8`). A bad argument raises
+    /// `ArgumentError` naming it; a model that cannot be loaded, `ModelError`.
     #[new]
-    #[pyo3(signature = (
-        model = throng::model::DEFAULT_MODEL.to_string(),
-        *,
-        device = "cpu".to_string(),
-        weights = "auto".to_string(),
-        kv_format = "auto".to_string(),
-        kv_memory = None,
-        max_seqs = 256,
-        max_batch_tokens = None,
-        prefix_cache = true,
-        tokenizer = None,
-    ))]
+    #[pyo3(
+        signature = (
+            model = None,
+            *,
+            device = None,
+            weights = None,
+            kv_format = None,
+            kv_memory = None,
+            max_seqs = None,
+            max_batch_tokens = None,
+            prefix_cache = None,
+            tokenizer = None,
+        ),
+        text_signature = "(model='smollm2-135m-instruct', *, device='cpu', weights='auto', \
+                          kv_format='auto', kv_memory=None, max_seqs=256, \
+                          max_batch_tokens=None, prefix_cache=True, tokenizer=None)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        model: String,
-        device: String,
-        weights: String,
-        kv_format: String,
-        kv_memory: Option<String>,
-        max_seqs: usize,
-        max_batch_tokens: Option<usize>,
-        prefix_cache: bool,
-        tokenizer: Option<std::path::PathBuf>,
+        model: Option<&Bound<'_, PyAny>>,
+        device: Option<&Bound<'_, PyAny>>,
+        weights: Option<&Bound<'_, PyAny>>,
+        kv_format: Option<&Bound<'_, PyAny>>,
+        kv_memory: Option<&Bound<'_, PyAny>>,
+        max_seqs: Option<&Bound<'_, PyAny>>,
+        max_batch_tokens: Option<&Bound<'_, PyAny>>,
+        prefix_cache: Option<&Bound<'_, PyAny>>,
+        tokenizer: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let mut argv: Vec<std::ffi::OsString> = [
-            "--model",
-            &model,
-            "--device",
-            &device,
-            "--weights",
-            &weights,
-            "--kv-format",
-            &kv_format,
-            "--max-seqs",
-            &max_seqs.to_string(),
-        ]
-        .iter()
-        .map(Into::into)
-        .collect();
-        if let Some(kv) = &kv_memory {
-            argv.extend(["--kv-memory".into(), kv.into()]);
-        }
-        if let Some(tokens) = max_batch_tokens {
-            argv.extend(["--max-batch-tokens".into(), tokens.to_string().into()]);
-        }
-        if !prefix_cache {
-            argv.push("--no-prefix-cache".into());
-        }
-        if let Some(path) = tokenizer {
-            argv.extend(["--tokenizer".into(), path.into()]);
-        }
-        let settings = Settings::try_parse_from(argv)
-            .map_err(|e| PyValueError::new_err(e.render().to_string().trim_end().to_string()))?;
+        let model = match present(model) {
+            Some(m) => args::path(
+                &m,
+                "model",
+                "a preset, a model folder, a GGUF file or a Hub repo id",
+            )?
+            .to_string_lossy()
+            .into_owned(),
+            None => throng::model::DEFAULT_MODEL.to_string(),
+        };
+        let device = match present(device) {
+            Some(d) => {
+                let spec = args::text(&d, "device", "'cpu' or 'cuda:N'")?;
+                if !is_device(&spec) {
+                    return Err(args::refuse(&d, "device", "give 'cpu' or 'cuda:N'"));
+                }
+                spec
+            }
+            None => "cpu".to_string(),
+        };
+        let weights = match present(weights) {
+            Some(w) => {
+                let names: Vec<&str> = WeightFormat::ALL.iter().map(|f| f.name()).collect();
+                let name = args::choice(&w, "weights", &names)?;
+                WeightFormat::ALL[names.iter().position(|n| *n == name).unwrap_or(0)]
+            }
+            None => WeightFormat::Auto,
+        };
+        let kv_format = match present(kv_format) {
+            Some(k) => {
+                let names: Vec<&str> = KvFormat::ALL.iter().map(|f| f.name()).collect();
+                let name = args::choice(&k, "kv_format", &names)?;
+                KvFormat::ALL[names.iter().position(|n| *n == name).unwrap_or(0)]
+            }
+            None => KvFormat::Auto,
+        };
+        let settings = ModelArgs {
+            model: model.clone(),
+            device,
+            weights,
+            tokenizer: match present(tokenizer) {
+                Some(t) => Some(args::path(&t, "tokenizer", "a tokenizer.json")?),
+                None => None,
+            },
+            kv_memory: kv_memory_of(kv_memory)?,
+            kv_format,
+            max_batch_tokens: args::optional_count(
+                max_batch_tokens,
+                "max_batch_tokens",
+                "tokens per forward pass; None: 512 on a CPU, 8192 on a GPU",
+            )?,
+            max_seqs: args::optional_count(max_seqs, "max_seqs", "sequences running at once")?
+                .unwrap_or(256),
+            no_prefix_cache: match present(prefix_cache) {
+                Some(p) => !args::flag(&p, "prefix_cache")?,
+                None => false,
+            },
+            kv_policy: KvPolicy::default(),
+        };
         let (engine, described) = py
-            .detach(|| settings.model.load_engine_described())
+            .detach(|| settings.load_engine_described())
             .map_err(|e| errors::ModelError::new_err(errors::message(&e)))?;
         Ok(Self {
             engine: Arc::new(Mutex::new(engine)),
@@ -287,82 +419,145 @@ impl PyEngine {
     /// (the parsed reply, with a schema), `text`, `finish_reason`, token counts, `tokens` (the
     /// generated ids) and `timings`. A prompt is a string (one user message, after `system`
     /// when given) or a list of messages. `seed` is an int (prompt `i` of several gets a seed
-    /// derived from it and `i`) or one per prompt. A refused request raises `SchemaError`,
-    /// `PromptTooLongError` or `RequestError` naming it.
-    #[pyo3(signature = (
-        prompts,
-        schema = None,
-        *,
-        temperature = 0.0,
-        seed = None,
-        max_tokens = 256,
-        top_p = 1.0,
-        top_k = None,
-        system = None,
-    ))]
+    /// derived from it and `i`) or one per prompt.
+    ///
+    /// A prompt that fails raises its error, naming it: `SchemaError`, `PromptTooLongError`
+    /// or `RequestError`, and (`on_length="raise"`, the default) `CutOffError` for a reply
+    /// that `max_tokens` or the context cut off before it finished (its value None);
+    /// `on_length="none"` returns such replies as they are. The exception's `index` is the
+    /// prompt's, and its `results` every prompt's result (a failed one has `error`).
+    #[pyo3(
+        signature = (
+            prompts,
+            schema = None,
+            *,
+            temperature = None,
+            seed = None,
+            max_tokens = None,
+            top_p = None,
+            top_k = None,
+            system = None,
+            on_length = None,
+        ),
+        text_signature = "($self, prompts, schema=None, *, temperature=0.0, seed=None, \
+                          max_tokens=256, top_p=1.0, top_k=None, system=None, \
+                          on_length='raise')"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn decide<'py>(
         &self,
         py: Python<'py>,
         prompts: &Bound<'py, PyAny>,
         schema: Option<&Bound<'py, PyAny>>,
-        temperature: f32,
+        temperature: Option<&Bound<'py, PyAny>>,
         seed: Option<&Bound<'py, PyAny>>,
-        max_tokens: usize,
-        top_p: f32,
-        top_k: Option<usize>,
-        system: Option<String>,
+        max_tokens: Option<&Bound<'py, PyAny>>,
+        top_p: Option<&Bound<'py, PyAny>>,
+        top_k: Option<&Bound<'py, PyAny>>,
+        system: Option<&Bound<'py, PyAny>>,
+        on_length: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let requests = self.requests(
-            prompts,
-            schema,
-            seed,
-            system.as_deref(),
-            Defaults::new(max_tokens, temperature, top_p, top_k),
-        )?;
+        let defaults = Defaults::new(max_tokens, temperature, top_p, top_k)?;
+        let max_tokens = defaults.max_tokens;
+        let on_length = OnLength::of(on_length)?;
+        let requests = self.requests(prompts, schema, seed, system, defaults)?;
         let results = run_all(py, &self.engine, requests)?;
         let out = PyList::empty(py);
+        let mut failed: Vec<(usize, Failed<'_>, String)> = Vec::new();
         for (i, result) in results.iter().enumerate() {
-            match result {
-                Ok(r) => out.append(response_dict(py, r)?)?,
-                Err(e) => return Err(errors::from_request(&format!("prompt {i}"), e)),
+            let (dict, failure) = match result {
+                Ok(r)
+                    if r.finish_reason == FinishReason::Length && on_length == OnLength::Raise =>
+                {
+                    let cause = match r.generated_tokens >= max_tokens {
+                        true => format!("at max_tokens={max_tokens}"),
+                        false => "at the end of the model's context".to_string(),
+                    };
+                    let text = format!(
+                        "prompt {i}: the reply was cut off {cause} before it finished, so it has \
+                         no value: raise max_tokens (or shorten the prompt), or pass \
+                         on_length=\"none\" to take cut-off replies as they are (finish_reason \
+                         \"length\", value None)"
+                    );
+                    let dict = response_dict(py, r)?;
+                    dict.set_item("error", &text)?;
+                    (dict, Some((Failed::CutOff, text)))
+                }
+                Ok(r) => (response_dict(py, r)?, None),
+                Err(e) => {
+                    let text = format!("prompt {i}: {e}");
+                    let dict = PyDict::new(py);
+                    dict.set_item("error", &text)?;
+                    (dict, Some((Failed::Refused(e), text)))
+                }
+            };
+            dict.set_item("index", i)?;
+            out.append(dict)?;
+            if let Some((kind, text)) = failure {
+                failed.push((i, kind, text));
             }
         }
-        Ok(out)
+        let Some((index, kind, text)) = failed.first() else {
+            return Ok(out);
+        };
+        // The others' results are not lost with the exception: it carries them all.
+        let others = match &failed[1..] {
+            [] => String::new(),
+            rest => format!(
+                "; prompt{} {} failed too",
+                if rest.len() == 1 { "" } else { "s" },
+                rest.iter()
+                    .map(|(i, ..)| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let text = format!(
+            "{text}{others} (every prompt's result is in this exception's `results`, a failed \
+             one with its `error`)"
+        );
+        let error = match kind {
+            Failed::Refused(e) => errors::from_request(e, text),
+            Failed::CutOff => errors::CutOffError::new_err(text),
+        };
+        let value = error.value(py);
+        value.setattr("index", index)?;
+        value.setattr("results", out)?;
+        Err(error)
     }
 
     /// As `decide`, yielding each result as soon as it finishes (in the order they finish),
-    /// with its prompt's `index`; a refused or failed request yields `index` and `error`.
-    #[pyo3(signature = (
-        prompts,
-        schema = None,
-        *,
-        temperature = 0.0,
-        seed = None,
-        max_tokens = 256,
-        top_p = 1.0,
-        top_k = None,
-        system = None,
-    ))]
+    /// with its prompt's `index`; a refused or failed request yields `index` and `error`. A
+    /// reply cut off before it finished has `finish_reason` `"length"` and `value` None.
+    #[pyo3(
+        signature = (
+            prompts,
+            schema = None,
+            *,
+            temperature = None,
+            seed = None,
+            max_tokens = None,
+            top_p = None,
+            top_k = None,
+            system = None,
+        ),
+        text_signature = "($self, prompts, schema=None, *, temperature=0.0, seed=None, \
+                          max_tokens=256, top_p=1.0, top_k=None, system=None)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn stream<'py>(
         &self,
         prompts: &Bound<'py, PyAny>,
         schema: Option<&Bound<'py, PyAny>>,
-        temperature: f32,
+        temperature: Option<&Bound<'py, PyAny>>,
         seed: Option<&Bound<'py, PyAny>>,
-        max_tokens: usize,
-        top_p: f32,
-        top_k: Option<usize>,
-        system: Option<String>,
+        max_tokens: Option<&Bound<'py, PyAny>>,
+        top_p: Option<&Bound<'py, PyAny>>,
+        top_k: Option<&Bound<'py, PyAny>>,
+        system: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Stream> {
-        let requests = self.requests(
-            prompts,
-            schema,
-            seed,
-            system.as_deref(),
-            Defaults::new(max_tokens, temperature, top_p, top_k),
-        )?;
+        let defaults = Defaults::new(max_tokens, temperature, top_p, top_k)?;
+        let requests = self.requests(prompts, schema, seed, system, defaults)?;
         let (tx, rx) = mpsc::channel();
         let engine = self.engine.clone();
         let thread = std::thread::Builder::new()
@@ -389,25 +584,39 @@ impl PyEngine {
     /// strings, with `messages` or `prompt` and the optional `json_schema`, `max_tokens`,
     /// `temperature`, `top_p`, `top_k`, `seed`, `stop`, `tag`), as one batch; returns the
     /// lines it writes, as dicts, in order (`index`, `seed`, the response's fields, or
-    /// `error`).
-    #[pyo3(signature = (requests, *, max_tokens = 256, temperature = 0.0, top_p = 1.0, top_k = None, seed = 0))]
+    /// `error`). The keyword arguments are the defaults of the requests that do not set their
+    /// own.
+    #[pyo3(
+        signature = (requests, *, max_tokens = None, temperature = None, top_p = None, top_k = None, seed = None),
+        text_signature = "($self, requests, *, max_tokens=256, temperature=0.0, top_p=1.0, \
+                          top_k=None, seed=0)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn generate<'py>(
         &self,
         py: Python<'py>,
         requests: &Bound<'py, PyAny>,
-        max_tokens: usize,
-        temperature: f32,
-        top_p: f32,
-        top_k: Option<usize>,
-        seed: u64,
+        max_tokens: Option<&Bound<'py, PyAny>>,
+        temperature: Option<&Bound<'py, PyAny>>,
+        top_p: Option<&Bound<'py, PyAny>>,
+        top_k: Option<&Bound<'py, PyAny>>,
+        seed: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let sampling = SamplingParams {
-            temperature,
-            top_p,
-            top_k,
-            seed,
+        let Defaults {
+            max_tokens,
+            mut sampling,
+        } = Defaults::new(max_tokens, temperature, top_p, top_k)?;
+        sampling.seed = match seed {
+            Some(s) if !s.is_none() => args::seed(s, "seed")?,
+            _ => 0,
         };
+        if requests.is_instance_of::<PyString>() || requests.is_instance_of::<PyDict>() {
+            return Err(args::refuse(
+                requests,
+                "requests",
+                "give a list of requests (dicts, or JSON strings): wrap a single one in a list",
+            ));
+        }
         let json = py.import("json")?;
         let mut lines: Vec<Option<String>> = Vec::new();
         let mut valid = Vec::new();
@@ -468,15 +677,30 @@ impl PyEngine {
         prompts: &Bound<'_, PyAny>,
         schema: Option<&Bound<'_, PyAny>>,
         seed: Option<&Bound<'_, PyAny>>,
-        system: Option<&str>,
+        system: Option<&Bound<'_, PyAny>>,
         defaults: Defaults,
     ) -> PyResult<Vec<Request>> {
         if prompts.is_instance_of::<PyString>() {
-            return Err(PyTypeError::new_err(
-                "prompts is a list of prompts: wrap a single prompt in a list",
+            return Err(args::refuse(
+                prompts,
+                "prompts",
+                "give a list of prompts: wrap a single prompt in a list",
             ));
         }
-        let items: Vec<Bound<'_, PyAny>> = prompts.try_iter()?.collect::<PyResult<_>>()?;
+        let system = match system {
+            Some(s) if !s.is_none() => Some(args::text(s, "system", "the system message")?),
+            _ => None,
+        };
+        let items: Vec<Bound<'_, PyAny>> = prompts
+            .try_iter()
+            .map_err(|_| {
+                args::refuse(
+                    prompts,
+                    "prompts",
+                    "give a list of prompts (strings, or lists of messages)",
+                )
+            })?
+            .collect::<PyResult<_>>()?;
         let schema = match schema {
             None => None,
             Some(s) if s.is_none() => None,
@@ -487,16 +711,14 @@ impl PyEngine {
                 Some(Schema::new(value))
             }
         };
-        let seeds = match seed {
-            Some(s) if !s.is_none() => seeds(s, items.len())?,
-            _ => seeds(&0u64.into_pyobject(prompts.py())?.into_any(), items.len())?,
-        };
+        let seeds = seeds(seed, items.len())?;
         items
             .iter()
             .zip(seeds)
             .enumerate()
             .map(|(i, (item, seed))| {
-                let mut request = Request::new(prompt_of(item, system, &format!("prompt {i}"))?)
+                let prompt = prompt_of(item, system.as_deref(), &format!("prompt {i}"))?;
+                let mut request = Request::new(prompt)
                     .with_max_tokens(defaults.max_tokens)
                     .with_sampling(SamplingParams {
                         seed,

@@ -1,53 +1,103 @@
 //! throng's errors as Python exceptions: one class per kind a caller may want to catch, each
 //! carrying throng's own message (the problem and its fix), causes included.
 
-use pyo3::PyErr;
+//!
+//! They are made in the module `throng` (their `__module__`), where the package exports them.
+
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 use throng::engine::RequestError as EngineRequestError;
 
 create_exception!(
-    _throng,
+    throng,
     ThrongError,
     PyException,
     "Every error throng raises."
 );
 create_exception!(
-    _throng,
+    throng,
     ModelError,
     ThrongError,
     "A model that cannot be found or loaded (unknown name, missing or corrupt file)."
 );
 create_exception!(
-    _throng,
+    throng,
     RequestError,
     ThrongError,
     "A request the engine refused or could not finish."
 );
 create_exception!(
-    _throng,
+    throng,
     SchemaError,
     RequestError,
     "A JSON schema the constrained decoder cannot compile."
 );
 create_exception!(
-    _throng,
+    throng,
     PromptTooLongError,
     RequestError,
     "A prompt longer than the model's context or the KV cache."
 );
 create_exception!(
-    _throng,
+    throng,
+    CutOffError,
+    RequestError,
+    "A reply cut off before it finished (by `max_tokens`, or the model's context): its value is None."
+);
+create_exception!(
+    throng,
     ConfigError,
     ThrongError,
     "A malformed experiment config or bad run arguments."
 );
 create_exception!(
-    _throng,
+    throng,
     RunError,
     ThrongError,
     "A run that stopped on an error (its finished steps are kept)."
 );
+
+/// The class `ArgumentError`: a keyword argument of the wrong type or value. A `ThrongError`,
+/// and also a `ValueError` and a `TypeError`, which Python code catches for bad arguments: a
+/// class of three bases, which `create_exception!` cannot make, so it is made by calling
+/// `type`.
+pub fn argument_error(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    static TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    TYPE.get_or_try_init(py, || {
+        let bases = PyTuple::new(
+            py,
+            [
+                py.get_type::<ThrongError>(),
+                py.get_type::<PyValueError>(),
+                py.get_type::<PyTypeError>(),
+            ],
+        )?;
+        let namespace = PyDict::new(py);
+        namespace.set_item("__module__", "throng")?;
+        namespace.set_item(
+            "__doc__",
+            "A keyword argument of the wrong type or value: the message names it, the value \
+             given and what it takes. Also a ValueError and a TypeError.",
+        )?;
+        py.get_type::<PyType>()
+            .call1(("ArgumentError", bases, namespace))?
+            .cast_into::<PyType>()
+            .map(Bound::unbind)
+            .map_err(PyErr::from)
+    })
+    .map(|t| t.bind(py))
+}
+
+/// An `ArgumentError` saying `message`.
+pub fn argument(py: Python<'_>, message: String) -> PyErr {
+    match argument_error(py) {
+        Ok(class) => PyErr::from_type(class.clone(), message),
+        Err(e) => e,
+    }
+}
 
 /// `e`'s message with its chain of causes, as the command line prints it: a cause whose words
 /// the message above already gave is not repeated.
@@ -84,9 +134,8 @@ pub fn from_anyhow(e: anyhow::Error) -> PyErr {
     }
 }
 
-/// A refused or failed request as the exception of its kind; `at` says which request.
-pub fn from_request(at: &str, e: &EngineRequestError) -> PyErr {
-    let text = format!("{at}: {e}");
+/// A refused or failed request as the exception of its kind, saying `text`.
+pub fn from_request(e: &EngineRequestError, text: String) -> PyErr {
     match e {
         EngineRequestError::InvalidSchema(_) => SchemaError::new_err(text),
         EngineRequestError::PromptTooLong { .. }

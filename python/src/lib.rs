@@ -3,6 +3,7 @@
 //! ([`scenario`]). Like the command line, it is an edge over the library: throng's errors
 //! become Python exceptions here ([`errors`]).
 
+mod args;
 mod columns;
 mod engine;
 mod errors;
@@ -25,6 +26,15 @@ create_exception!(
     "A model's reply that `parse` refuses: Rejected(field, reason); the agent keeps `no_change`."
 );
 
+/// The `throng` command, the package's console script: throng's command line over `argv` (the
+/// command's name first) with the scenarios throng ships, as the `throng` binary runs it;
+/// returns its exit status.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
+    throng::host::set_program(throng::host::Program::Command("throng".into()));
+    py.detach(|| throng::cli::main_with_args(&throng::scenarios::Registry::builtin(), argv))
+}
+
 #[pymodule]
 fn _throng(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -39,6 +49,7 @@ fn _throng(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runs::has_table, m)?)?;
     m.add_function(wrap_pyfunction!(runs::verify, m)?)?;
     m.add_function(wrap_pyfunction!(runs::report, m)?)?;
+    m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add("ThrongError", py.get_type::<errors::ThrongError>())?;
     m.add("ModelError", py.get_type::<errors::ModelError>())?;
     m.add("RequestError", py.get_type::<errors::RequestError>())?;
@@ -47,6 +58,8 @@ fn _throng(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "PromptTooLongError",
         py.get_type::<errors::PromptTooLongError>(),
     )?;
+    m.add("CutOffError", py.get_type::<errors::CutOffError>())?;
+    m.add("ArgumentError", errors::argument_error(py)?)?;
     m.add("ConfigError", py.get_type::<errors::ConfigError>())?;
     m.add("RunError", py.get_type::<errors::RunError>())?;
     m.add("ScenarioProblem", py.get_type::<ScenarioProblem>())?;

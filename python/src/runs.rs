@@ -7,9 +7,10 @@ use crate::scenario::{PyKind, Raised};
 use arrow_pyarrow::IntoPyArrow;
 use pyo3::prelude::*;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use throng::scenarios::Registry;
+use throng::sim::scenario::Halt;
 
 /// The built-in scenarios and the Python `classes`.
 fn registry(classes: &[Bound<'_, PyAny>]) -> PyResult<Registry> {
@@ -33,6 +34,8 @@ pub fn run(
     classes: Vec<Bound<'_, PyAny>>,
 ) -> PyResult<(PathBuf, bool)> {
     let registry = registry(&classes)?;
+    // Messages name how to go on from Python (`throng.run(resume=...)`), not the command.
+    throng::host::set_program(throng::host::Program::Python);
     let args = throng::cli::parse_run(args)
         .map_err(|e| errors::ConfigError::new_err(errors::message(&e)))?;
     let mut interrupted: Option<PyErr> = None;
@@ -58,54 +61,94 @@ pub fn run(
     let outcome = match outcome {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(e)) => return Err(errors::from_anyhow(e)),
-        Err(payload) => {
-            return Err(match payload.downcast::<Raised>() {
-                // A Ctrl-C that landed in the scenario's Python code stopped the step at once:
-                // the records end at the last checkpoint, from which the run resumes.
-                Ok(raised)
-                    if raised
-                        .error
-                        .is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) =>
-                {
-                    eprintln!(
-                        "\nthrong: stopped at once by Ctrl-C; the step in progress is lost, the \
-                         steps before it are kept: resume with throng.run(resume=<the run's \
-                         folder>)"
-                    );
-                    raised.error
-                }
-                Ok(raised) => {
-                    let e = errors::RunError::new_err(format!(
-                        "the scenario's `{}` raised {}; the run stopped, keeping the steps it \
-                         had finished: fix the scenario, then resume the run \
-                         (throng.run(resume=...))",
-                        raised.method,
-                        raised.error.value(py).repr()?
-                    ));
-                    e.set_cause(py, Some(raised.error));
-                    e
-                }
-                Err(other) => {
-                    let what = other
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| other.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_default();
-                    errors::RunError::new_err(format!(
-                        "throng failed inside the run ({what}); the steps it had finished are \
-                         kept; please report this"
-                    ))
-                }
-            });
-        }
+        Err(payload) => return Err(stopped(py, payload)?),
     };
+    let finished = outcome.ended == throng::sim::runner::Ended::Finished;
     if let Some(e) = interrupted {
+        match finished {
+            true => mark(
+                py,
+                &e,
+                &outcome.dir,
+                "finished before the Ctrl-C took effect",
+            )?,
+            false => paused_by(py, &e, &outcome.dir)?,
+        }
         return Err(e);
     }
-    Ok((
-        outcome.dir,
-        outcome.ended == throng::sim::runner::Ended::Finished,
-    ))
+    Ok((outcome.dir, finished))
+}
+
+/// `throng.run(resume=...)` of the run in `dir`, as Python writes it.
+fn resume_call(py: Python<'_>, dir: &Path) -> String {
+    let folder = pyo3::types::PyString::new(py, &dir.display().to_string());
+    let written = folder.repr().map(|r| r.to_string());
+    format!("throng.run(resume={})", written.unwrap_or_default())
+}
+
+/// Tells a `KeyboardInterrupt` where the run it paused is: its message says how to resume,
+/// and its `folder` is the run's folder.
+fn paused_by(py: Python<'_>, e: &PyErr, dir: &Path) -> PyResult<()> {
+    let how = format!(
+        "is paused, its finished steps kept: resume it with {}",
+        resume_call(py, dir)
+    );
+    mark(py, e, dir, &how)
+}
+
+/// Sets `e`'s message to say what became of the run in `dir`, and its `folder`.
+fn mark(py: Python<'_>, e: &PyErr, dir: &Path, what: &str) -> PyResult<()> {
+    let value = e.value(py);
+    value.setattr("folder", dir.display().to_string())?;
+    value.setattr("args", (format!("the run in {} {what}", dir.display()),))
+}
+
+/// The exception of a run that a panic stopped: the scenario's own (a [`Halt`], whose run
+/// the command has marked failed, or paused after a Ctrl-C), or throng's failure.
+fn stopped(py: Python<'_>, payload: Box<dyn std::any::Any + Send>) -> PyResult<PyErr> {
+    let halt = match payload.downcast::<Halt>() {
+        Ok(halt) => *halt,
+        Err(other) => {
+            let what = other
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| other.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            return Ok(errors::RunError::new_err(format!(
+                "throng failed inside the run ({what}); the steps it had finished are kept; \
+                 please report this"
+            )));
+        }
+    };
+    let dir = halt.dir.unwrap_or_default();
+    let Ok(raised) = halt.detail.downcast::<Raised>() else {
+        return Ok(errors::RunError::new_err(format!(
+            "{}; the run in {} stopped, keeping the steps it had finished",
+            halt.message,
+            dir.display()
+        )));
+    };
+    let Raised { method, error } = *raised;
+    // A Ctrl-C that landed in the scenario's Python code stopped the step at once: the
+    // records end at the last checkpoint, from which the run resumes.
+    if error.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+        eprintln!(
+            "\nthrong: stopped at once by Ctrl-C; the step in progress is lost, the steps before \
+             it are kept"
+        );
+        paused_by(py, &error, &dir)?;
+        return Ok(error);
+    }
+    let e = errors::RunError::new_err(format!(
+        "the scenario's `{method}` raised {}; the run in {} stopped and is marked failed, \
+         keeping the steps it had finished: fix the scenario, then resume it with {}",
+        error.value(py).repr()?,
+        dir.display(),
+        resume_call(py, &dir)
+    ));
+    e.value(py).setattr("folder", dir.display().to_string())?;
+    e.set_cause(py, Some(error));
+    Ok(e)
 }
 
 /// Every batch of the run's Parquet table `name` (`state`, `groups`, a scenario's own), as

@@ -8,8 +8,10 @@
 //! are JSON-like values (dicts).
 //!
 //! The [`Scenario`] methods cannot fail, so an exception raised by the class stops the run by
-//! unwinding (without the panic hook: [`std::panic::resume_unwind`]) to [`crate::runs`], which
-//! raises it again in Python; the steps finished before it are kept, as after a kill.
+//! unwinding with a [`Halt`] (without the panic hook: [`std::panic::resume_unwind`]): the
+//! command marks the run failed with the exception and its traceback's last lines, and
+//! [`crate::runs`] raises it again in Python; the steps finished before it are kept, as after
+//! a kill.
 
 use crate::columns;
 use arrow_array::RecordBatch;
@@ -25,7 +27,7 @@ use throng::sim::config::{ConfigError, ScenarioProblem};
 use throng::sim::experiment::Experiment;
 use throng::sim::groups::GroupRef;
 use throng::sim::population::{Population, PopulationSpec};
-use throng::sim::scenario::{CellInfo, ParseError, Parsed, Scenario, Turn};
+use throng::sim::scenario::{CellInfo, Halt, ParseError, Parsed, Scenario, Turn};
 
 /// An exception raised by a scenario's Python code, carried out of the run.
 pub struct Raised {
@@ -36,7 +38,48 @@ pub struct Raised {
 
 /// Stops the run with `error`, raised by `method` (see the module's notes).
 fn raise(method: &'static str, error: PyErr) -> ! {
-    std::panic::resume_unwind(Box::new(Raised { method, error }))
+    let (message, interrupted) = Python::attach(|py| {
+        (
+            halt_message(py, method, &error),
+            error.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py),
+        )
+    });
+    std::panic::resume_unwind(Box::new(Halt {
+        message,
+        interrupted,
+        detail: Box::new(Raised { method, error }),
+        dir: None,
+    }))
+}
+
+/// Lines of a traceback the run's manifest keeps: the frames nearest the raise, where the
+/// fault usually is.
+const TRACEBACK_LINES: usize = 6;
+
+/// What the manifest says of an exception raised by `method`: the exception, then the last
+/// lines of its traceback.
+fn halt_message(py: Python<'_>, method: &str, error: &PyErr) -> String {
+    let value = error.value(py);
+    let kind = value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    let mut text = format!("the scenario's `{method}` raised {kind}: {value}");
+    let frames = error.traceback(py).and_then(|tb| {
+        let lines: Vec<String> = py
+            .import("traceback")
+            .and_then(|t| t.call_method1("format_tb", (tb,)))
+            .and_then(|l| l.extract())
+            .ok()?;
+        Some(lines.concat())
+    });
+    if let Some(frames) = frames {
+        let lines: Vec<&str> = frames.lines().collect();
+        text.push('\n');
+        text.push_str(&lines[lines.len().saturating_sub(TRACEBACK_LINES)..].join("\n"));
+    }
+    text
 }
 
 /// Interns a name for the life of the process: the runner takes roles and table names as
@@ -69,6 +112,12 @@ struct Class {
     /// cell's keys.
     table_names: &'static [&'static str],
     tables: Vec<SchemaRef>,
+    /// The knobs its `[scenario]` table may set (`knobs`), in the class's order.
+    knobs: Vec<String>,
+    /// Their defaults, when `knobs` is a dict.
+    defaults: Option<Py<PyDict>>,
+    /// Whether scripted decisions are held to their turn's schema (`check_scripted`).
+    check_scripted: bool,
 }
 
 /// The keys that begin every row of a Python scenario's aggregates and own tables.
@@ -150,6 +199,17 @@ impl PyKind {
                 "it has `row` but no `columns`: declare the row's columns and their types",
             ));
         }
+        let (knobs, defaults) = knobs_of(class).map_err(|e| type_error(&e))?;
+        let check_scripted = match class.getattr("check_scripted") {
+            Ok(c) if c.is_instance_of::<pyo3::types::PyBool>() => c.extract()?,
+            Ok(_) => {
+                return Err(type_error(
+                    "`check_scripted` is True (hold scripted decisions to their turn's schema) \
+                     or False",
+                ));
+            }
+            Err(_) => true,
+        };
         // The runner writes the cell's keys in front of them.
         let aggregates = declared(class, "aggregates_columns")?
             .map(|own| Arc::new(arrow_schema::Schema::new(own)));
@@ -184,8 +244,38 @@ impl PyKind {
             aggregates,
             table_names: Box::leak(table_names.into_boxed_slice()),
             tables,
+            knobs,
+            defaults,
+            check_scripted,
         })))
     }
+}
+
+/// The class's `knobs`: a dict of each knob its `[scenario]` table may set to its default, or
+/// a list of their names; none without it. An error says what `knobs` must be.
+fn knobs_of(class: &Bound<'_, PyAny>) -> Result<(Vec<String>, Option<Py<PyDict>>), String> {
+    let Ok(declared) = class.getattr("knobs") else {
+        return Ok((Vec::new(), None));
+    };
+    let wrong = || {
+        "`knobs` is a dict of each knob its `[scenario]` table may set to its default \
+         (`{\"endowment\": 20}`), or a list of their names"
+            .to_string()
+    };
+    if let Ok(dict) = declared.cast::<PyDict>() {
+        let names = dict
+            .keys()
+            .iter()
+            .map(|k| k.extract::<String>())
+            .collect::<PyResult<Vec<_>>>()
+            .map_err(|_| wrong())?;
+        return Ok((names, Some(dict.clone().unbind())));
+    }
+    if declared.is_instance_of::<PyString>() {
+        return Err(wrong());
+    }
+    let names: Vec<String> = declared.extract().map_err(|_| wrong())?;
+    Ok((names, None))
 }
 
 /// One row of `method`'s output (a dict), after the cell's keys, in a table of `schema`.
@@ -239,9 +329,59 @@ fn own_batch(method: &'static str, schema: &SchemaRef, rows: Vec<Value>) -> Reco
     })
 }
 
-/// The `[scenario]` table an instance is made from, as a dict.
-fn knobs<'py>(py: Python<'py>, table: &toml::Table) -> PyResult<Bound<'py, PyAny>> {
-    Ok(pythonize::pythonize(py, table)?)
+impl Class {
+    /// The `[scenario]` table an instance is made from, as a dict: the class's defaults (a
+    /// copy of each, so that an instance that changes one leaves the class's alone), then the
+    /// table's knobs. A knob the class does not declare is refused, as a Rust scenario's
+    /// table refuses a field its type lacks.
+    fn knobs<'py>(
+        &self,
+        py: Python<'py>,
+        table: &toml::Table,
+    ) -> Result<Bound<'py, PyAny>, ScenarioProblem> {
+        if let Some(unknown) = table.keys().find(|k| !self.knobs.contains(k)) {
+            let class = self
+                .class
+                .bind(py)
+                .getattr("__name__")
+                .map(|n| n.to_string())
+                .unwrap_or_default();
+            let message = match self.knobs.is_empty() {
+                true => format!(
+                    "unknown field `{unknown}`: scenario class {class} declares no knobs; list \
+                     those its `[scenario]` table may set, with their defaults, in its `knobs` \
+                     (`knobs = {{\"{unknown}\": ...}}`)"
+                ),
+                false => format!(
+                    "unknown field `{unknown}`, expected {} (the knobs scenario class {class} \
+                     declares)",
+                    match self.knobs.as_slice() {
+                        [one] => format!("`{one}`"),
+                        all => format!(
+                            "one of {}",
+                            all.iter()
+                                .map(|k| format!("`{k}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    }
+                ),
+            };
+            return Err(ScenarioProblem::new(unknown.as_str(), message));
+        }
+        let made = (|| -> PyResult<Bound<'py, PyAny>> {
+            let given = pythonize::pythonize(py, table)?;
+            let Some(defaults) = &self.defaults else {
+                return Ok(given);
+            };
+            let knobs = py
+                .import("copy")?
+                .call_method1("deepcopy", (defaults.bind(py),))?;
+            knobs.call_method1("update", (given,))?;
+            Ok(knobs)
+        })();
+        made.map_err(|e: PyErr| problem(py, e))
+    }
 }
 
 /// A problem the class's constructor or `check_population` raised: `throng.ScenarioProblem`
@@ -283,12 +423,13 @@ impl Kind for PyKind {
                     .0
                     .class
                     .bind(py)
-                    .call1((knobs(py, table).map_err(|e| problem(py, e))?,))
+                    .call1((self.0.knobs(py, table)?,))
                     .map_err(|e| problem(py, e))?;
                 Ok(PyScenario {
                     kind: self.0.clone(),
                     instance: instance.unbind(),
                     schemas: Mutex::new(Vec::new()),
+                    validators: Mutex::new(Vec::new()),
                 })
             })
         })
@@ -307,6 +448,9 @@ pub struct PyScenario {
     /// Schemas already converted, by the identity of the Python object `turn` returned, so
     /// that turns sharing one schema object share one `Arc` (and one compiled grammar).
     schemas: Mutex<Vec<(Py<PyAny>, Arc<Value>)>>,
+    /// The checks of scripted decisions, one per schema (by its `Arc`, as [`Self::schema`]
+    /// shares them).
+    validators: Mutex<Vec<(Arc<Value>, Arc<jsonschema::Validator>)>>,
 }
 
 /// A Python scenario's world: any Python object; a checkpoint holds its pickle.
@@ -651,6 +795,50 @@ impl PyScenario {
             .unwrap_or_else(|e| raise(method, e))
     }
 
+    /// `turn`'s pair for `agent` at `step`: the template's variables, and the schema.
+    fn turn_of<'py>(
+        &self,
+        py: Python<'py>,
+        world: &PyWorld,
+        population: &Population,
+        agent: usize,
+        step: usize,
+    ) -> (Bound<'py, PyAny>, Arc<Value>) {
+        let lent = lend(py, population).unwrap_or_else(|e| raise("turn", e));
+        let out = self.call(py, "turn", (world.0.bind(py), &lent.0, agent, step));
+        let pair = out.cast::<PyTuple>().ok().filter(|t| t.len() == 2);
+        let Some(pair) = pair else {
+            raise(
+                "turn",
+                pyo3::exceptions::PyTypeError::new_err(
+                    "turn returns a pair: (the template's variables as a dict, the decision's \
+                     JSON schema)",
+                ),
+            )
+        };
+        let context = pair.get_item(0).unwrap_or_else(|e| raise("turn", e));
+        let schema = pair.get_item(1).unwrap_or_else(|e| raise("turn", e));
+        (context, self.schema(py, &schema))
+    }
+
+    /// The check of decisions against `schema`, made once per schema.
+    fn validator(&self, schema: &Arc<Value>) -> Result<Arc<jsonschema::Validator>, String> {
+        let mut known = self.validators.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, v)) = known.iter().find(|(s, _)| Arc::ptr_eq(s, schema)) {
+            return Ok(v.clone());
+        }
+        let validator = jsonschema::validator_for(schema)
+            .map(Arc::new)
+            .map_err(|e| {
+                format!("the turn's schema cannot check it, as it is not a valid JSON schema: {e}")
+            })?;
+        if known.len() >= 256 {
+            known.clear();
+        }
+        known.push((schema.clone(), validator.clone()));
+        Ok(validator)
+    }
+
     fn has(&self, py: Python<'_>, method: &str) -> bool {
         self.instance.bind(py).hasattr(method).unwrap_or(false)
     }
@@ -850,25 +1038,45 @@ impl Scenario for PyScenario {
     /// JSON schema.
     fn turn(&self, world: &PyWorld, population: &Population, agent: usize, step: usize) -> Turn {
         Python::attach(|py| {
-            let lent = lend(py, population).unwrap_or_else(|e| raise("turn", e));
-            let out = self.call(py, "turn", (world.0.bind(py), &lent.0, agent, step));
-            let pair = out.cast::<PyTuple>().ok().filter(|t| t.len() == 2);
-            let Some(pair) = pair else {
-                raise(
-                    "turn",
-                    pyo3::exceptions::PyTypeError::new_err(
-                        "turn returns a pair: (the template's variables as a dict, the \
-                         decision's JSON schema)",
-                    ),
-                )
-            };
-            let context = pair.get_item(0).unwrap_or_else(|e| raise("turn", e));
-            let schema = pair.get_item(1).unwrap_or_else(|e| raise("turn", e));
+            let (context, schema) = self.turn_of(py, world, population, agent, step);
             Turn {
                 context: jinja(&to_json("turn", &context)),
-                schema: self.schema(py, &schema),
+                schema,
             }
         })
+    }
+
+    /// A scripted decision is held to the schema of the agent's turn (`turn`'s), as the
+    /// constrained decoder holds a model's reply to it, unless the class sets
+    /// `check_scripted = False`.
+    fn check_scripted(
+        &self,
+        world: &PyWorld,
+        population: &Population,
+        agent: usize,
+        step: usize,
+        decision: &Value,
+    ) -> Result<(), String> {
+        if !self.kind.check_scripted {
+            return Ok(());
+        }
+        let schema = Python::attach(|py| self.turn_of(py, world, population, agent, step).1);
+        let validator = self.validator(&schema)?;
+        let problems: Vec<String> = validator
+            .iter_errors(decision)
+            .take(3)
+            .map(|e| match e.instance_path().to_string() {
+                at if at.is_empty() => e.to_string(),
+                at => format!("at {at}: {e}"),
+            })
+            .collect();
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(format!(
+                "{decision} is outside the turn's schema: {}",
+                problems.join("; ")
+            )),
+        }
     }
 
     /// `parse` returns the decision, or `(decision, clamps)`; `throng.Rejected(field,

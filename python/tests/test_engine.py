@@ -2,6 +2,7 @@
 lock released, and errors as exceptions carrying throng's messages."""
 
 import json
+import re
 import subprocess
 import threading
 
@@ -162,6 +163,39 @@ def test_a_prompt_longer_than_the_context_raises_prompt_too_long(smollm2):
     assert isinstance(e.value, throng.RequestError) and isinstance(e.value, throng.ThrongError)
 
 
+def test_a_failed_prompt_keeps_the_other_prompts_results(smollm2):
+    long = "word " * (smollm2.max_context + 10)
+    with pytest.raises(throng.PromptTooLongError) as e:
+        smollm2.decide([PROMPTS[0], long, PROMPTS[1], long], SCHEMA, seed=[1, 2, 3, 4], max_tokens=48)
+    assert e.value.index == 1
+    assert "prompts 3 failed too" not in str(e.value) and "prompt 3 failed too" in str(e.value)
+    results = e.value.results
+    assert [r["index"] for r in results] == [0, 1, 2, 3]
+    assert "error" in results[1] and "error" in results[3] and "shorten it" in results[3]["error"]
+    # The others were decided, as a call without the long prompts decides them.
+    alone = smollm2.decide(PROMPTS[:2], SCHEMA, seed=[1, 3], max_tokens=48)
+    for got, want in zip([results[0], results[2]], alone):
+        valid(got["value"])
+        assert got["text"] == want["text"]
+
+
+def test_a_reply_cut_off_by_max_tokens_raises_naming_the_prompt(smollm2):
+    with pytest.raises(throng.CutOffError) as e:
+        smollm2.decide(PROMPTS[:2], SCHEMA, max_tokens=4)
+    assert isinstance(e.value, throng.RequestError)
+    message = str(e.value)
+    assert message.startswith("prompt 0: ") and "max_tokens=4" in message
+    assert 'on_length="none"' in message and "prompt 1 failed too" in message
+    assert e.value.index == 0
+    assert [r["finish_reason"] for r in e.value.results] == ["length", "length"]
+    # Asked for, cut-off replies come back as they are, unmissably marked.
+    kept = smollm2.decide(PROMPTS[:2], SCHEMA, max_tokens=4, on_length="none")
+    assert [(r["finish_reason"], r["value"]) for r in kept] == [("length", None)] * 2
+    assert all(r["generated_tokens"] == 4 for r in kept)
+    with pytest.raises(throng.ArgumentError, match="on_length='ignore': give one of 'raise', 'none'"):
+        smollm2.decide(PROMPTS[:1], SCHEMA, on_length="ignore")
+
+
 def test_an_unknown_model_raises_model_error():
     with pytest.raises(throng.ModelError) as e:
         throng.Engine("no-such-model-anywhere")
@@ -174,10 +208,53 @@ def test_a_missing_model_file_raises_model_error(tmp_path):
     assert "missing.gguf" in str(e.value)
 
 
-def test_a_bad_setting_names_the_choices():
-    with pytest.raises(ValueError) as e:
-        throng.Engine(weights="int3")
-    assert "int3" in str(e.value) and "int8" in str(e.value)
+@pytest.mark.parametrize(
+    "given, named, takes",
+    [
+        ({"weights": "int3"}, "weights='int3'", "'int8'"),
+        ({"kv_format": "f8"}, "kv_format='f8'", "'f16'"),
+        ({"device": "gpu"}, "device='gpu'", "'cuda:N'"),
+        ({"max_seqs": 0}, "max_seqs=0", "positive int"),
+        ({"max_seqs": True}, "max_seqs=True", "positive int"),
+        ({"kv_memory": "lots"}, "kv_memory='lots'", "2GiB"),
+        ({"prefix_cache": "no"}, "prefix_cache='no'", "True or False"),
+        ({"max_batch_tokens": 1.5}, "max_batch_tokens=1.5", "positive int"),
+    ],
+)
+def test_a_bad_engine_argument_is_an_argument_error_naming_it(given, named, takes):
+    with pytest.raises(throng.ArgumentError) as e:
+        throng.Engine(**given)
+    message = str(e.value)
+    assert message.startswith(named) and takes in message, message
+    # A ThrongError, and what Python code catches for a bad argument; not the command line's
+    # words.
+    assert isinstance(e.value, (throng.ThrongError, ValueError, TypeError))
+    assert "--" not in message and "help" not in message
+
+
+@pytest.mark.parametrize(
+    "given, named",
+    [
+        ({"max_tokens": -5}, "max_tokens=-5: give a positive int"),
+        ({"max_tokens": 2.5}, "max_tokens=2.5: give a positive int"),
+        ({"temperature": "hot"}, "temperature='hot': give a number from 0 up"),
+        ({"temperature": -1}, "temperature=-1: give a number from 0 up"),
+        ({"top_p": 0}, "top_p=0: give a number above 0, at most 1"),
+        ({"top_k": 0}, "top_k=0: give a positive int"),
+        ({"seed": -1}, "seed=-1: give a non-negative int"),
+        ({"seed": [1, "2"]}, "seed[1]='2': give a non-negative int"),
+        ({"system": 3}, "system=3: give a string"),
+    ],
+)
+def test_a_bad_decide_argument_is_an_argument_error_naming_it(smollm2, given, named):
+    for call in (smollm2.decide, smollm2.stream):
+        with pytest.raises(throng.ArgumentError) as e:
+            call(PROMPTS[:2], SCHEMA, **given)
+        assert str(e.value).startswith(named), str(e.value)
+    generate_only = {k: v for k, v in given.items() if k not in ("system",)}
+    if generate_only and not isinstance(given.get("seed"), list):
+        with pytest.raises(throng.ArgumentError, match=re.escape(named.split(":")[0])):
+            smollm2.generate(requests([1, 2]), **generate_only)
 
 
 def test_prompts_must_be_a_list(smollm2):

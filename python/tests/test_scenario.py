@@ -136,8 +136,10 @@ INTERRUPTED = textwrap.dedent(
     import public_goods, throng
     try:
         throng.run({config!r}, steps=40, replicates=3, no_report=True, out={out!r})
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("interrupted")
+        print(e.folder)
+        print(e)
     """
 )
 
@@ -151,7 +153,7 @@ def wait_for_steps(child, steps_csv, n):
     assert child.poll() is None, "the run ended before the signal"
 
 
-def test_ctrl_c_raises_keyboard_interrupt_and_the_run_resumes_exactly(
+def test_ctrl_c_raises_keyboard_interrupt_naming_the_folder_and_the_run_resumes_exactly(
     root, tmp_path, public_goods
 ):
     config = str(root / STUDY / "experiments" / "nested.toml")
@@ -166,6 +168,11 @@ def test_ctrl_c_raises_keyboard_interrupt_and_the_run_resumes_exactly(
     child.send_signal(signal.SIGINT)
     out, _ = child.communicate(timeout=120)
     assert child.returncode == 0 and "interrupted" in out
+    # The exception says where the run is, and how to resume it.
+    lines = out.splitlines()
+    folder, message = lines[lines.index("interrupted") + 1 :][:2]
+    assert folder == str(stopped)
+    assert f"throng.run(resume={str(stopped)!r})" in message and "paused" in message
     assert json.loads((stopped / "manifest.json").read_text())["steps_done"] < 40
     throng.run(resume=stopped, no_report=True)
     assert_same_records(whole, stopped)
@@ -320,3 +327,207 @@ def test_aggregates_and_tables_of_its_own_reach_the_run_folder(root, tmp_path, p
     assert teams.total.sum() == pytest.approx(
         state[state.step == 1].groupby(["arm", "replicate"]).local.sum().sum()
     )
+
+
+def test_a_run_stopped_by_the_scenarios_exception_is_marked_failed_with_its_traceback(
+    root, tmp_path, public_goods
+):
+    class Broken(public_goods.PublicGoods):
+        def resolve(self, world, population, decisions, rng):
+            if world["round"] == 1:
+                raise KeyError("no such pot")
+            return super().resolve(world, population, decisions, rng)
+
+    out = tmp_path / "broken"
+    with pytest.raises(throng.RunError) as e:
+        throng.run(
+            root / STUDY / "experiments" / "nested.toml",
+            steps=3,
+            replicates=1,
+            no_report=True,
+            out=out,
+            scenarios=[Broken],
+        )
+    # The exception still reaches the caller, and says where the run is.
+    assert isinstance(e.value.__cause__, KeyError)
+    assert e.value.folder == str(out) and f"throng.run(resume={str(out)!r})" in str(e.value)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["steps_done"] == 1
+    error = manifest["error"]
+    assert "`resolve` raised KeyError" in error and "no such pot" in error
+    # The traceback's last lines: the line that raised, in this file.
+    assert 'raise KeyError("no such pot")' in error and "test_scenario.py" in error
+    assert throng.open_run(out).status == "failed"
+
+
+# A schema with every kind of bound a model's reply is held to.
+CHOICE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "local": {"type": "integer", "minimum": 0, "maximum": 20},
+        "global": {"type": "integer", "minimum": 0, "maximum": 20},
+        "mood": {"enum": ["calm", "angry"]},
+    },
+    "required": ["local", "global", "mood"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    "bad, problem",
+    [
+        ({"local": 25, "global": 0, "mood": "calm"}, "25 is greater than the maximum of 20"),
+        ({"local": "5", "global": 0, "mood": "calm"}, '"5" is not of type "integer"'),
+        ({"local": 5, "global": 0, "mood": "bored"}, '"bored" is not one of'),
+        ({"local": 5, "global": 0}, '"mood" is a required property'),
+        ({"local": 5, "global": 0, "mood": "calm", "tip": 1}, "tip"),
+    ],
+)
+def test_a_scripted_decision_outside_the_schema_stops_the_run_naming_agent_and_step(
+    root, tmp_path, public_goods, bad, problem
+):
+    class Moody(public_goods.PublicGoods):
+        def turn(self, world, population, agent, step):
+            context, _ = super().turn(world, population, agent, step)
+            return context, CHOICE_SCHEMA
+
+        def scripted(self, world, population, agent, rng):
+            decision = super().scripted(world, population, agent, rng)
+            if world["round"] == 1 and agent == 3:
+                return bad
+            return {**decision, "mood": "calm"}
+
+        def resolve(self, world, population, decisions, rng):
+            plain = [None if d is None else {k: d[k] for k in ("local", "global")} for d in decisions]
+            return super().resolve(world, population, plain, rng)
+
+    out = tmp_path / "moody"
+    with pytest.raises(throng.RunError) as e:
+        throng.run(
+            root / STUDY / "experiments" / "nested.toml",
+            steps=3,
+            replicates=1,
+            agents=[20],
+            no_report=True,
+            out=out,
+            scenarios=[Moody],
+        )
+    message = str(e.value)
+    assert "scripted decision of agent 3 at step 2" in message, message
+    assert problem in message, message
+    # Refused, not recorded as given: the run keeps the step before it, and is marked failed.
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["steps_done"] == 1
+    assert problem in manifest["error"]
+    recorded = [json.loads(l) for l in (out / "decisions.jsonl").read_text().splitlines()]
+    assert bad not in [d["decision"] for d in recorded]
+
+
+def test_a_class_may_leave_its_scripted_decisions_unchecked(root, tmp_path, public_goods):
+    class Reshaped(public_goods.PublicGoods):
+        check_scripted = False
+
+        def scripted(self, world, population, agent, rng):
+            return {"give": super().scripted(world, population, agent, rng)}
+
+        def resolve(self, world, population, decisions, rng):
+            return super().resolve(
+                world, population, [None if d is None else d["give"] for d in decisions], rng
+            )
+
+    run = throng.run(
+        root / STUDY / "experiments" / "nested.toml",
+        steps=2,
+        replicates=1,
+        agents=[20],
+        no_report=True,
+        out=tmp_path / "reshaped",
+        scenarios=[Reshaped],
+    )
+    assert run.status == "finished"
+
+
+def plain_class(declared):
+    """A public-goods class that checks none of its knobs itself, declaring `declared`."""
+
+    class Trusting(throng.Scenario):
+        name = "public_goods"
+        roles = ["citizen"]
+        given = []
+
+        def __init__(self, knobs):
+            Trusting.given.append(dict(knobs))
+
+        def init(self, population, rng):
+            return {"n": population.size}
+
+        def num_agents(self, world):
+            return world["n"]
+
+        def turn(self, world, population, agent, step):
+            return {}, {"type": "object"}
+
+        def scripted(self, world, population, agent, rng):
+            return {}
+
+        def resolve(self, world, population, decisions, rng):
+            return None
+
+    if declared is not None:
+        Trusting.knobs = declared
+    return Trusting
+
+
+def config_with(root, tmp_path, old, new):
+    text = (root / STUDY / "experiments" / "nested.toml").read_text()
+    assert old in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        text.replace(old, new).replace(
+            '"../templates/public_goods"', repr(str(root / STUDY / "templates" / "public_goods"))
+        )
+    )
+    line = text.splitlines().index(old) + 1
+    return bad, line
+
+
+def test_a_knob_the_class_does_not_declare_is_refused_at_its_line(root, tmp_path):
+    bad, line = config_with(root, tmp_path, "endowment = 20", "endowmnet = 20")
+    Trusting = plain_class({"endowment": 20, "local": "team", "global": "village",
+                            "local_factor": 1.6, "global_factor": 4.0})
+    with pytest.raises(throng.ConfigError) as e:
+        throng.run(bad, steps=1, no_report=True, out=tmp_path / "never", scenarios=[Trusting])
+    message = str(e.value)
+    assert f"bad.toml:{line}" in message, message
+    assert "unknown field `endowmnet`, expected one of `endowment`, `local`" in message
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_class_that_declares_no_knobs_refuses_every_knob(root, tmp_path):
+    bad, line = config_with(root, tmp_path, "endowment = 20", "endowment = 20")
+    Trusting = plain_class(None)
+    with pytest.raises(throng.ConfigError) as e:
+        throng.run(bad, steps=1, no_report=True, out=tmp_path / "never", scenarios=[Trusting])
+    message = str(e.value)
+    assert f"bad.toml:{line}" in message and "unknown field `endowment`" in message, message
+    assert "declares no knobs" in message and "`knobs`" in message
+
+
+def test_declared_knobs_reach_init_over_their_defaults(root, tmp_path):
+    Trusting = plain_class({"endowment": 20, "local": "team", "global": "village",
+                            "local_factor": 1.6, "global_factor": 4.0, "free_riders": [0.3]})
+    throng.run(
+        root / STUDY / "experiments" / "nested.toml",
+        steps=1,
+        replicates=1,
+        agents=[20],
+        no_report=True,
+        out=tmp_path / "knobs",
+        scenarios=[Trusting],
+    )
+    # The base table, then each arm's: the config's values over the class's defaults.
+    assert Trusting.given[0] == {"endowment": 20, "local": "team", "global": "village",
+                                 "local_factor": 1.6, "global_factor": 4.0, "free_riders": [0.3]}
+    assert [g["global_factor"] for g in Trusting.given[1:3]] == [2.0, 8.0]
+    # Each instance gets its own copy of a default.
+    assert Trusting.given[1]["free_riders"] is not Trusting.knobs["free_riders"]

@@ -10,12 +10,15 @@ Three ways in:
   runner with the same run folder, checkpoints, exact resume and report as a built-in one.
 
 Every error is a ``throng.ThrongError``, carrying throng's message: what is wrong, and the fix.
+``pip install`` also installs the ``throng`` command, the command line of the ``throng`` binary.
 """
 
 from . import _throng
 from ._throng import (
     DEFAULT_MODEL,
+    ArgumentError,
     ConfigError,
+    CutOffError,
     Engine,
     ModelError,
     Population,
@@ -61,7 +64,9 @@ from .scenario import Scenario, registered, scenario
 
 __all__ = [
     "DEFAULT_MODEL",
+    "ArgumentError",
     "ConfigError",
+    "CutOffError",
     "Engine",
     "ModelError",
     "Population",

@@ -40,7 +40,10 @@ def run(
     ``scenarios`` adds Python scenario classes to those registered with ``@throng.scenario``.
 
     Progress is shown on standard error. A Ctrl-C pauses the run after the current step
-    (resumable with ``resume=``) and raises ``KeyboardInterrupt``.
+    (resumable with ``resume=``) and raises ``KeyboardInterrupt``, whose message says how to
+    resume and whose ``folder`` is the run's folder. A run that stops on an error is marked
+    ``failed`` in its manifest, with the error, and raises it (``RunError``, with ``folder``,
+    for an exception of a Python scenario).
     """
     args = []
     if config is not None:

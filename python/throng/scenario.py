@@ -34,6 +34,14 @@ class Scenario:
 
     - ``name``: the name configs use.
     - ``roles``: the roles agents play, e.g. ``["citizen"]``.
+    - ``knobs``: the knobs its ``[scenario]`` table may set, each to its default
+      (``{"endowment": 20}``; a list of names for knobs without one). ``__init__`` gets the
+      defaults with the table's knobs over them; a knob it does not declare is refused at its
+      line of the config, as a Rust scenario refuses a field its type lacks. None without it.
+    - ``check_scripted`` (``True`` unless set): the ``scripted`` policy's decisions are held to
+      the schema of the agent's turn, as a model's replies are, and one outside it stops the run
+      naming the agent, the step and what is wrong. Set it to ``False`` for a class whose
+      ``parse`` gives decisions of another shape than the replies.
     - ``columns`` (with ``row``): the state table's own columns, name to type: ``float64``,
       ``float32``, ``int64``, ``int32``, ``uint32``, ``uint64``, ``bool``, ``str``; a ``?`` after
       the type allows None. throng puts its keys first (arm, population, replicate, step, agent,
@@ -47,8 +55,9 @@ class Scenario:
     Methods (``population`` and ``rng`` are lent for the call only; keep copies of what you need
     in the world):
 
-    - ``__init__(self, knobs)``: the arm's table as a dict; raise ``throng.ScenarioProblem(field,
-      message)`` to refuse a knob (reported at its line of the config).
+    - ``__init__(self, knobs)``: the arm's table as a dict (over the ``knobs`` defaults); raise
+      ``throng.ScenarioProblem(field, message)`` to refuse a knob's value (reported at its line
+      of the config).
     - ``init(self, population, rng) -> world``: a cell's world at step 0. Any picklable object:
       checkpoints hold its pickle, and a resumed run starts from it.
     - ``num_agents(self, world) -> int``.
@@ -56,7 +65,7 @@ class Scenario:
       agent's role template, and the JSON schema its decision must satisfy (return the same
       schema object for turns of the same shape: it is compiled once).
     - ``scripted(self, world, population, agent, rng) -> decision``: the rule-based decision of
-      the ``scripted`` policy (a JSON-like dict).
+      the ``scripted`` policy (a JSON-like dict, valid against the turn's schema).
     - ``resolve(self, world, population, decisions, rng)``: applies every agent's decision at once
       (``None``: sat out); change the world in place, or return the new one.
 
@@ -73,8 +82,10 @@ class Scenario:
     (written once per cell to ``cells.jsonl``), ``check_population(spec)`` (``spec`` has the
     ``levels`` and ``attributes`` names).
 
-    An exception raised by a method stops the run, keeping its finished steps: fix the code and
-    resume with ``throng.run(resume=folder)``.
+    An exception raised by a method stops the run, keeping its finished steps: the run's
+    manifest says ``failed``, with the exception and its traceback's last lines, and
+    ``throng.run`` raises ``throng.RunError`` (its ``__cause__`` the exception, its ``folder``
+    the run's folder). Fix the code and resume with ``throng.run(resume=folder)``.
 
     ``Rng`` draws from the cell's own stream, as a Rust scenario's ``rng`` does: ``random()``,
     ``uniform(low, high)`` (both ends included), ``integers(low, high)`` (high excluded),
@@ -83,6 +94,7 @@ class Scenario:
 
     name = None
     roles = ()
+    knobs = {}
 
     def __init__(self, knobs):
         self.knobs = dict(knobs)

@@ -478,10 +478,18 @@ enum Command {
 /// (`Registry::builtin().with::<MyStudy>()`) and gets every command, resume, ranks and
 /// reports included.
 pub fn main_with(registry: Registry) -> std::process::ExitCode {
-    match run(&registry) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    std::process::ExitCode::from(main_with_args(&registry, std::env::args_os().collect()))
+}
+
+/// As [`main_with`], over `argv` (the program's name first) rather than the process's own
+/// arguments, returning the exit status: for a program that runs throng's command line inside
+/// itself, such as the Python package's `throng` command, a script whose process is the
+/// interpreter (its own arguments begin with the interpreter and the script).
+pub fn main_with_args(registry: &Registry, argv: Vec<OsString>) -> u8 {
+    match run(registry, argv) {
+        Ok(()) => 0,
         // The reader of our output went away (`throng models | head -1`): done, quietly.
-        Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => 0,
         Err(e) => {
             // The chain of causes, without anyhow's backtrace: the messages name the problem
             // and the fix; a backtrace would bury them.
@@ -495,7 +503,7 @@ pub fn main_with(registry: Registry) -> std::process::ExitCode {
                 }
                 said = cause;
             }
-            std::process::ExitCode::FAILURE
+            1
         }
     }
 }
@@ -503,12 +511,12 @@ pub fn main_with(registry: Registry) -> std::process::ExitCode {
 /// The command line, parsed as `Cli::parse` would, but a value that must be text and is not
 /// valid UTF-8 is named (clap says only "invalid UTF-8 was detected in one or more
 /// arguments"), and which arguments were given is remembered (`cli::given`).
-fn parse() -> Cli {
+fn parse(argv: Vec<OsString>) -> Cli {
     let matches = Cli::command()
-        .try_get_matches()
+        .try_get_matches_from(&argv)
         .unwrap_or_else(|e| match e.kind() {
             clap::error::ErrorKind::InvalidUtf8 => {
-                match invalid_utf8(&Cli::command(), std::env::args_os()) {
+                match invalid_utf8(&Cli::command(), argv.iter().cloned()) {
                     Some(message) => {
                         eprintln!("error: {message}");
                         std::process::exit(2)
@@ -522,8 +530,8 @@ fn parse() -> Cli {
     Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
-fn run(registry: &Registry) -> Result<()> {
-    let cli = parse();
+fn run(registry: &Registry, argv: Vec<OsString>) -> Result<()> {
+    let cli = parse(argv);
     if let Some(threads) = cli.threads {
         // SAFETY: set before any thread exists; candle and gemm read it when they start.
         unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };

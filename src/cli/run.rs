@@ -10,6 +10,7 @@ use crate::sim::config::{PolicyKind, Split};
 use crate::sim::experiment::{Experiment, Overrides};
 use crate::sim::policy::Llm;
 use crate::sim::runner::{Ended, Progress, RunOptions};
+use crate::sim::scenario::Halt;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
@@ -181,6 +182,45 @@ impl Drop for Starting {
             folder.abandon();
         }
     }
+}
+
+/// Ends a run that a panic stopped: a [`Halt`] from the scenario's code, or a bug's. Rank 0
+/// marks the run failed in its manifest with the panic's message (paused, resumable, after a
+/// Ctrl-C that landed in the scenario's code), so that the manifest does not say `running`;
+/// then the panic goes on to whoever called the run, a [`Halt`] with the run's folder set.
+fn halted(root: bool, dir: &Path, mut payload: Box<dyn std::any::Any + Send>) -> ! {
+    let (message, interrupted) = if let Some(halt) = payload.downcast_mut::<Halt>() {
+        halt.dir = Some(dir.to_path_buf());
+        (halt.message.clone(), halt.interrupted)
+    } else {
+        let what = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic without a message");
+        (
+            format!("throng failed inside the run ({what}); please report this"),
+            false,
+        )
+    };
+    if root {
+        let path = dir.join(record::MANIFEST);
+        let marked = record::read_json::<Manifest>(&path).and_then(|mut manifest| {
+            if interrupted {
+                manifest.status = Status::Paused;
+            } else {
+                manifest.status = Status::Failed;
+                manifest.error = Some(message);
+            }
+            record::write_json_atomic(&path, &manifest)
+        });
+        if let Err(e) = marked {
+            eprintln!(
+                "throng: warning: the stopped run could not be marked so in its manifest: {e}"
+            );
+        }
+    }
+    std::panic::resume_unwind(payload)
 }
 
 /// Who watches for Ctrl-C and SIGTERM during a run.
@@ -594,30 +634,41 @@ fn run_ranked(
         split: args.split,
         store,
     };
-    let ended = loaded.run(llm.as_mut(), &dir, &mut manifest, &options, &mut |p| {
-        if let Signals::Watch(stop_asked) = &mut signals
-            && !stop.load(Ordering::SeqCst)
-            && stop_asked()
-        {
-            stop.store(true, Ordering::SeqCst);
-            bar.println("throng: stopping after the current step");
-        }
-        match p {
-            Progress::Decided(n) => bar.inc(n as u64),
-            Progress::Step {
-                population,
-                step,
-                steps,
-                step_seconds,
-                ..
-            } => {
-                steps_done += 1;
-                bar.set_message(format!(
-                    "{population} agents, step {step}/{steps} took {step_seconds:.2}s"
-                ));
+    // A panic out of the scenario's code (a Python class's exception, see `Halt`) marks the
+    // run failed, then goes on to the caller.
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        loaded.run(llm.as_mut(), &dir, &mut manifest, &options, &mut |p| {
+            if let Signals::Watch(stop_asked) = &mut signals
+                && !stop.load(Ordering::SeqCst)
+                && stop_asked()
+            {
+                stop.store(true, Ordering::SeqCst);
+                bar.println("throng: stopping after the current step");
             }
+            match p {
+                Progress::Decided(n) => bar.inc(n as u64),
+                Progress::Step {
+                    population,
+                    step,
+                    steps,
+                    step_seconds,
+                    ..
+                } => {
+                    steps_done += 1;
+                    bar.set_message(format!(
+                        "{population} agents, step {step}/{steps} took {step_seconds:.2}s"
+                    ));
+                }
+            }
+        })
+    }));
+    let ended = match ran {
+        Ok(ended) => ended,
+        Err(payload) => {
+            bar.abandon();
+            halted(root, &dir, payload)
         }
-    });
+    };
     let ended = match ended {
         Ok(ended) => ended,
         Err(e) if !root => return Err(e.into()),
@@ -1086,4 +1137,71 @@ pub fn report(registry: &Registry, dir: PathBuf) -> Result<()> {
     out!("{}", text.trim_end())?;
     out!("report: {}", dir.join("report.html").display())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run folder holding a manifest that says `running`.
+    fn running() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = Manifest {
+            status: Status::Running,
+            steps_done: 3,
+            ..Manifest::default()
+        };
+        record::write_json_atomic(&dir.path().join(record::MANIFEST), &manifest).unwrap();
+        dir
+    }
+
+    fn halt(interrupted: bool) -> Box<dyn std::any::Any + Send> {
+        Box::new(Halt {
+            message: "the scenario's `resolve` raised KeyError: 'pot'".into(),
+            interrupted,
+            detail: Box::new(42u32),
+            dir: None,
+        })
+    }
+
+    // Guards against a run stopped by its scenario's exception left `running` with no word of
+    // why, and against the embedding program losing its exception or the run's folder.
+    #[test]
+    fn a_halted_run_is_marked_failed_and_the_halt_goes_on_with_its_folder() {
+        let dir = running();
+        let payload = std::panic::catch_unwind(|| halted(true, dir.path(), halt(false)))
+            .expect_err("halted unwinds");
+        let halt = payload
+            .downcast::<Halt>()
+            .expect("the same payload goes on");
+        assert_eq!(halt.dir.as_deref(), Some(dir.path()));
+        assert_eq!(*halt.detail.downcast::<u32>().unwrap(), 42);
+        let manifest: Manifest = record::read_json(&dir.path().join(record::MANIFEST)).unwrap();
+        assert_eq!(manifest.status, Status::Failed);
+        assert_eq!(manifest.steps_done, 3);
+        assert!(manifest.error.unwrap().contains("raised KeyError: 'pot'"));
+    }
+
+    // Guards against a Ctrl-C in the scenario's code leaving the run `running` (or calling it
+    // failed): it resumes from its last checkpoint like any paused run.
+    #[test]
+    fn a_run_halted_by_a_ctrl_c_is_marked_paused() {
+        let dir = running();
+        let _ = std::panic::catch_unwind(|| halted(true, dir.path(), halt(true)));
+        let manifest: Manifest = record::read_json(&dir.path().join(record::MANIFEST)).unwrap();
+        assert_eq!((manifest.status, manifest.error), (Status::Paused, None));
+    }
+
+    // Guards against a bug's panic in a run leaving its manifest `running`.
+    #[test]
+    fn a_run_stopped_by_a_panic_is_marked_failed_with_its_message() {
+        let dir = running();
+        let payload: Box<dyn std::any::Any + Send> = Box::new(String::from("index out of bounds"));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            halted(true, dir.path(), payload)
+        }));
+        let manifest: Manifest = record::read_json(&dir.path().join(record::MANIFEST)).unwrap();
+        assert_eq!(manifest.status, Status::Failed);
+        assert!(manifest.error.unwrap().contains("index out of bounds"));
+    }
 }

@@ -54,6 +54,21 @@ pub enum ParseError {
     Rejected { field: String, reason: String },
 }
 
+/// The panic payload with which the code behind a [`Scenario`] method stops the run when it
+/// cannot go on (the methods return values, not errors): a Python class's exception, carried
+/// out of the runner with [`std::panic::resume_unwind`] (so no panic hook prints it). The
+/// command marks the run failed with `message` (paused when `interrupted`, a Ctrl-C landing
+/// in the scenario's code: its records end at the last checkpoint, from which it resumes),
+/// then unwinds on with the payload, `dir` set to the run's folder, to the program embedding
+/// throng, which finds its own `detail` in it.
+pub struct Halt {
+    pub message: String,
+    pub interrupted: bool,
+    pub detail: Box<dyn std::any::Any + Send>,
+    /// The run's folder, once the command knows it.
+    pub dir: Option<std::path::PathBuf>,
+}
+
 /// A simulation, to the runner: the core below (its types, roles, knobs, world, a turn,
 /// parsing a reply, the scripted baseline, resolving a step, and a state row), and optional
 /// parts with defaults. A minimal one, in which each agent bets a whole number of coins:
@@ -198,6 +213,21 @@ pub trait Scenario: Sized + Send + Sync + 'static {
         agent: usize,
         rng: &mut ChaCha8Rng,
     ) -> Self::Decision;
+    /// Checks a decision of the `scripted` policy, made for `agent` at `step` (0-based), before
+    /// it is recorded; an error (what is wrong with it) stops the run, naming the agent and
+    /// the step. A scenario whose decisions are typed needs no check (the default); one whose
+    /// decisions are JSON (a Python class) holds them to the turn's schema, as a model's reply
+    /// is held to it.
+    fn check_scripted(
+        &self,
+        _world: &Self::World,
+        _population: &Population,
+        _agent: usize,
+        _step: usize,
+        _decision: &Self::Decision,
+    ) -> Result<(), String> {
+        Ok(())
+    }
     /// Applies every agent's decision at once (`None`: sat out) and advances the world. The
     /// groups then react, innermost level first ([`Scenario::react`]).
     fn resolve(

@@ -183,6 +183,19 @@ pub enum PolicyError {
     NoModel(String),
     #[error("the decision store: {0}")]
     Store(#[from] crate::record::RecordError),
+    /// A scripted decision the scenario's check refuses (see
+    /// [`Scenario::check_scripted`]); `step` is 1-based, as the progress shows it.
+    #[error(
+        "the scripted decision of agent {agent} at step {step} (arm `{arm}`, replicate \
+         {replicate}) is not one the turn allows: {problem}; fix the scenario's `scripted`"
+    )]
+    Scripted {
+        agent: usize,
+        step: usize,
+        arm: String,
+        replicate: usize,
+        problem: String,
+    },
     #[error("{}: {source}", path.display())]
     Io {
         path: std::path::PathBuf,

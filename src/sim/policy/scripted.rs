@@ -25,15 +25,22 @@ impl<S: Scenario> Policy<S> for Scripted {
                 chunk.iter().map(|t| {
                     let cell = &cells[t.cell];
                     let mut rng = ChaCha8Rng::seed_from_u64(t.seed);
-                    Decided::plain(cell.scenario.scripted(
-                        cell.world,
-                        cell.population,
-                        t.agent,
-                        &mut rng,
-                    ))
+                    let decision =
+                        cell.scenario
+                            .scripted(cell.world, cell.population, t.agent, &mut rng);
+                    cell.scenario
+                        .check_scripted(cell.world, cell.population, t.agent, cell.step, &decision)
+                        .map_err(|problem| PolicyError::Scripted {
+                            agent: t.agent,
+                            step: cell.step + 1,
+                            arm: cell.info.arm.clone(),
+                            replicate: cell.info.replicate,
+                            problem,
+                        })?;
+                    Ok(Decided::plain(decision))
                 })
             })
-            .collect();
+            .collect::<Result<_, PolicyError>>()?;
         done(decided.len());
         Ok(decided)
     }
