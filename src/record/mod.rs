@@ -10,6 +10,7 @@ mod decision;
 mod folder;
 pub mod inputs;
 mod manifest;
+pub mod open;
 mod seal;
 pub mod store;
 pub mod table;
