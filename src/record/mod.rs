@@ -18,7 +18,8 @@ mod writer;
 
 pub use decision::{DecisionLog, DecisionRecord};
 pub use folder::{
-    CONFIG_ORIGINAL, FolderError, LOCK, LockHolder, RunFolder, host, lock_for_report, never_started,
+    CONFIG_ORIGINAL, FolderError, FolderLock, LOCK, LockHolder, RunFolder, holder, host,
+    lock_for_report, lock_state, never_started,
 };
 pub use manifest::{
     CounterfactualRecord, Counters, FileSum, Manifest, ModelRecord, ReuseRecord, Status,
