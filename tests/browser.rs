@@ -103,8 +103,93 @@ fn serve(root: &Path) -> (Killed, String, String) {
     }
 }
 
-fn get_json(url: &str) -> Value {
-    ureq::get(url).call().unwrap().into_json().unwrap()
+/// A read of the server's API, with its token.
+fn get_json(url: &str, token: &str) -> Value {
+    ureq::get(url)
+        .set("X-Throng-Token", token)
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap()
+}
+
+/// A WebDriver session of headless Chromium (its driver and profile go when it is dropped).
+struct Browser {
+    _driver: Killed,
+    _profile: tempfile::TempDir,
+    client: Client,
+}
+
+async fn open_browser(driver: &Path, chromium: &Path) -> Browser {
+    let port = free_port();
+    let driver = Killed(
+        Command::new(driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let profile = tempfile::tempdir().unwrap();
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": chromium,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--window-size=1280,1000",
+                format!("--user-data-dir={}", profile.path().display()),
+            ],
+        }),
+    );
+    let started = Instant::now();
+    let client = loop {
+        match ClientBuilder::new(HttpConnector::new())
+            .capabilities(caps.clone())
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+        {
+            Ok(c) => break c,
+            Err(e) if started.elapsed() < Duration::from_secs(30) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("chromedriver did not start: {e}"),
+        }
+    };
+    Browser {
+        _driver: driver,
+        _profile: profile,
+        client,
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The id of the run in `folder` under the server's root.
+fn id_of(base: &str, token: &str, folder: &str) -> String {
+    let runs = get_json(&format!("{base}/api/runs"), token);
+    runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["path"].as_str().unwrap().ends_with(folder))
+        .unwrap_or_else(|| panic!("{folder} not in {runs}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn run_to_end(args: &[&str], out: &Path) {
+    let Ran { ok, text, .. } = output(throng().arg("run").args(args).arg("--out").arg(out));
+    assert!(ok, "{text}");
 }
 
 async fn wait_for_element(c: &Client, css: &str, limit: Duration) {
@@ -137,69 +222,29 @@ fn the_pages_load_follow_a_run_and_pause_it_resumably() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let id = loop {
         assert!(Instant::now() < deadline, "the run never reached the index");
-        let runs = get_json(&format!("{base}/api/runs"));
+        let runs = get_json(&format!("{base}/api/runs"), &token);
         if let Some(r) = runs["runs"].as_array().unwrap().first() {
             break r["id"].as_str().unwrap().to_string();
         }
         std::thread::sleep(Duration::from_millis(100));
     };
 
-    let port = free_port();
-    let _driver = Killed(
-        Command::new(&driver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let profile = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".into(),
-            json!({
-                "binary": chromium,
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                    "--no-first-run", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync", "--window-size=1280,1000",
-                    format!("--user-data-dir={}", profile.path().display()),
-                ],
-            }),
-        );
-        let started = Instant::now();
-        let c = loop {
-            match ClientBuilder::new(HttpConnector::new())
-                .capabilities(caps.clone())
-                .connect(&format!("http://127.0.0.1:{port}"))
-                .await
-            {
-                Ok(c) => break c,
-                Err(e) if started.elapsed() < Duration::from_secs(30) => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!("chromedriver did not start: {e}"),
-            }
-        };
+    runtime().block_on(async {
+        let browser = open_browser(&driver, &chromium).await;
+        let c = &browser.client;
 
         // The index, with the token in its address as the server printed it.
         c.goto(&format!("{base}/?token={token}")).await.unwrap();
-        wait_for_element(&c, &format!("#runs tr[data-id='{id}']"), Duration::from_secs(30)).await;
+        wait_for_element(c, &format!("#runs tr[data-id='{id}']"), Duration::from_secs(30)).await;
 
         // The run's page: its step count rises across two steps without a reload.
         c.goto(&format!("{base}/runs/{id}")).await.unwrap();
-        wait_for_element(&c, "#steps-done", Duration::from_secs(30)).await;
+        wait_for_element(c, "#steps-done", Duration::from_secs(30)).await;
         let mut seen: Vec<u64> = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(180);
         while seen.len() < 3 {
             assert!(Instant::now() < deadline, "the page's steps: {seen:?}");
-            if let Some(n) = steps_done(&c).await
+            if let Some(n) = steps_done(c).await
                 && seen.last() != Some(&n)
             {
                 seen.push(n);
@@ -208,7 +253,7 @@ fn the_pages_load_follow_a_run_and_pause_it_resumably() {
         }
         assert!(seen.windows(2).all(|w| w[1] > w[0]), "{seen:?}");
         // The latest sampled decisions fill their table, and the replay shows a step's state.
-        wait_for_element(&c, "#decisions tbody tr.decision", Duration::from_secs(30)).await;
+        wait_for_element(c, "#decisions tbody tr.decision", Duration::from_secs(30)).await;
 
         // What the page weighs and how soon it drew, as the browser measured it.
         let timing = c
@@ -234,14 +279,14 @@ fn the_pages_load_follow_a_run_and_pause_it_resumably() {
         eprintln!("screenshot: {}", shot.display());
 
         // Pause from the page: the run finishes its step, writes a checkpoint and exits.
-        wait_for_element(&c, "#pause:not([disabled])", Duration::from_secs(30)).await;
+        wait_for_element(c, "#pause:not([disabled])", Duration::from_secs(30)).await;
         c.find(Locator::Css("#pause"))
             .await
             .unwrap()
             .click()
             .await
             .unwrap();
-        c.close().await.unwrap();
+        c.clone().close().await.unwrap();
     });
     let Ran { ok, text, .. } = run.wait_at_most(Duration::from_secs(120));
     assert!(ok, "the paused run exits 0:\n{text}");
@@ -256,4 +301,238 @@ fn the_pages_load_follow_a_run_and_pause_it_resumably() {
         &RECORDS,
         "paused from the browser, then resumed",
     );
+}
+
+/// A script that deletes the run `victim` with the page's token, wherever it can find one.
+fn attack(victim: &str) -> String {
+    format!(
+        "const t = sessionStorage.getItem('throng-token') || '';
+         for (const name of ['resume-guess', 'victim']) {{
+           fetch('/api/runs/{victim}/delete', {{method: 'POST',
+             headers: {{'X-Throng-Token': t, 'Content-Type': 'application/json'}},
+             body: JSON.stringify({{confirm: name}})}});
+         }}"
+    )
+}
+
+// A script in a run folder's SVG read the token from the page's session storage and deleted
+// another run: files of a run folder are served under a policy that runs no script, an SVG
+// only as an image, while the run's own report still shows its figures and its style.
+#[test]
+fn a_script_in_a_run_folders_svg_or_report_never_runs() {
+    let Some((driver, chromium)) = browser() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("runs");
+    let fixture = ["tests/fixtures/guess-resume.toml"];
+    run_to_end(&fixture, &root.join("victim"));
+    run_to_end(&fixture, &root.join("evil"));
+    let (_server, base, token) = serve(&root);
+    let victim = id_of(&base, &token, "victim");
+    let evil = id_of(&base, &token, "evil");
+    let script = attack(&victim);
+    std::fs::write(
+        root.join("evil/figures/fig_evil.svg"),
+        format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"10\" height=\"10\"><script>{script}</script></svg>"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("evil/report.html"),
+        format!(
+            "<!doctype html><html><body><img src=\"figures/fig_evil.svg\">\
+             <iframe src=\"figures/fig_evil.svg\"></iframe><object data=\"figures/fig_evil.svg\"></object>\
+             <img src=\"nowhere.png\" onerror=\"{}\"><script>{script}</script></body></html>",
+            script.replace('"', "&quot;")
+        ),
+    )
+    .unwrap();
+    runtime().block_on(async {
+        let browser = open_browser(&driver, &chromium).await;
+        let c = &browser.client;
+        // The user opens the server's address with its token, then the evil run's files.
+        c.goto(&format!("{base}/?token={token}")).await.unwrap();
+        wait_for_element(c, &format!("#runs tr[data-id='{victim}']"), Duration::from_secs(30)).await;
+        for file in ["figures/fig_evil.svg", "report.html"] {
+            // An attachment is no page to go to: the browser may say the navigation aborted.
+            let _ = c.goto(&format!("{base}/runs/{evil}/files/{file}")).await;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        assert!(
+            root.join("victim/manifest.json").is_file(),
+            "a script of another run's files deleted the victim"
+        );
+        // The victim's own report shows its figures (images of the run folder) and its style.
+        c.goto(&format!("{base}/runs/{victim}/files/report.html"))
+            .await
+            .unwrap();
+        let shown = c
+            .execute(
+                "const imgs = [...document.images];
+                 return Promise.all(imgs.map(i => i.complete ? null : new Promise(r => { i.onload = r; i.onerror = r; })))
+                   .then(() => ({images: imgs.length, drawn: imgs.filter(i => i.naturalWidth > 0).length,
+                                 font: getComputedStyle(document.body).fontFamily}));",
+                vec![],
+            )
+            .await
+            .unwrap();
+        let images = shown["images"].as_u64().unwrap();
+        assert!(images > 0, "{shown}");
+        assert_eq!(shown["drawn"].as_u64().unwrap(), images, "{shown}");
+        assert!(shown["font"].as_str().unwrap().contains("sans-serif"), "{shown}");
+        c.clone().close().await.unwrap();
+    });
+}
+
+// The headline chart put counts (hundreds of players) on the axis of means (about 30), the
+// decisions table stopped at its first 200 rows, and neither the config nor the records could
+// be had from the page. Each measure gets a panel with its own scale (arms side by side, a
+// thin line per replicate), the table pages and filters by replicate, the config shows and the
+// records download; the index names each run's folder and policy.
+#[test]
+fn the_run_page_gives_each_measure_its_own_scale_and_pages_its_decisions() {
+    let Some((driver, chromium)) = browser() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("runs");
+    run_to_end(
+        &["tests/fixtures/guess-resume.toml", "--no-report"],
+        &root.join("study"),
+    );
+    let (_server, base, token) = serve(&root);
+    let id = id_of(&base, &token, "study");
+    runtime().block_on(async {
+        let browser = open_browser(&driver, &chromium).await;
+        let c = &browser.client;
+        c.goto(&format!("{base}/?token={token}")).await.unwrap();
+        let row = format!("#runs tr[data-id='{id}']");
+        wait_for_element(c, &format!("{row} td.folder a"), Duration::from_secs(30)).await;
+        let text = |css: String| async move {
+            c.find(Locator::Css(&css))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        };
+        assert_eq!(text(format!("{row} td.folder")).await.trim(), "study");
+        assert_eq!(text(format!("{row} td.policy")).await.trim(), "scripted");
+
+        c.goto(&format!("{base}/runs/{id}")).await.unwrap();
+        wait_for_element(
+            c,
+            "#panels .chart[data-measure='players'][data-y-max]",
+            Duration::from_secs(30),
+        )
+        .await;
+        let panels = c
+            .execute(
+                "return [...document.querySelectorAll('#panels .chart')].map(d => ({
+                   measure: d.dataset.measure, max: Number(d.dataset.yMax),
+                   legend: d.querySelector('.u-legend') ? d.querySelector('.u-legend').textContent : ''}));",
+                vec![],
+            )
+            .await
+            .unwrap();
+        let panel = |measure: &str| {
+            panels
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["measure"] == measure)
+                .unwrap_or_else(|| panic!("no panel of {measure}: {panels}"))
+                .clone()
+        };
+        let (players, guess) = (panel("players"), panel("guess"));
+        // Players are counted in hundreds, guesses are below 100: each has its own axis.
+        assert!(players["max"].as_f64().unwrap() >= 200.0, "{panels}");
+        assert!(guess["max"].as_f64().unwrap() <= 100.0, "{panels}");
+        let legend = players["legend"].as_str().unwrap();
+        for arm in ["two-thirds", "five-plus-half", "replicate 1"] {
+            assert!(legend.contains(arm), "{arm} not in the legend: {legend}");
+        }
+        // Both arms are drawn, in their colours (the page's first two).
+        let drawn = c
+            .execute(
+                "const cv = document.querySelector(\"#panels .chart[data-measure='guess'] canvas\");
+                 const x = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+                 const near = (i, r, g, b) => Math.abs(x[i] - r) + Math.abs(x[i + 1] - g) + Math.abs(x[i + 2] - b) < 60;
+                 let blue = 0, red = 0;
+                 for (let i = 0; i < x.length; i += 4) {
+                   if (x[i + 3] > 200 && near(i, 37, 99, 235)) blue++;
+                   if (x[i + 3] > 200 && near(i, 220, 38, 38)) red++;
+                 }
+                 return [blue, red];",
+                vec![],
+            )
+            .await
+            .unwrap();
+        let drawn: Vec<u64> = serde_json::from_value(drawn).unwrap();
+        assert!(drawn.iter().all(|&n| n > 50), "each arm's pixels: {drawn:?}");
+        c.execute(
+            "document.getElementById('panels-section').scrollIntoView();",
+            vec![],
+        )
+        .await
+        .unwrap();
+        let png = c.screenshot().await.unwrap();
+        let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-measures.png");
+        std::fs::write(&shot, &png).unwrap();
+        eprintln!("screenshot: {}", shot.display());
+
+        // The decisions table pages on past its first page, and filters by replicate.
+        wait_for_element(c, "#decisions tbody tr.decision", Duration::from_secs(30)).await;
+        let first_rows = |c: &Client| {
+            let c = c.clone();
+            async move {
+                c.execute(
+                    "return [...document.querySelectorAll('#decisions tbody tr.decision')].map(t => t.dataset.key).join(',');",
+                    vec![],
+                )
+                .await
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string()
+            }
+        };
+        let before = first_rows(c).await;
+        c.find(Locator::Css("#dec-next")).await.unwrap().click().await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = first_rows(c).await;
+            if !now.is_empty() && now != before {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the next page never came: {before}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        wait_for_element(c, "#f-replicate option[value='1']", Duration::from_secs(10)).await;
+
+        // The config shows, and the records download.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let config = c
+                .execute("return document.getElementById('config-text').textContent;", vec![])
+                .await
+                .unwrap();
+            if config.as_str().unwrap().contains("name = \"resume-guess\"") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no config shown: {config}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for record in ["aggregates.csv", "steps.csv", "state.parquet", "decisions.jsonl"] {
+            wait_for_element(
+                c,
+                &format!("#downloads a[download][href$='/files/{record}']"),
+                Duration::from_secs(10),
+            )
+            .await;
+        }
+        c.clone().close().await.unwrap();
+    });
 }

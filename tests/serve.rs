@@ -9,7 +9,7 @@ use common::cli::{Ran, Watched, assert_same_records, output, throng};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The records an uninterrupted run and a paused-then-resumed one must share.
@@ -85,12 +85,51 @@ fn serve(root: &Path, extra: &[&str]) -> Served {
     }
 }
 
-fn get(s: &Served, path: &str) -> (u16, String) {
-    match ureq::get(&format!("{}{path}", s.base)).call() {
-        Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+/// An answer: its status, its headers (names in lower case) and its body.
+struct Answer {
+    code: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// GET `path` with exactly the headers given (no token unless one of them carries it).
+fn get_with(s: &Served, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut req = ureq::get(&format!("{}{path}", s.base)).timeout(Duration::from_secs(60));
+    for (name, value) in headers {
+        req = req.set(name, value);
+    }
+    let answer = |r: ureq::Response| Answer {
+        code: r.status(),
+        headers: r
+            .headers_names()
+            .into_iter()
+            .map(|n| {
+                let v = r.header(&n).unwrap_or_default().to_string();
+                (n.to_lowercase(), v)
+            })
+            .collect(),
+        body: r.into_string().unwrap_or_default(),
+    };
+    match req.call() {
+        Ok(r) => answer(r),
+        Err(ureq::Error::Status(_, r)) => answer(r),
         Err(e) => panic!("{path}: {e}"),
     }
+}
+
+/// GET `path` with the server's token, as the pages send it.
+fn get(s: &Served, path: &str) -> (u16, String) {
+    let a = get_with(s, path, &[("X-Throng-Token", &s.token)]);
+    (a.code, a.body)
 }
 
 fn get_json(s: &Served, path: &str) -> Value {
@@ -263,28 +302,30 @@ fn the_index_lists_runs_in_every_status_and_survives_damaged_folders() {
     let (code, js) = get(&s, "/assets/vendor/uplot/uPlot.iife.min.js");
     assert!(code == 200 && js.len() > 10_000);
     // Its page plots the mean of every numeric state column per arm, step by step, and the
-    // scenario's aggregates.
+    // scenario's aggregates, a panel each.
     let detail = get_json(
         &s,
         &format!("/api/runs/{}", finished["id"].as_str().unwrap()),
     );
-    let names: Vec<&str> = detail["series"]
+    let panels = detail["panels"].as_array().unwrap();
+    let guess = panels
+        .iter()
+        .find(|p| p["measure"] == "guess" && p["source"] == "state")
+        .unwrap_or_else(|| panic!("{panels:?}"));
+    let mean = guess["lines"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
-    assert!(names.contains(&"mean guess (two-thirds)"), "{names:?}");
-    let guess = detail["series"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "mean guess (two-thirds)")
+        .find(|l| l["arm"] == "two-thirds" && l["replicate"].is_null())
         .unwrap();
     assert_eq!(
-        guess["points"].as_array().unwrap().len(),
+        mean["points"].as_array().unwrap().len(),
         detail["steps"].as_array().unwrap().len(),
         "a point per step"
+    );
+    assert!(
+        panels.iter().any(|p| p["source"] == "aggregates"),
+        "{panels:?}"
     );
     // A finished run steps through its steps: state summaries, aggregates, decisions.
     let step = get_json(&s, &format!("/api/runs/{id}/steps/2"));
@@ -300,7 +341,11 @@ fn the_index_lists_runs_in_every_status_and_survives_damaged_folders() {
     let decisions = get_json(&s, &format!("/api/runs/{id}/decisions?step=2&limit=5"));
     assert_eq!(decisions["step"], 2);
     assert_eq!(decisions["decisions"].as_array().unwrap().len(), 5);
-    assert!(decisions["total"].as_u64().unwrap() >= 5);
+    assert!(
+        decisions["next"].is_u64(),
+        "the step has more: {}",
+        decisions["next"]
+    );
     let mut stuck = stuck;
     let _ = stuck.child.kill();
     let _ = stuck.child.wait();
@@ -324,6 +369,7 @@ impl Alive for Child {
 /// Reads server-sent events from `path` until `done` says so, or the limit.
 fn events(s: &Served, path: &str, limit: Duration, mut done: impl FnMut(&str, &Value) -> bool) {
     let response = ureq::get(&format!("{}{path}", s.base))
+        .set("X-Throng-Token", &s.token)
         .timeout(limit)
         .call()
         .unwrap();
@@ -558,7 +604,9 @@ fn pause_resume_and_delete_through_the_server() {
     );
     assert_eq!(code, 400, "{body}");
     assert!(out.is_dir());
-    let name = d["summary"]["name"].as_str().unwrap();
+    // Confirmed by the folder's name: every run of a config shares the config's name.
+    let name = d["summary"]["folder"].as_str().unwrap();
+    assert_eq!(name, "steered");
     let (code, body) = post(
         &s,
         &format!("/api/runs/{id}/delete"),
@@ -570,18 +618,10 @@ fn pause_resume_and_delete_through_the_server() {
     assert!(runs(&s).iter().all(|r| r["id"] != id.as_str()));
 }
 
-// `throng run --serve` serves the page of the run it runs, from the same process.
-#[test]
-fn a_run_serves_its_own_page() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("self");
-    // Long enough that the pause lands before the end.
-    let mut child = throng()
-        .arg("run")
-        .args(&LONG[..4])
-        .args(["100", "--no-report"])
-        .arg("--out")
-        .arg(&out)
+/// A run started with `--serve` on a free port: its process, its server (with the token its
+/// page address carries) and its run's id.
+fn serve_own(cmd: &mut Command) -> (Child, Served, String) {
+    let mut child = cmd
         .args(["--serve", "127.0.0.1:0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -609,6 +649,23 @@ fn a_run_serves_its_own_page() {
         base: base.to_string(),
         token: token.to_string(),
     };
+    (child, s, id.to_string())
+}
+
+// `throng run --serve` serves the page of the run it runs, from the same process.
+#[test]
+fn a_run_serves_its_own_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("self");
+    // Long enough that the pause lands before the end.
+    let (mut child, s, id) = serve_own(
+        throng()
+            .arg("run")
+            .args(&LONG[..4])
+            .args(["100", "--no-report"])
+            .arg("--out")
+            .arg(&out),
+    );
     wait_for("a step on the page", Duration::from_secs(120), || {
         let d = get_json(&s, &format!("/api/runs/{id}"));
         d["summary"]["steps_done"].as_u64().unwrap() >= 1 && d["summary"]["status"] == "running"
@@ -688,8 +745,9 @@ fn a_logged_decision_opens_to_its_whole_prompt() {
     assert_eq!(code, 404);
 }
 
-// A step whose every one of many decisions was logged is filtered over its first 20,000
-// lines, and the answer says so, rather than reading a million lines per page refresh.
+// A step whose every one of many decisions was logged is filtered 20,000 lines at a time,
+// and the answer says so and where to go on, rather than reading a million lines per page
+// refresh.
 #[test]
 fn a_huge_step_log_is_read_in_part_and_says_so() {
     let tmp = tempfile::tempdir().unwrap();
@@ -713,11 +771,614 @@ fn a_huge_step_log_is_read_in_part_and_says_so() {
     );
     let s = serve(&root, &["--read-only"]);
     let id = run_named(&s, "all")["id"].as_str().unwrap().to_string();
+    // A filter that matches none of them reads the step 20,000 lines at a time.
+    let answer = get_json(
+        &s,
+        &format!("/api/runs/{id}/decisions?fallback=only&limit=5"),
+    );
+    assert_eq!(answer["truncated"], true, "{}", answer["scanned"]);
+    assert_eq!(answer["scanned"], 20_000);
+    assert!(answer["decisions"].as_array().unwrap().is_empty());
+    let next = answer["next"].as_u64().expect("where to go on");
+    let rest = get_json(
+        &s,
+        &format!("/api/runs/{id}/decisions?fallback=only&limit=5&from={next}"),
+    );
+    assert_eq!(rest["scanned"], 5_000);
+    assert_eq!(rest["truncated"], false);
+    assert!(rest["next"].is_null(), "{}", rest["next"]);
+    // One that matches them all fills its page, and says where the next one starts.
     let answer = get_json(
         &s,
         &format!("/api/runs/{id}/decisions?fallback=none&limit=5"),
     );
-    assert_eq!(answer["truncated"], true, "{}", answer["total"]);
-    assert_eq!(answer["total"], 20_000);
     assert_eq!(answer["decisions"].as_array().unwrap().len(), 5);
+    assert_eq!(answer["truncated"], false);
+    assert!(answer["next"].is_u64());
+}
+
+/// Makes a FIFO at `path`.
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path that outlives the call.
+    let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(made, 0, "mkfifo {}", path.display());
+}
+
+fn id_named(s: &Served, folder: &str) -> String {
+    run_named(s, folder)["id"].as_str().unwrap().to_string()
+}
+
+// Pause signalled whatever process had the pid that a killed run's lock file kept: with pid
+// reuse it killed an innocent process, and the run showed as running and refused resume and
+// delete. A run is running only while its lock is held.
+#[test]
+fn a_killed_runs_lock_naming_a_live_process_neither_makes_it_running_nor_lets_pause_signal_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let small = ["tests/fixtures/guess-resume.toml"];
+    run_to_end(&small, &root.join("finished"));
+    run_to_end(
+        &[&small[..], &["--stop-after", "1"]].concat(),
+        &root.join("killed"),
+    );
+    set_status(&root.join("killed"), "running");
+    // An innocent process of this machine, given the pid the killed writers had.
+    let mut innocent = Command::new("sleep").arg("600").spawn().unwrap();
+    let lock = format!("{}\n{}\n", innocent.id(), throng::record::host());
+    for run in ["finished", "killed"] {
+        std::fs::write(root.join(run).join(".throng.lock"), &lock).unwrap();
+    }
+    let s = serve(root, &[]);
+    let killed = run_named(&s, "killed");
+    assert_eq!(killed["status"], "interrupted", "{killed}");
+    let id = id_named(&s, "killed");
+    let controls = &get_json(&s, &format!("/api/runs/{id}"))["controls"];
+    assert_eq!(controls["pause"], false, "{controls}");
+    assert_eq!(controls["resume"], true, "{controls}");
+    let (code, body) = post(&s, &format!("/api/runs/{id}/pause"), Some(&s.token), "");
+    assert_eq!(code, 409, "{body}");
+    let finished = id_named(&s, "finished");
+    assert_eq!(run_named(&s, "finished")["status"], "finished");
+    let controls = &get_json(&s, &format!("/api/runs/{finished}"))["controls"];
+    assert_eq!(controls["delete"], true, "{controls}");
+    std::thread::sleep(Duration::from_millis(300));
+    let signalled = innocent.try_wait().unwrap();
+    let _ = innocent.kill();
+    let _ = innocent.wait();
+    assert!(
+        signalled.is_none(),
+        "the innocent process was signalled: {signalled:?}"
+    );
+}
+
+// A FIFO as `manifest.json` blocked `/api/runs` forever, and a thread with it at each call:
+// the server opens only regular files of a run folder, and never waits on one.
+#[test]
+fn a_fifo_in_a_run_folder_never_blocks_the_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    run_to_end(
+        &["tests/fixtures/guess-resume.toml"],
+        &root.join("finished"),
+    );
+    std::fs::create_dir_all(root.join("pipe-manifest")).unwrap();
+    mkfifo(&root.join("pipe-manifest/manifest.json"));
+    copy_dir(&root.join("finished"), &root.join("pipes"));
+    for f in [
+        "steps.csv",
+        "decisions.jsonl",
+        "prompts.jsonl",
+        "aggregates.csv",
+        "config.toml",
+        "summary.json",
+        ".throng.lock",
+    ] {
+        let path = root.join("pipes").join(f);
+        let _ = std::fs::remove_file(&path);
+        mkfifo(&path);
+    }
+    let s = serve(root, &[]);
+    let r = run_named(&s, "pipe-manifest");
+    assert_eq!(r["status"], "damaged", "{r}");
+    assert!(
+        r["damage"].as_str().unwrap().contains("not a regular file"),
+        "{r}"
+    );
+    let pipes = run_named(&s, "pipes");
+    assert_eq!(pipes["status"], "damaged", "{pipes}");
+    let id = id_named(&s, "pipes");
+    for path in [
+        format!("/api/runs/{id}"),
+        format!("/api/runs/{id}/decisions"),
+        format!("/api/runs/{id}/steps/1"),
+        format!("/api/runs/{id}/prompts/0000000000000000"),
+        format!("/api/runs/{id}/config"),
+        format!("/runs/{id}/files/summary.json"),
+        format!("/runs/{id}/files/steps.csv"),
+    ] {
+        let (code, body) = get(&s, &path);
+        assert!((200..500).contains(&code), "{path}: {code} {body}");
+    }
+    events(
+        &s,
+        &format!("/api/runs/{id}/events"),
+        Duration::from_secs(60),
+        |event, _| event == "run",
+    );
+}
+
+// A `figures` link in a run folder was followed out of it, and a file outside the served
+// folder was served: nothing reached through a link is served.
+#[test]
+fn a_link_in_a_run_folder_is_never_followed_out_of_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("runs");
+    run_to_end(&["tests/fixtures/guess-resume.toml"], &root.join("done"));
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("fig_secret.svg"), "<svg>the secret</svg>").unwrap();
+    std::fs::write(outside.join("report.html"), "the secret").unwrap();
+    let done = root.join("done");
+    std::fs::remove_dir_all(done.join("figures")).unwrap();
+    std::os::unix::fs::symlink(&outside, done.join("figures")).unwrap();
+    std::os::unix::fs::symlink(outside.join("fig_secret.svg"), done.join("fig_linked.svg"))
+        .unwrap();
+    std::fs::remove_file(done.join("summary.json")).unwrap();
+    std::os::unix::fs::symlink(outside.join("report.html"), done.join("summary.json")).unwrap();
+    let s = serve(&root, &[]);
+    let id = id_named(&s, "done");
+    let detail = get_json(&s, &format!("/api/runs/{id}"));
+    let files = detail["files"].to_string();
+    assert!(
+        !files.contains("secret") && !files.contains("linked") && !files.contains("summary"),
+        "{files}"
+    );
+    for file in ["figures/fig_secret.svg", "fig_linked.svg", "summary.json"] {
+        let (code, body) = get(&s, &format!("/runs/{id}/files/{file}"));
+        assert!((400..500).contains(&code), "{file}: {code} {body}");
+        assert!(!body.contains("the secret"), "{file} leaked: {body}");
+    }
+}
+
+// A script in a run folder's SVG ran same-origin with the page's token and deleted another
+// run: files of a run folder are served under a Content-Security-Policy that allows no
+// script, never sniffed, and an SVG as an image only (an attachment when opened).
+#[test]
+fn run_files_are_served_under_a_policy_that_runs_no_script() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("runs");
+    run_to_end(&["tests/fixtures/guess-resume.toml"], &root.join("done"));
+    let s = serve(&root, &[]);
+    let id = id_named(&s, "done");
+    let detail = get_json(&s, &format!("/api/runs/{id}"));
+    let svg = detail["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .find(|f| f.ends_with(".svg"))
+        .expect("a figure");
+    for file in ["report.html", &svg, "summary.json"] {
+        let a = get_with(
+            &s,
+            &format!("/runs/{id}/files/{file}"),
+            &[("X-Throng-Token", &s.token)],
+        );
+        assert_eq!(a.code, 200, "{file}: {}", a.body);
+        let csp = a.header("content-security-policy").unwrap_or_default();
+        assert!(csp.contains("default-src 'none'"), "{file}: {csp:?}");
+        assert!(!csp.contains("script-src"), "{file}: {csp:?}");
+        assert_eq!(
+            a.header("x-content-type-options"),
+            Some("nosniff"),
+            "{file}"
+        );
+    }
+    let report = get_with(
+        &s,
+        &format!("/runs/{id}/files/report.html"),
+        &[("X-Throng-Token", &s.token)],
+    );
+    let csp = report.header("content-security-policy").unwrap();
+    assert!(csp.contains("img-src 'self'"), "{csp}");
+    let figure = get_with(
+        &s,
+        &format!("/runs/{id}/files/{svg}"),
+        &[("X-Throng-Token", &s.token)],
+    );
+    assert!(
+        figure
+            .header("content-disposition")
+            .is_some_and(|d| d.starts_with("attachment")),
+        "{:?}",
+        figure.headers
+    );
+}
+
+// `run --serve` served the parent of --out, so its token could delete the runs beside it: it
+// serves the run alone.
+#[test]
+fn a_run_serves_its_own_folder_and_nothing_beside_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("runs");
+    run_to_end(&["tests/fixtures/guess-resume.toml"], &root.join("sibling"));
+    let (mut child, s, id) = serve_own(
+        throng()
+            .arg("run")
+            .args(LONG)
+            .arg("--out")
+            .arg(root.join("self"))
+            .env("THRONG_CRASH_AT", "3:hang"),
+    );
+    let listed: Vec<String> = runs(&s)
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_string())
+        .collect();
+    // The sibling's id, as a server of the parent folder gives it.
+    let sibling: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(b"sibling")[..6]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let (read, _) = get(&s, &format!("/api/runs/{sibling}"));
+    let (deleted, body) = post(
+        &s,
+        &format!("/api/runs/{sibling}/delete"),
+        Some(&s.token),
+        r#"{"confirm": "sibling"}"#,
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(listed[0].ends_with("self"), "{listed:?}");
+    assert_eq!(read, 404);
+    assert_eq!(deleted, 404, "{body}");
+    assert!(root.join("sibling/manifest.json").is_file());
+    assert!(!id.is_empty());
+}
+
+// Reads needed no token and the Host header was not checked: a DNS-rebinding page could read
+// every run's prompts and decisions. Every read needs the token (a header, or the cookie that
+// the page's address with the token sets), and a request naming another host is refused.
+#[test]
+fn reads_need_the_token_and_another_host_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("runs");
+    run_to_end(&["tests/fixtures/guess-resume.toml"], &root.join("done"));
+    let s = serve(&root, &[]);
+    let id = id_named(&s, "done");
+    let reads = [
+        "/api/runs".to_string(),
+        "/api/server".to_string(),
+        "/api/events".to_string(),
+        format!("/api/runs/{id}"),
+        format!("/api/runs/{id}/events"),
+        format!("/api/runs/{id}/decisions"),
+        format!("/api/runs/{id}/steps/1"),
+        format!("/runs/{id}/files/report.html"),
+    ];
+    for path in &reads {
+        let a = get_with(&s, path, &[]);
+        assert_eq!(a.code, 401, "{path}: {}", a.body);
+        assert!(a.body.contains("token"), "{path}: {}", a.body);
+        let a = get_with(&s, path, &[("X-Throng-Token", "not-the-token")]);
+        assert_eq!(a.code, 403, "{path}: {}", a.body);
+    }
+    // The page's address with the token sets a cookie that no script can read and no other
+    // site can send; the page's requests carry it.
+    let page = get_with(&s, &format!("/?token={}", s.token), &[]);
+    assert_eq!(page.code, 200);
+    let cookie = page.header("set-cookie").expect("a cookie").to_string();
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    assert!(cookie.contains("SameSite=Strict"), "{cookie}");
+    let pair = cookie.split(';').next().unwrap();
+    for path in &reads[..2] {
+        assert_eq!(get_with(&s, path, &[("Cookie", pair)]).code, 200, "{path}");
+    }
+    let report = get_with(
+        &s,
+        &format!("/runs/{id}/files/report.html"),
+        &[("Cookie", pair)],
+    );
+    assert_eq!(report.code, 200);
+    assert!(
+        get_with(&s, "/?token=not-the-token", &[])
+            .header("set-cookie")
+            .is_none()
+    );
+    // A name of this machine is fine; another host's name, as a rebinding page sends it, is
+    // refused, token or not.
+    let port = s.base.rsplit(':').next().unwrap();
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let a = get_with(
+            &s,
+            "/api/runs",
+            &[("X-Throng-Token", &s.token), ("Host", &host)],
+        );
+        assert_eq!(a.code, 200, "{host}: {}", a.body);
+    }
+    for path in ["/", "/api/runs"] {
+        for host in [format!("evil.example:{port}"), "127.0.0.1:1".to_string()] {
+            let a = get_with(&s, path, &[("X-Throng-Token", &s.token), ("Host", &host)]);
+            assert_eq!(a.code, 403, "{host} {path}: {}", a.body);
+            assert!(a.body.contains(&host), "{host} {path}: {}", a.body);
+        }
+    }
+}
+
+/// Copies a finished run of the resume fixture (no report) into `dir`, for a decision log of
+/// its own.
+fn finished_run(dir: &Path) {
+    run_to_end(&["tests/fixtures/guess-resume.toml", "--no-report"], dir);
+}
+
+/// A figure of the server process from /proc: `VmHWM` (peak resident memory) in bytes from
+/// `status`, or `rchar` (bytes read) from `io`.
+fn proc_figure(pid: u32, file: &str, key: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(key))
+        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/{file}"));
+    let n: u64 = line[key.len()..]
+        .trim_start_matches(':')
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    if line.ends_with("kB") { n * 1024 } else { n }
+}
+
+// A 150,000-agent run's 3.2 GB decision log took 44 s and 4.3 GB of server memory to open,
+// kept after the page closed: the log is read through a bounded index, and a page answers
+// without the whole file being read.
+#[test]
+fn a_multi_gigabyte_decision_log_opens_in_bounded_memory_without_being_read_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("runs");
+    let dir = root.join("big");
+    finished_run(&dir);
+    let steps = throng::record::read_steps(&dir).unwrap();
+    // Over 2 GiB of log, written in the order a run writes it: step after step.
+    let padding = "x".repeat(2000);
+    let per_step: usize = 190_000;
+    {
+        use std::io::Write;
+        let mut out =
+            std::io::BufWriter::new(std::fs::File::create(dir.join("decisions.jsonl")).unwrap());
+        for step in &steps {
+            for i in 0..per_step {
+                let (arm, replicate, agent) =
+                    (["two-thirds", "five-plus-half"][i % 2], (i / 2) % 2, i / 4);
+                writeln!(
+                    out,
+                    r#"{{"arm":"{arm}","population":{},"replicate":{replicate},"step":{},"agent":{agent},"role":"player","prompt_hash":null,"text":"{padding}","value":null,"clamps":[],"fallback":null,"prompt_tokens":0,"cached_tokens":0,"generated_tokens":0,"latency_ms":null,"decision":{{"guess":1}}}}"#,
+                    step.population, step.step
+                )
+                .unwrap();
+            }
+        }
+        out.flush().unwrap();
+    }
+    let size = std::fs::metadata(dir.join("decisions.jsonl"))
+        .unwrap()
+        .len();
+    assert!(size > 2 << 30, "{size}");
+    let s = serve(&root, &["--read-only"]);
+    let pid = s.child.as_ref().unwrap().id();
+    let id = id_named(&s, "big");
+    let _ = get_json(&s, &format!("/api/runs/{id}"));
+    let (peak, read) = (
+        proc_figure(pid, "status", "VmHWM"),
+        proc_figure(pid, "io", "rchar"),
+    );
+    let latest = get_json(&s, &format!("/api/runs/{id}/decisions?limit=200"));
+    let bounded = |what: &str| {
+        let grew = proc_figure(pid, "status", "VmHWM").saturating_sub(peak);
+        let read = proc_figure(pid, "io", "rchar") - read;
+        assert!(
+            grew < 256 << 20,
+            "{what}: the server's peak memory grew by {grew} bytes"
+        );
+        assert!(
+            read < size / 8,
+            "{what}: the server read {read} bytes of a {size}-byte log"
+        );
+    };
+    bounded("the latest page");
+    assert_eq!(latest["step"], steps.len(), "{}", latest["steps"]);
+    let last = steps.last().unwrap();
+    let decisions = latest["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 200);
+    assert!(
+        decisions
+            .iter()
+            .all(|d| d["step"] == last.step && d["population"] == last.population)
+    );
+    let first = get_json(&s, &format!("/api/runs/{id}/decisions?step=1&limit=200"));
+    assert_eq!(
+        first["decisions"][0]["agent"], 0,
+        "{}",
+        first["decisions"][0]
+    );
+    assert_eq!(first["steps"].as_array().unwrap().len(), steps.len());
+    let next = first["next"].as_u64().expect("a next page");
+    let second = get_json(
+        &s,
+        &format!("/api/runs/{id}/decisions?step=1&limit=200&from={next}"),
+    );
+    assert_eq!(
+        second["decisions"][0]["agent"], 50,
+        "{}",
+        second["decisions"][0]
+    );
+    bounded("three pages");
+}
+
+// The decisions table stayed empty while a run went: the decisions of the step being written
+// show before the step ends.
+#[test]
+fn the_decisions_of_a_step_still_being_written_are_shown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("runs");
+    let dir = root.join("going");
+    finished_run(&dir);
+    // The last step's decisions are written, its line of steps.csv not yet.
+    let steps = std::fs::read_to_string(dir.join("steps.csv")).unwrap();
+    let kept: Vec<&str> = steps.lines().collect();
+    std::fs::write(
+        dir.join("steps.csv"),
+        kept[..kept.len() - 1].join("\n") + "\n",
+    )
+    .unwrap();
+    set_status(&dir, "running");
+    let s = serve(&root, &["--read-only"]);
+    let id = id_named(&s, "going");
+    let answer = get_json(&s, &format!("/api/runs/{id}/decisions"));
+    let done = kept.len() - 2;
+    assert_eq!(answer["step"], done + 1, "{}", answer["steps"]);
+    assert_eq!(answer["in_progress"], true);
+    let decisions = answer["decisions"].as_array().unwrap();
+    assert!(!decisions.is_empty());
+    assert!(
+        decisions
+            .iter()
+            .all(|d| d["step"] == 3 && d["population"] == 300)
+    );
+}
+
+// Researchers could not page past the first 200 decisions, filter by replicate, read the
+// run's config or download its records; the headline chart mixed every measure on one axis;
+// and Delete's confirmation asked for a name every run of a config shares.
+#[test]
+fn a_run_page_pages_decisions_and_offers_its_config_records_and_panels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("runs");
+    finished_run(&root.join("first"));
+    copy_dir(&root.join("first"), &root.join("second"));
+    let s = serve(&root, &[]);
+    let first = run_named(&s, "first");
+    assert_eq!(first["folder"], "first", "{first}");
+    assert_eq!(first["name"], "resume-guess");
+    assert_eq!(first["policy"], "scripted");
+    let id = id_named(&s, "first");
+    let page = |query: &str| get_json(&s, &format!("/api/runs/{id}/decisions?step=1&{query}"));
+    let one = page("limit=50");
+    let key = |d: &Value| format!("{}/{}/{}", d["arm"], d["replicate"], d["agent"]);
+    let keys =
+        |a: &Value| -> Vec<String> { a["decisions"].as_array().unwrap().iter().map(key).collect() };
+    assert_eq!(keys(&one).len(), 50);
+    let next = one["next"].as_u64().expect("a next page");
+    let two = page(&format!("limit=50&from={next}"));
+    assert_eq!(keys(&two).len(), 50);
+    assert!(keys(&two).iter().all(|k| !keys(&one).contains(k)));
+    assert_eq!(
+        one["replicates"],
+        serde_json::json!([0, 1]),
+        "{}",
+        one["replicates"]
+    );
+    let replicate = page("limit=1000&replicate=1");
+    let found = replicate["decisions"].as_array().unwrap();
+    assert!(!found.is_empty());
+    assert!(found.iter().all(|d| d["replicate"] == 1));
+    let arm = page("limit=1000&arm=five-plus-half");
+    let found = arm["decisions"].as_array().unwrap();
+    assert!(!found.is_empty());
+    assert!(found.iter().all(|d| d["arm"] == "five-plus-half"));
+    // The config, and the records as downloads under the policy.
+    let config = get_json(&s, &format!("/api/runs/{id}/config"));
+    assert!(
+        config["text"]
+            .as_str()
+            .unwrap()
+            .contains("name = \"resume-guess\""),
+        "{config}"
+    );
+    let detail = get_json(&s, &format!("/api/runs/{id}"));
+    for record in [
+        "aggregates.csv",
+        "steps.csv",
+        "state.parquet",
+        "decisions.jsonl",
+    ] {
+        assert!(
+            detail["downloads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d == record),
+            "{record}: {}",
+            detail["downloads"]
+        );
+        let a = get_with(
+            &s,
+            &format!("/runs/{id}/files/{record}"),
+            &[("X-Throng-Token", &s.token)],
+        );
+        assert_eq!(a.code, 200, "{record}");
+        assert!(
+            a.header("content-disposition")
+                .is_some_and(|d| d.starts_with("attachment")),
+            "{record}: {:?}",
+            a.headers
+        );
+        assert!(
+            a.header("content-security-policy")
+                .is_some_and(|c| c.contains("default-src 'none'")),
+            "{record}"
+        );
+        assert_eq!(
+            a.header("content-length")
+                .and_then(|l| l.parse::<u64>().ok()),
+            Some(
+                std::fs::metadata(root.join("first").join(record))
+                    .unwrap()
+                    .len()
+            ),
+            "{record}"
+        );
+    }
+    // A panel per measure: each arm's mean over replicates and a line per replicate.
+    let panels = detail["panels"].as_array().unwrap();
+    let players = panels
+        .iter()
+        .find(|p| p["measure"] == "players")
+        .unwrap_or_else(|| panic!("{panels:?}"));
+    let lines = players["lines"].as_array().unwrap();
+    for arm in ["two-thirds", "five-plus-half"] {
+        for replicate in [Value::Null, 0.into(), 1.into()] {
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l["arm"] == arm && l["replicate"] == replicate),
+                "{arm} {replicate}: {lines:?}"
+            );
+        }
+    }
+    assert!(panels.iter().any(|p| p["measure"] == "guess"), "{panels:?}");
+    // Delete is confirmed by the folder's name, which no other run shares.
+    let second = id_named(&s, "second");
+    let (code, body) = post(
+        &s,
+        &format!("/api/runs/{second}/delete"),
+        Some(&s.token),
+        r#"{"confirm": "resume-guess"}"#,
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("second"), "{body}");
+    assert!(root.join("second").is_dir());
+    let (code, body) = post(
+        &s,
+        &format!("/api/runs/{second}/delete"),
+        Some(&s.token),
+        r#"{"confirm": "second"}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(!root.join("second").exists());
+    assert!(root.join("first").is_dir());
 }

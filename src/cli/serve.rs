@@ -17,9 +17,13 @@ pub struct ServeArgs {
     /// Where to listen; port 0 picks a free one.
     #[arg(long, default_value = DEFAULT_ADDR)]
     pub addr: SocketAddr,
-    /// Allow an address other machines can reach (controls still need the token).
+    /// Allow an address other machines can reach (every request still needs the token).
     #[arg(long)]
     pub public: bool,
+    /// A name the server is reached by (with --public), besides this machine's: requests
+    /// naming any other host are refused, as a page of another site would send them.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_host: Vec<String>,
     /// No controls: pages only.
     #[arg(long)]
     pub read_only: bool,
@@ -32,8 +36,10 @@ fn exe() -> Result<PathBuf> {
 pub fn run(args: ServeArgs) -> Result<()> {
     let server = Server::bind(ServeOptions {
         root: args.dir.clone(),
+        only: None,
         addr: args.addr,
         public: args.public,
+        allowed_hosts: args.allow_host.clone(),
         read_only: args.read_only,
         token: None,
         exe: exe()?,
@@ -43,25 +49,29 @@ pub fn run(args: ServeArgs) -> Result<()> {
         args.dir.display(),
         server.url(),
         if args.read_only {
-            "read-only: no controls. "
+            "Every page needs the token in that address; read-only: no controls. "
         } else {
-            "Controls (pause, resume, delete) need the token in that address. "
+            "Every page and control (pause, resume, delete) needs the token in that address. "
         }
     )?;
     server.serve()?;
     Ok(())
 }
 
-/// Serves the page of the run in `dir` from a thread of its own while this process runs it.
+/// Serves the page of the run in `dir`, and nothing beside it, from a thread of its own while
+/// this process runs it.
 pub fn serve_run(dir: &Path, addr: SocketAddr, public: bool) -> Result<()> {
+    // The run's id is the one `throng serve` of its parent folder gives it.
     let root = match dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
     let server = Server::bind(ServeOptions {
         root,
+        only: Some(dir.to_path_buf()),
         addr,
         public,
+        allowed_hosts: Vec::new(),
         read_only: false,
         token: None,
         exe: exe()?,

@@ -1,15 +1,24 @@
 //! A run folder held by one process: a new or empty folder for a new run, or an existing run
 //! folder to resume, never anything else; locked for as long as the run writes it, so that
 //! two runs never write one folder. The lock is the operating system's (`flock`), so a killed
-//! process leaves nothing that blocks a later `--resume`.
+//! process leaves nothing that blocks a later `--resume`; a process that lets go of it removes
+//! the lock file, so that a run that ended leaves no pid behind for a watcher to mistake. A
+//! watcher tells a live writer from a killed one by trying the lock ([`holder`]), never by
+//! the pid the file names, which another process may have by now.
 
 use super::{MANIFEST, Manifest, RecordError};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-/// The lock file, inside the run folder; it holds the writer's process id.
+/// The lock file, inside the run folder while a process holds it; it names the writer's
+/// process id and machine.
 pub const LOCK: &str = ".throng.lock";
+
+/// How long taking a lock waits while it is held, before taking the holder for a writer: a
+/// watcher (`throng serve`) holds it for an instant when it tries it.
+const WATCHED: Duration = Duration::from_millis(500);
 /// The manifest's temporary copy, renamed into place once written.
 const MANIFEST_TMP: &str = "manifest.json.tmp";
 /// The config as written, beside the config as run (`config.toml`).
@@ -69,8 +78,8 @@ pub enum FolderError {
 #[derive(Debug)]
 pub struct RunFolder {
     dir: PathBuf,
-    /// Held open for the lock's sake; dropping it releases the folder.
-    _lock: File,
+    /// Dropping it releases the folder.
+    _lock: FolderLock,
     /// The folders this process made for the run (`dir` and any missing parents), innermost
     /// first: what [`RunFolder::abandon`] removes again.
     made: Vec<PathBuf>,
@@ -103,38 +112,129 @@ pub fn host() -> String {
         .unwrap_or_default()
 }
 
-fn lock(dir: &Path) -> Result<File, FolderError> {
-    let path = dir.join(LOCK);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| RecordError::io(&path, e))?;
+/// The lock of a run folder, held while this lives. Dropped, it removes the lock file (while
+/// still holding it), then lets go.
+#[derive(Debug)]
+pub struct FolderLock {
+    path: PathBuf,
+    file: File,
+}
+
+impl Drop for FolderLock {
+    fn drop(&mut self) {
+        // Only the file this lock is of: see `lock` for a process that opened it meanwhile.
+        if same_file(&self.path, &self.file) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Whether `path` is still the file `file` was opened from.
+#[cfg(unix)]
+fn same_file(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::symlink_metadata(path), file.metadata()) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(path: &Path, _: &File) -> bool {
+    path.is_file()
+}
+
+/// One try at the lock, with the lock file just opened.
+enum Attempt {
+    Held(FolderLock),
+    /// Another process holds it.
+    Busy(File),
+    /// The file was removed (its holder let go) between its opening and our lock.
+    Stale,
+}
+
+fn attempt(path: &Path, mut file: File) -> Result<Attempt, FolderError> {
     match file.try_lock() {
         Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut text = String::new();
-            let _ = file.read_to_string(&mut text);
-            let holder = LockHolder::parse(&text);
-            return Err(FolderError::Locked {
-                dir: dir.to_path_buf(),
-                pid: match (holder.pid, holder.host) {
-                    (None, _) => "unknown".into(),
-                    (Some(pid), Some(h)) if h != host() => format!("{pid} on {h}"),
-                    (Some(pid), _) => pid.to_string(),
-                },
-            });
-        }
-        Err(std::fs::TryLockError::Error(e)) => return Err(RecordError::io(&path, e).into()),
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(Attempt::Busy(file)),
+        Err(std::fs::TryLockError::Error(e)) => return Err(RecordError::io(path, e).into()),
+    }
+    // The holder before us removes the file as it lets go: one opened before that is no
+    // longer the folder's lock file once we hold it, and another process may hold the new one.
+    if !same_file(path, &file) {
+        return Ok(Attempt::Stale);
     }
     file.set_len(0)
         .and_then(|_| file.seek(SeekFrom::Start(0)))
         .and_then(|_| write!(file, "{}\n{}\n", std::process::id(), host()))
         .and_then(|_| file.flush())
-        .map_err(|e| RecordError::io(&path, e))?;
-    Ok(file)
+        .map_err(|e| RecordError::io(path, e))?;
+    Ok(Attempt::Held(FolderLock {
+        path: path.to_path_buf(),
+        file,
+    }))
+}
+
+fn lock(dir: &Path) -> Result<FolderLock, FolderError> {
+    let path = dir.join(LOCK);
+    let started = Instant::now();
+    loop {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| RecordError::io(&path, e))?;
+        match attempt(&path, file)? {
+            Attempt::Held(lock) => return Ok(lock),
+            Attempt::Stale => {}
+            Attempt::Busy(_) if started.elapsed() < WATCHED => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Attempt::Busy(mut file) => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                let holder = LockHolder::parse(&text);
+                return Err(FolderError::Locked {
+                    dir: dir.to_path_buf(),
+                    pid: match (holder.pid, holder.host) {
+                        (None, _) => "unknown".into(),
+                        (Some(pid), Some(h)) if h != host() => format!("{pid} on {h}"),
+                        (Some(pid), _) => pid.to_string(),
+                    },
+                });
+            }
+        }
+    }
+}
+
+/// The lock file of the run folder `dir` as a watcher sees it: whom it names, and whether
+/// they hold the lock now; `None` without a lock file. A file that nobody holds was left by
+/// a process killed before it could remove it: the pid it names may be another process's by
+/// now. The lock is tried, not taken: held for an instant, and shared, so that no writer ever
+/// waits on a watcher for long, and the file is opened as [`super::open::regular`] opens a
+/// run folder's files, so that it never blocks.
+pub fn lock_state(dir: &Path) -> std::io::Result<Option<(LockHolder, bool)>> {
+    let mut file = match super::open::regular(dir, LOCK) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let held = match file.try_lock_shared() {
+        // Released as the file closes.
+        Ok(()) => false,
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    };
+    let mut text = String::new();
+    (&mut file).take(4096).read_to_string(&mut text)?;
+    Ok(Some((LockHolder::parse(&text), held)))
+}
+
+/// Who holds the lock of the run folder `dir` now (see [`lock_state`]).
+pub fn holder(dir: &Path) -> std::io::Result<Option<LockHolder>> {
+    Ok(lock_state(dir)?.and_then(|(holder, held)| held.then_some(holder)))
 }
 
 impl RunFolder {
@@ -219,11 +319,11 @@ impl RunFolder {
             super::CONFIG,
             CONFIG_ORIGINAL,
             super::store::STORE,
-            LOCK,
         ] {
             let _ = std::fs::remove_file(self.dir.join(name));
         }
         let _ = std::fs::remove_dir_all(self.dir.join(super::inputs::INPUTS));
+        // Removes the lock file as it lets go.
         drop(self._lock);
         // Only folders it made, and only while empty.
         for dir in &self.made {
@@ -347,10 +447,10 @@ fn enclosing_run(dir: &Path) -> Option<PathBuf> {
 }
 
 /// Takes the lock of the run folder `dir` to write its report there, so that no run writes
-/// the folder meanwhile; refused while a run holds it. `None` for a folder without a lock file
-/// (no run ever wrote it).
-pub fn lock_for_report(dir: &Path) -> Result<Option<File>, FolderError> {
-    if !dir.join(LOCK).is_file() {
+/// the folder meanwhile; refused while a run holds it. `None` for a folder that is no run
+/// (neither a manifest nor a lock file).
+pub fn lock_for_report(dir: &Path) -> Result<Option<FolderLock>, FolderError> {
+    if !dir.join(LOCK).is_file() && !dir.join(MANIFEST).is_file() {
         return Ok(None);
     }
     match lock(dir) {
@@ -407,5 +507,72 @@ mod tests {
         assert!(err.to_string().contains("--resume"), "{err}");
         let err = RunFolder::resume(&tmp.path().join("nowhere")).unwrap_err();
         assert!(err.to_string().contains("no such folder"), "{err}");
+    }
+
+    // A run that ended kept `.throng.lock` with its pid, which a watcher took for a live
+    // writer once the pid was reused: a run that ends leaves no lock file behind.
+    #[test]
+    fn a_run_that_ends_leaves_no_pid_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        drop(RunFolder::create(&dir, &Manifest::default()).unwrap());
+        assert!(!dir.join(LOCK).exists(), "after a new run");
+        drop(RunFolder::resume(&dir).unwrap());
+        assert!(!dir.join(LOCK).exists(), "after a resumed run");
+    }
+
+    // A writer that opened the lock file just before its holder removed it (as every holder
+    // does when it lets go) would hold a file that is no longer the folder's lock, beside a
+    // second writer holding the new one: it opens the folder's file again instead.
+    #[test]
+    fn a_writer_that_opened_the_lock_before_its_holder_removed_it_is_still_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        let first = RunFolder::create(&dir, &Manifest::default()).unwrap();
+        let stale = File::open(dir.join(LOCK)).unwrap();
+        drop(first);
+        let second = RunFolder::resume(&dir).unwrap();
+        // The stale file is free to lock, but it is not the folder's lock any more.
+        assert!(matches!(
+            attempt(&dir.join(LOCK), stale).unwrap(),
+            Attempt::Stale
+        ));
+        let err = RunFolder::resume(&dir).unwrap_err().to_string();
+        assert!(err.contains("another throng"), "{err}");
+        drop(second);
+    }
+
+    // A watcher tries the lock to tell a live writer from a killed one; a writer starting at
+    // that instant once took it for another writer and refused to start.
+    #[test]
+    fn a_watcher_trying_the_lock_never_turns_a_writer_away() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        drop(RunFolder::create(&dir, &Manifest::default()).unwrap());
+        std::fs::write(dir.join(LOCK), "1\n").unwrap();
+        let watcher = File::open(dir.join(LOCK)).unwrap();
+        watcher.try_lock_shared().unwrap();
+        let let_go = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(watcher);
+        });
+        let folder = RunFolder::resume(&dir).unwrap();
+        let_go.join().unwrap();
+        assert_eq!(
+            holder(&dir).unwrap().and_then(|h| h.pid),
+            Some(std::process::id())
+        );
+        drop(folder);
+        assert_eq!(holder(&dir).unwrap(), None);
+    }
+
+    // A killed run's lock file names a pid that another process may have by now: only a held
+    // lock is a writer.
+    #[test]
+    fn a_lock_file_nobody_holds_names_no_holder() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join(LOCK), format!("{}\n", std::process::id())).unwrap();
+        assert_eq!(holder(tmp.path()).unwrap(), None);
+        assert_eq!(holder(&tmp.path().join("nowhere")).unwrap(), None);
     }
 }

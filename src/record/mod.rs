@@ -10,6 +10,7 @@ mod decision;
 mod folder;
 pub mod inputs;
 mod manifest;
+pub mod open;
 mod seal;
 pub mod store;
 pub mod table;
@@ -17,7 +18,8 @@ mod writer;
 
 pub use decision::{DecisionLog, DecisionRecord};
 pub use folder::{
-    CONFIG_ORIGINAL, FolderError, LOCK, LockHolder, RunFolder, host, lock_for_report, never_started,
+    CONFIG_ORIGINAL, FolderError, FolderLock, LOCK, LockHolder, RunFolder, holder, host,
+    lock_for_report, lock_state, never_started,
 };
 pub use manifest::{
     CounterfactualRecord, Counters, EngineRecord, FileSum, LoadedModelRecord, Manifest,

@@ -20,6 +20,8 @@ pub fn mime(name: &str) -> &'static str {
         "png" => "image/png",
         "json" => "application/json",
         "csv" => "text/csv; charset=utf-8",
+        "jsonl" => "application/jsonl",
+        "parquet" => "application/vnd.apache.parquet",
         _ => "text/plain; charset=utf-8",
     }
 }
@@ -37,10 +39,21 @@ pub fn file(name: &str) -> Response {
     }
 }
 
-/// A page: like [`file`], and never cached, so that a new binary's page is the one shown.
+/// The policy of the server's own pages: their scripts and styles come from the binary, and
+/// they talk to this server alone.
+pub const POLICY: &str = "default-src 'self'; img-src 'self' data:; style-src 'self' \
+                          'unsafe-inline'; object-src 'none'; base-uri 'none'; \
+                          form-action 'none'; frame-ancestors 'none'";
+
+/// A page: like [`file`], under [`POLICY`], and never cached, so that a new binary's page is
+/// the one shown.
 pub fn page(name: &str) -> Response {
     let mut r = file(name);
-    r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    let h = r.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(POLICY),
+    );
     r
 }

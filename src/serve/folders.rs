@@ -3,10 +3,11 @@
 //! A folder is a run when it holds a manifest (or the lock or temporary manifest a start
 //! leaves before it): one that cannot be read shows as `damaged`, with why, and never stops
 //! the index. Ids are the first hex digits of the SHA-256 of the folder's path under the
-//! root, so that a bookmark outlives a restart of the server.
+//! root, so that a bookmark outlives a restart of the server. Every file of a run folder is
+//! opened as [`open::regular`] opens it: a link, a FIFO or a device is never read.
 
-use crate::record::{self, MANIFEST, Manifest, STEPS, Status, StepRecord};
-use crate::record::{LOCK, LockHolder, host};
+use crate::record::{self, MANIFEST, Manifest, STEPS, Status, StepRecord, open};
+use crate::record::{LOCK, host};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -20,14 +21,22 @@ const DEPTH: usize = 3;
 /// running while its folder changed this recently.
 const FRESH: Duration = Duration::from_secs(120);
 
+/// The most of a manifest or a step log read (a file larger is damaged, not read whole).
+const MOST: u64 = 256 << 20;
+
 /// One run in the index.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunSummary {
     pub id: String,
     /// The folder under the root, for display only.
     pub path: String,
+    /// The folder's own name: what tells runs of one config apart, and what Delete asks for.
+    pub folder: String,
+    /// The config's name (every run of a config has it).
     pub name: String,
     pub scenario: String,
+    /// The policy that decides (`scripted`, `llm`, or `mixed` under policy groups).
+    pub policy: Option<String>,
     pub status: RunStatus,
     /// Why the folder cannot be read, when `status` is `damaged`.
     pub damage: Option<String>,
@@ -49,11 +58,11 @@ pub struct RunSummary {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
-    /// Its writer is alive (here, or its folder changed lately).
+    /// Its writer holds its lock (here, or its folder changed lately).
     Running,
     /// Stopped on request after a finished step; `--resume` continues it.
     Paused,
-    /// The manifest says running, but no writer is alive: killed. `--resume` continues it.
+    /// The manifest says running, but nobody holds its lock: killed. `--resume` continues it.
     Interrupted,
     Finished,
     Failed,
@@ -61,12 +70,13 @@ pub enum RunStatus {
     Damaged,
 }
 
-/// The writer of a run folder, from the pid its lock holds.
+/// The writer of a run folder: the holder of its lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writer {
-    /// A process of this machine with that pid is alive.
+    /// A process of this machine with that pid holds the lock.
     Here(u32),
-    /// None here; the folder changed lately (another machine on a shared file system).
+    /// Another machine's process (a shared file system): it holds the lock, or the folder
+    /// changed lately.
     Elsewhere,
     None,
 }
@@ -111,18 +121,24 @@ impl Read {
         }
     }
 
+    /// The folder's own name.
+    pub fn folder(&self) -> String {
+        self.dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
     pub fn summary(&self, root: &Path) -> RunSummary {
         let path = display_path(root, &self.dir);
         let status = self.status();
         let mut s = RunSummary {
             id: id_of(root, &self.dir),
-            name: self
-                .dir
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
+            folder: self.folder(),
+            name: self.folder(),
             path,
             scenario: String::new(),
+            policy: None,
             status,
             damage: self.manifest.as_ref().err().cloned(),
             steps_done: 0,
@@ -134,11 +150,12 @@ impl Read {
             decisions_per_second: None,
             started: None,
             disk_bytes: disk_bytes(&self.dir),
-            report: self.dir.join("report.html").is_file(),
+            report: listing(&self.dir, "").iter().any(|f| f == "report.html"),
         };
         if let Ok(m) = &self.manifest {
             s.name = m.name.clone();
             s.scenario = m.scenario.clone();
+            s.policy = Some(m.policy.clone()).filter(|p| !p.is_empty());
             s.steps_done = m.steps_done.max(self.steps.len());
             s.planned_steps = m.planned_steps();
             s.model = m.model.clone();
@@ -174,10 +191,10 @@ fn eta(steps: &[StepRecord], planned: usize) -> Option<f64> {
     Some(per * planned.saturating_sub(steps.len()) as f64)
 }
 
-fn read_manifest(dir: &Path) -> Result<Manifest, String> {
-    let path = dir.join(MANIFEST);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text)
+/// The run's manifest, or why it cannot be read.
+pub fn read_manifest(dir: &Path) -> Result<Manifest, String> {
+    match open::read(dir, MANIFEST, MOST) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
             .map_err(|e| format!("manifest.json cannot be read ({e}): the folder is damaged")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(
             "no manifest.json: a start that never wrote one (a full disk?), or not a run"
@@ -189,8 +206,7 @@ fn read_manifest(dir: &Path) -> Result<Manifest, String> {
 
 /// `steps.csv` up to its last whole line: a line being appended is not yet a step.
 pub fn read_steps_lenient(dir: &Path) -> Result<Vec<StepRecord>, String> {
-    let path = dir.join(STEPS);
-    let bytes = match std::fs::read(&path) {
+    let bytes = match open::read(dir, STEPS, MOST) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(format!("steps.csv cannot be read: {e}")),
@@ -205,50 +221,37 @@ pub fn read_steps_lenient(dir: &Path) -> Result<Vec<StepRecord>, String> {
         .map_err(|e| format!("steps.csv is damaged ({e})"))
 }
 
-/// The writer of `dir`, from the pid and host its lock names (see [`crate::record::folder`]).
+/// The writer of `dir`: whoever holds its lock (see [`record::lock_state`]). A lock file
+/// that nobody holds names a writer that was killed (its pid may be another process's by
+/// now), unless it names another machine, whose lock a shared file system may not show: that
+/// one counts as writing while the folder changes.
 pub fn writer(dir: &Path) -> Writer {
-    let Ok(lock) = std::fs::read_to_string(dir.join(LOCK)) else {
+    let Ok(Some((holder, held))) = record::lock_state(dir) else {
         return Writer::None;
     };
-    let holder = LockHolder::parse(&lock);
-    if holder.host.is_none() || holder.host.as_deref() == Some(host().as_str()) {
-        return match holder.pid {
-            Some(pid) if alive(pid) => Writer::Here(pid),
-            _ => Writer::None,
-        };
-    }
-    // Another machine's writer (a shared file system): alive while the folder changes.
-    let changed = [MANIFEST, STEPS]
-        .iter()
-        .filter_map(|f| {
-            std::fs::metadata(dir.join(f))
-                .and_then(|m| m.modified())
-                .ok()
-        })
-        .max();
-    match changed {
-        Some(t) if SystemTime::now().duration_since(t).unwrap_or_default() < FRESH => {
-            Writer::Elsewhere
+    let here = holder.host.is_none() || holder.host.as_deref() == Some(host().as_str());
+    match (held, here, holder.pid) {
+        (true, true, Some(pid)) => Writer::Here(pid),
+        // Held, with its pid not written yet, or by another machine's process.
+        (true, ..) => Writer::Elsewhere,
+        (false, true, _) => Writer::None,
+        (false, false, _) => {
+            let changed = [MANIFEST, STEPS]
+                .iter()
+                .filter_map(|f| {
+                    std::fs::symlink_metadata(dir.join(f))
+                        .and_then(|m| m.modified())
+                        .ok()
+                })
+                .max();
+            match changed {
+                Some(t) if SystemTime::now().duration_since(t).unwrap_or_default() < FRESH => {
+                    Writer::Elsewhere
+                }
+                _ => Writer::None,
+            }
         }
-        _ => Writer::None,
     }
-}
-
-#[cfg(unix)]
-fn alive(pid: u32) -> bool {
-    // Signal 0 checks that the process exists (EPERM: it exists, owned by another user).
-    let pid = match i32::try_from(pid) {
-        Ok(p) if p > 0 => p,
-        _ => return false,
-    };
-    // SAFETY: kill with signal 0 sends nothing; it only checks the pid.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
-#[cfg(not(unix))]
-fn alive(_pid: u32) -> bool {
-    false
 }
 
 /// The id of `dir` under `root`.
@@ -266,7 +269,7 @@ fn display_path(root: &Path, dir: &Path) -> String {
         .to_string()
 }
 
-/// The bytes of every file under `dir`.
+/// The bytes of every file under `dir` (links not followed).
 pub fn disk_bytes(dir: &Path) -> u64 {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
@@ -285,11 +288,33 @@ pub fn disk_bytes(dir: &Path) -> u64 {
     total
 }
 
+/// The names of the regular files in `sub` (a folder of `dir`, `""` for `dir` itself), in no
+/// order: none when `sub` is a link, or no folder.
+pub fn listing(dir: &Path, sub: &str) -> Vec<String> {
+    let path = if sub.is_empty() {
+        dir.to_path_buf()
+    } else {
+        dir.join(sub)
+    };
+    if !sub.is_empty() && !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir(&path) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        // The entry's own type: a link is a link here, whatever it points at.
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect()
+}
+
 /// Whether `dir` is a run folder (or what a start of one left).
-fn is_run(dir: &Path) -> bool {
+pub fn is_run(dir: &Path) -> bool {
     [MANIFEST, "manifest.json.tmp", LOCK]
         .iter()
-        .any(|f| dir.join(f).exists())
+        .any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())
 }
 
 /// Every run folder under `root` (not inside another run), by id.
@@ -329,7 +354,7 @@ pub fn fingerprint(dir: &Path) -> Vec<(u64, Option<SystemTime>)> {
         LOCK,
     ]
     .iter()
-    .map(|f| match std::fs::metadata(dir.join(f)) {
+    .map(|f| match std::fs::symlink_metadata(dir.join(f)) {
         Ok(m) => (m.len(), m.modified().ok()),
         Err(_) => (u64::MAX, None),
     })

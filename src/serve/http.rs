@@ -1,15 +1,20 @@
-//! The server: its routes, the token control actions need, and the binding rules (loopback
-//! unless asked, controls off with `read_only`).
+//! The server: its routes, the binding rules (loopback unless asked, controls off with
+//! `read_only`), and the guard every request passes ([`super::access`]: the Host header and
+//! the token, for reads as for controls).
 
+use super::access::{Access, Refusal};
 use super::assets;
 use super::control::{self, Child, ControlError};
-use super::decisions::{self, LogIndex, Query};
+use super::decisions::{self, Query};
 use super::detail::{self, RunDetail};
+use super::files;
 use super::folders::{self, Read, RunSummary};
+use super::log::Indexes;
+use super::panels::Caches;
 use super::replay;
-use axum::body::Body;
-use axum::extract::{Path as UrlPath, Query as UrlQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{Path as UrlPath, Query as UrlQuery, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -17,20 +22,23 @@ use axum::{Json, Router};
 use futures_util::Stream;
 use serde::Deserialize;
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often a live page's folder is looked at.
 const POLL: Duration = Duration::from_millis(250);
 
+/// The most of a run's config shown.
+const CONFIG_MOST: u64 = 16 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(
-        "{addr} is not a loopback address: serving on it lets other machines read the runs. Pass --public to do so knowingly (controls still need the token), or bind 127.0.0.1"
+        "{addr} is not a loopback address: serving on it lets other machines read the runs. Pass --public to do so knowingly (every request still needs the token), or bind 127.0.0.1"
     )]
     NotLoopback { addr: SocketAddr },
     #[error(
@@ -43,6 +51,8 @@ pub enum ServeError {
     },
     #[error("{0} is not a folder: give the folder that holds run folders (default runs/)")]
     NoRoot(PathBuf),
+    #[error("{0} is not a run folder: give the folder `throng run` wrote")]
+    NoRun(PathBuf),
     #[error("the server stopped: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -52,12 +62,17 @@ pub enum ServeError {
 pub struct ServeOptions {
     /// The folder whose run folders are listed.
     pub root: PathBuf,
+    /// Serve this run folder alone (a run's own page, `run --serve`): nothing beside it is
+    /// listed or reachable. Its id is the one a server of `root` gives it.
+    pub only: Option<PathBuf>,
     pub addr: SocketAddr,
     /// Allow a non-loopback `addr`.
     pub public: bool,
+    /// Names besides this machine's loopback ones that requests may give as their Host.
+    pub allowed_hosts: Vec<String>,
     /// No control actions at all.
     pub read_only: bool,
-    /// The token control actions need (a random one when `None`).
+    /// The token every request needs (a random one when `None`).
     pub token: Option<String>,
     /// The `throng` binary a resume runs.
     pub exe: PathBuf,
@@ -65,13 +80,14 @@ pub struct ServeOptions {
 
 struct App {
     root: PathBuf,
-    token: String,
+    only: Option<PathBuf>,
+    access: Access,
     read_only: bool,
     exe: PathBuf,
-    index: Mutex<std::collections::BTreeMap<String, PathBuf>>,
-    logs: Mutex<HashMap<String, LogIndex>>,
+    index: Mutex<BTreeMap<String, PathBuf>>,
+    logs: Indexes,
     children: Mutex<HashMap<String, Arc<Child>>>,
-    sums: detail::SumsCache,
+    caches: Caches,
 }
 
 /// A bound server, not yet serving.
@@ -89,27 +105,36 @@ impl Server {
         if !options.root.is_dir() {
             return Err(ServeError::NoRoot(options.root));
         }
+        if let Some(run) = &options.only
+            && !folders::is_run(run)
+        {
+            return Err(ServeError::NoRun(run.clone()));
+        }
         let listener =
             std::net::TcpListener::bind(options.addr).map_err(|source| ServeError::Bind {
                 addr: options.addr,
                 source,
             })?;
         listener.set_nonblocking(true)?;
+        let bound = listener.local_addr()?;
         let token = options.token.unwrap_or_else(|| {
             let bytes: [u8; 24] = rand::random();
             bytes.iter().map(|b| format!("{b:02x}")).collect()
         });
+        let app = App {
+            index: Mutex::default(),
+            access: Access::new(token, bound, options.public, &options.allowed_hosts),
+            root: options.root,
+            only: options.only,
+            read_only: options.read_only,
+            exe: options.exe,
+            logs: Indexes::default(),
+            children: Mutex::default(),
+            caches: Caches::default(),
+        };
+        *app.index.lock().unwrap_or_else(|p| p.into_inner()) = app.scan();
         Ok(Server {
-            app: Arc::new(App {
-                index: Mutex::new(folders::scan(&options.root)),
-                root: options.root,
-                token,
-                read_only: options.read_only,
-                exe: options.exe,
-                logs: Mutex::default(),
-                children: Mutex::default(),
-                sums: Mutex::default(),
-            }),
+            app: Arc::new(app),
             listener,
         })
     }
@@ -119,20 +144,20 @@ impl Server {
     }
 
     pub fn token(&self) -> &str {
-        &self.app.token
+        self.app.access.token()
     }
 
     /// The index page's address, with the token (as Jupyter prints it).
     pub fn url(&self) -> String {
         let addr = self.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        format!("http://{addr}/?token={}", self.app.token)
+        format!("http://{addr}/?token={}", self.token())
     }
 
     /// The address of the page of the run in `dir`, with the token.
-    pub fn run_url(&self, dir: &std::path::Path) -> String {
+    pub fn run_url(&self, dir: &Path) -> String {
         let addr = self.local_addr().map(|a| a.to_string()).unwrap_or_default();
         let id = folders::id_of(&self.app.root, dir);
-        format!("http://{addr}/runs/{id}?token={}", self.app.token)
+        format!("http://{addr}/runs/{id}?token={}", self.token())
     }
 
     /// Serves until `stop` resolves (on a runtime of its own; call from a plain thread).
@@ -164,7 +189,7 @@ impl Server {
 
 fn router(app: Arc<App>) -> Router {
     Router::new()
-        .route("/", get(|| async { assets::page("index.html") }))
+        .route("/", get(index_page))
         .route("/runs/{id}", get(run_page))
         .route("/runs/{id}/files/{*name}", get(run_file))
         .route("/assets/{*file}", get(asset))
@@ -176,14 +201,54 @@ fn router(app: Arc<App>) -> Router {
         .route("/api/runs/{id}/decisions", get(run_decisions))
         .route("/api/runs/{id}/prompts/{hash}", get(run_prompt))
         .route("/api/runs/{id}/steps/{n}", get(run_step))
+        .route("/api/runs/{id}/config", get(run_config))
         .route("/api/runs/{id}/pause", post(pause))
         .route("/api/runs/{id}/resume", post(resume))
         .route("/api/runs/{id}/delete", post(delete))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such page") })
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), guard))
         .with_state(app)
 }
 
-fn error(status: StatusCode, words: impl std::fmt::Display) -> Response {
+/// Every request: its Host must name this server; anything but a page's shell and its
+/// assets (which hold no run's data) needs the token; a control action must come from this
+/// server's own pages. Every answer is never sniffed and sends no Referer on.
+async fn guard(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let open = path == "/"
+        || path.starts_with("/assets/")
+        || path
+            .strip_prefix("/runs/")
+            .is_some_and(|id| !id.is_empty() && !id.contains('/'));
+    let headers = request.headers();
+    let checked = app
+        .access
+        .check_host(headers)
+        .and_then(|()| match open {
+            true => Ok(()),
+            false => app.access.check_token(headers),
+        })
+        .and_then(|()| match request.method() == Method::GET {
+            true => Ok(()),
+            false => app.access.check_origin(headers),
+        });
+    let mut response = match checked {
+        Ok(()) => next.run(request).await,
+        Err(Refusal(status, words)) => error(status, words),
+    };
+    let h = response.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+pub fn error(status: StatusCode, words: impl std::fmt::Display) -> Response {
     (status, Json(json!({ "error": words.to_string() }))).into_response()
 }
 
@@ -210,19 +275,30 @@ async fn on_run(
 }
 
 impl App {
-    /// The folder of run `id`, looking again under the root when it is not known yet. Only
-    /// ids the index gave are looked up: a client's string never becomes a path.
+    /// The run folders served: every one under the root, or the one run alone.
+    fn scan(&self) -> BTreeMap<String, PathBuf> {
+        match &self.only {
+            Some(run) if folders::is_run(run) => {
+                BTreeMap::from([(folders::id_of(&self.root, run), run.clone())])
+            }
+            Some(_) => BTreeMap::new(),
+            None => folders::scan(&self.root),
+        }
+    }
+
+    /// The folder of run `id`, looking again when it is not known yet. Only ids the index
+    /// gave are looked up: a client's string never becomes a path.
     fn dir(&self, id: &str) -> Option<PathBuf> {
         let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(dir) = index.get(id) {
             return Some(dir.clone());
         }
-        *index = folders::scan(&self.root);
+        *index = self.scan();
         index.get(id).cloned()
     }
 
     fn summaries(&self) -> Vec<RunSummary> {
-        let found = folders::scan(&self.root);
+        let found = self.scan();
         let mut list: Vec<RunSummary> = found
             .values()
             .map(|dir| Read::of(dir).summary(&self.root))
@@ -241,57 +317,67 @@ impl App {
             .cloned()
     }
 
-    fn detail(&self, id: &str, dir: &std::path::Path) -> RunDetail {
+    fn detail(&self, id: &str, dir: &Path) -> RunDetail {
         let read = Read::of(dir);
         detail::detail(
             &read,
             &self.root,
             self.child(id).map(|c| c.view()),
             self.read_only,
-            &self.sums,
+            &self.caches,
         )
     }
 
-    /// Checks the token a control action carries: the refusal, if it is refused.
-    fn refused(&self, headers: &HeaderMap) -> Option<Response> {
-        if self.read_only {
-            return Some(error(
+    /// Refuses control actions on a read-only server.
+    fn refused(&self) -> Option<Response> {
+        self.read_only.then(|| {
+            error(
                 StatusCode::FORBIDDEN,
                 "this server is read-only (--read-only): controls are off",
-            ));
-        }
-        let given = headers
-            .get("x-throng-token")
-            .and_then(|v| v.to_str().ok())
-            .or_else(|| {
-                headers
-                    .get(header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.strip_prefix("Bearer "))
-            });
-        match given {
-            Some(t) if constant_time_eq(t.as_bytes(), self.token.as_bytes()) => None,
-            Some(_) => Some(error(StatusCode::FORBIDDEN, "wrong token")),
-            None => Some(error(
-                StatusCode::UNAUTHORIZED,
-                "control actions need the token the server printed at start (header X-Throng-Token)",
-            )),
-        }
+            )
+        })
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+#[derive(Deserialize)]
+struct PageQuery {
+    token: Option<String>,
 }
 
-async fn run_page(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Response {
-    if blocking(move || app.dir(&id)).await.is_none() {
+/// A page's shell: with the right token in its address, it sets the cookie that the page's
+/// requests carry.
+fn page(app: &App, name: &str, q: &PageQuery) -> Response {
+    let mut r = assets::page(name);
+    if q.token.as_deref().is_some_and(|t| app.access.is_token(t)) {
+        r.headers_mut()
+            .insert(header::SET_COOKIE, app.access.cookie());
+    }
+    r
+}
+
+async fn index_page(State(app): State<Arc<App>>, UrlQuery(q): UrlQuery<PageQuery>) -> Response {
+    page(&app, "index.html", &q)
+}
+
+async fn run_page(
+    State(app): State<Arc<App>>,
+    UrlPath(id): UrlPath<String>,
+    UrlQuery(q): UrlQuery<PageQuery>,
+    headers: HeaderMap,
+) -> Response {
+    // Whether a run exists is told only to those with the token; the shell holds no data.
+    let authorized = app.access.check_token(&headers).is_ok()
+        || q.token.as_deref().is_some_and(|t| app.access.is_token(t));
+    if authorized && {
+        let app = Arc::clone(&app);
+        blocking(move || app.dir(&id)).await.is_none()
+    } {
         return error(
             StatusCode::NOT_FOUND,
             "no run with that id under this server's folder",
         );
     }
-    assets::page("run.html")
+    page(&app, "run.html", &q)
 }
 
 async fn asset(UrlPath(file): UrlPath<String>) -> Response {
@@ -302,33 +388,13 @@ async fn run_file(
     State(app): State<Arc<App>>,
     UrlPath((id, name)): UrlPath<(String, String)>,
 ) -> Response {
-    on_run(app, id, move |_, _, dir| {
-        // The name must be one the folder listing gave; the path is built from that entry.
-        let files = detail::report_files(&dir);
-        let Some(known) = files.iter().find(|f| **f == name) else {
-            return error(StatusCode::NOT_FOUND, "no such report file in this run");
-        };
-        let path = known
-            .split('/')
-            .fold(dir.clone(), |p, component| p.join(component));
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                let mime = assets::mime(known);
-                let mut r = Response::new(Body::from(bytes));
-                r.headers_mut()
-                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
-                r
-            }
-            Err(e) => error(StatusCode::NOT_FOUND, e),
-        }
-    })
-    .await
+    on_run(app, id, move |_, _, dir| files::serve(&dir, &name)).await
 }
 
 async fn server_info(State(app): State<Arc<App>>) -> Response {
     Json(json!({
         "read_only": app.read_only,
-        "root": app.root.display().to_string(),
+        "root": app.only.as_ref().unwrap_or(&app.root).display().to_string(),
         "version": env!("CARGO_PKG_VERSION"),
     }))
     .into_response()
@@ -423,14 +489,15 @@ async fn run_decisions(
     UrlQuery(q): UrlQuery<Query>,
 ) -> Response {
     on_run(app, id, move |app, id, dir| {
+        let manifest = folders::read_manifest(&dir).ok();
         let steps = folders::read_steps_lenient(&dir).unwrap_or_default();
-        let index = {
-            let mut logs = app.logs.lock().unwrap_or_else(|p| p.into_inner());
-            let index = logs.entry(id).or_default();
-            index.update(&dir);
-            index.clone()
-        };
-        Json(decisions::answer(&dir, &steps, &index, &q)).into_response()
+        let mut index = app.logs.take(&id);
+        let answer = decisions::answer(&dir, manifest.as_ref(), &steps, &mut index, &q);
+        app.logs.put(id, index);
+        match answer {
+            Ok(a) => Json(a).into_response(),
+            Err(e) => error(StatusCode::BAD_REQUEST, e),
+        }
     })
     .await
 }
@@ -457,11 +524,28 @@ async fn run_step(
 ) -> Response {
     on_run(app, id, move |app, _, dir| {
         let steps = folders::read_steps_lenient(&dir).unwrap_or_default();
-        match replay::step(&dir, &steps, n, &app.sums) {
+        match replay::step(&dir, &steps, n, &app.caches.sums) {
             Some(view) => Json(view).into_response(),
             None => error(
                 StatusCode::NOT_FOUND,
                 format!("the run has {} steps so far", steps.len()),
+            ),
+        }
+    })
+    .await
+}
+
+async fn run_config(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Response {
+    on_run(app, id, move |_, _, dir| {
+        match crate::record::open::read(&dir, crate::record::CONFIG, CONFIG_MOST) {
+            Ok(bytes) => Json(json!({
+                "name": crate::record::CONFIG,
+                "text": String::from_utf8_lossy(&bytes),
+            }))
+            .into_response(),
+            Err(e) => error(
+                StatusCode::NOT_FOUND,
+                format!("this run's config.toml cannot be read: {e}"),
             ),
         }
     })
@@ -477,12 +561,8 @@ fn control_error(e: ControlError) -> Response {
     error(status, e)
 }
 
-async fn pause(
-    State(app): State<Arc<App>>,
-    UrlPath(id): UrlPath<String>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(refusal) = app.refused(&headers) {
+async fn pause(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Response {
+    if let Some(refusal) = app.refused() {
         return refusal;
     }
     on_run(app, id, move |_, _, dir| {
@@ -498,12 +578,8 @@ async fn pause(
     .await
 }
 
-async fn resume(
-    State(app): State<Arc<App>>,
-    UrlPath(id): UrlPath<String>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(refusal) = app.refused(&headers) {
+async fn resume(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>) -> Response {
+    if let Some(refusal) = app.refused() {
         return refusal;
     }
     on_run(app, id, move |app, id, dir| {
@@ -534,16 +610,15 @@ struct Confirm {
 async fn delete(
     State(app): State<Arc<App>>,
     UrlPath(id): UrlPath<String>,
-    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Some(refusal) = app.refused(&headers) {
+    if let Some(refusal) = app.refused() {
         return refusal;
     }
     let Ok(Confirm { confirm }) = serde_json::from_slice(&body) else {
         return error(
             StatusCode::BAD_REQUEST,
-            "to delete a run, send {\"confirm\": \"<its name>\"}",
+            "to delete a run, send {\"confirm\": \"<the name of its folder>\"}",
         );
     };
     on_run(app, id, move |app, id, dir| {

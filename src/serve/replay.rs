@@ -2,7 +2,7 @@
 //! summarised over every agent of every cell, and the scenario's aggregates of that step.
 //! The state is read a batch at a time and never leaves the server as rows.
 
-use crate::record::{AGGREGATES, STATE, STATE_PARQUET, StepRecord};
+use crate::record::{AGGREGATES, STATE, STATE_PARQUET, StepRecord, open};
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, UInt64Type};
@@ -64,7 +64,7 @@ impl Default for Stat {
 }
 
 impl Stat {
-    fn add(&mut self, v: f64) {
+    pub fn add(&mut self, v: f64) {
         self.sum += v;
         self.n += 1;
         self.min = self.min.min(v);
@@ -79,39 +79,67 @@ impl Stat {
     }
 }
 
-/// Per (population, step, arm, column): a numeric state column over the agents of a Parquet
-/// file of the state table (a step's part, or the joined table).
-pub type Sums = BTreeMap<(usize, usize, String, String), Stat>;
+/// Per (population, step, arm, replicate, column): a numeric state column over the agents
+/// of a Parquet file of the state table (a step's part, or the joined table).
+pub type Sums = BTreeMap<(usize, usize, String, usize, String), Stat>;
 
-/// The sums of the state files read so far, by path, with the size and time they had: a
-/// step's part (or the joined table) is read once, however often a page asks.
-pub type SumsCache = Mutex<HashMap<PathBuf, (u64, Option<SystemTime>, Arc<Sums>)>>;
+/// What was computed from the files of run folders read so far, by path, with the size and
+/// time each had: a step's part (or a joined table) is read once, however often pages ask.
+pub struct FileCache<T>(Mutex<HashMap<PathBuf, Stamped<T>>>);
 
-/// [`sums`] of `file`, from `cache` while the file has not changed.
-pub fn cached_sums(file: &Path, cache: &SumsCache) -> Option<Arc<Sums>> {
-    let meta = std::fs::metadata(file).ok()?;
-    let stamp = (meta.len(), meta.modified().ok());
-    let known = cache
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(file)
-        .filter(|(len, time, _)| (*len, *time) == stamp)
-        .map(|(_, _, sums)| Arc::clone(sums));
-    if known.is_some() {
-        return known;
+/// A value computed from a file, with the size and time the file had.
+type Stamped<T> = (u64, Option<SystemTime>, Arc<T>);
+
+impl<T> Default for FileCache<T> {
+    fn default() -> Self {
+        FileCache(Mutex::default())
     }
-    let sums = Arc::new(sums(file)?);
-    cache
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(file.to_path_buf(), (stamp.0, stamp.1, Arc::clone(&sums)));
-    Some(sums)
 }
 
-/// Sums every numeric state column of the file at `path`, a batch at a time (none when it
-/// cannot be read, as while it is being written).
-pub fn sums(path: &Path) -> Option<Sums> {
-    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).ok()?)
+impl<T> FileCache<T> {
+    /// `compute` of the file `name` of `dir` (opened as [`open::regular`] does), from the
+    /// cache while the file has not changed; none when it cannot be read.
+    pub fn get(
+        &self,
+        dir: &Path,
+        name: &str,
+        compute: impl FnOnce(std::fs::File) -> Option<T>,
+    ) -> Option<Arc<T>> {
+        let file = open::regular(dir, name).ok()?;
+        let meta = file.metadata().ok()?;
+        let stamp = (meta.len(), meta.modified().ok());
+        let path = dir.join(name);
+        let known = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&path)
+            .filter(|(len, time, _)| (*len, *time) == stamp)
+            .map(|(_, _, value)| Arc::clone(value));
+        if known.is_some() {
+            return known;
+        }
+        let value = Arc::new(compute(file)?);
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(path, (stamp.0, stamp.1, Arc::clone(&value)));
+        Some(value)
+    }
+}
+
+/// The sums of the state files read so far.
+pub type SumsCache = FileCache<Sums>;
+
+/// [`sums`] of the state file `name` of `dir`, from `cache` while it has not changed.
+pub fn cached_sums(dir: &Path, name: &str, cache: &SumsCache) -> Option<Arc<Sums>> {
+    cache.get(dir, name, sums)
+}
+
+/// Sums every numeric state column of `file`, a batch at a time (none when it cannot be
+/// read, as while it is being written).
+pub fn sums(file: std::fs::File) -> Option<Sums> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .ok()?
         .with_batch_size(65536)
         .build()
@@ -126,7 +154,8 @@ pub fn sums(path: &Path) -> Option<Sums> {
         let arms = batch
             .column_by_name("arm")
             .and_then(|c| arrow_cast::cast(c, &DataType::Utf8).ok());
-        let (Some(pops), Some(steps), Some(arms)) = (whole("population"), whole("step"), arms)
+        let (Some(pops), Some(steps), Some(reps), Some(arms)) =
+            (whole("population"), whole("step"), whole("replicate"), arms)
         else {
             continue;
         };
@@ -142,12 +171,12 @@ pub fn sums(path: &Path) -> Option<Sums> {
                 continue;
             };
             let c = c.as_primitive::<Float64Type>();
-            // Rows come in runs of one (population, step, arm): one map entry per run.
+            // Rows come in runs of one cell and step: one map entry per run.
             let mut r = 0;
             while r < batch.num_rows() {
-                let key = (pops[r], steps[r], arms.value(r));
+                let key = (pops[r], steps[r], arms.value(r), reps[r]);
                 let mut stat = Stat::default();
-                while r < batch.num_rows() && (pops[r], steps[r], arms.value(r)) == key {
+                while r < batch.num_rows() && (pops[r], steps[r], arms.value(r), reps[r]) == key {
                     if c.is_valid(r) && c.value(r).is_finite() {
                         stat.add(c.value(r));
                     }
@@ -157,6 +186,7 @@ pub fn sums(path: &Path) -> Option<Sums> {
                     key.0 as usize,
                     key.1 as usize,
                     key.2.to_string(),
+                    key.3 as usize,
                     field.name().clone(),
                 ))
                 .or_default()
@@ -170,46 +200,50 @@ pub fn sums(path: &Path) -> Option<Sums> {
 /// Key columns, not measurements.
 const KEYS: &[&str] = &["population", "replicate", "step", "agent"];
 
-/// The state file holding the step at position `at` (1-based): its part while the run has
-/// not joined them (named by the population's place among the run's sizes and the step
-/// within it), else the joined table.
-pub fn state_file(dir: &Path, steps: &[StepRecord], at: usize) -> Option<PathBuf> {
+/// The state file holding the step at position `at` (1-based), by its name in `dir`: its
+/// part while the run has not joined them (named by the population's place among the run's
+/// sizes and the step within it), else the joined table.
+pub fn state_file(dir: &Path, steps: &[StepRecord], at: usize) -> Option<String> {
     let record = steps.get(at.checked_sub(1)?)?;
     let group = steps[..at]
         .windows(2)
         .filter(|w| w[0].population != w[1].population)
         .count();
-    let part = dir
-        .join(format!("{STATE}.parts"))
-        .join(format!("g{group:03}-s{:06}.parquet", record.step));
-    Some(if part.is_file() {
+    let part = format!("{STATE}.parts/g{group:03}-s{:06}.parquet", record.step);
+    Some(if open::regular(dir, &part).is_ok() {
         part
     } else {
-        dir.join(STATE_PARQUET)
+        STATE_PARQUET.to_string()
     })
 }
 
 /// The step at position `at` (1-based), or none past the run's steps.
 pub fn step(dir: &Path, steps: &[StepRecord], at: usize, cache: &SumsCache) -> Option<StepView> {
     let record = steps.get(at.checked_sub(1)?)?;
-    let path = state_file(dir, steps, at)?;
+    let name = state_file(dir, steps, at)?;
     Some(StepView {
         step: at,
         last_step: steps.len(),
         population: record.population,
         population_step: record.step,
-        state: state(&path, record.population, record.step, cache),
+        state: state(dir, &name, record.population, record.step, cache),
         aggregates: aggregates(dir, record.population, record.step),
     })
 }
 
 /// Each numeric column at one step, over every arm's agents, in column order.
-fn state(path: &Path, population: usize, step: usize, cache: &SumsCache) -> Vec<ColumnSummary> {
-    let Some(sums) = cached_sums(path, cache) else {
+fn state(
+    dir: &Path,
+    name: &str,
+    population: usize,
+    step: usize,
+    cache: &SumsCache,
+) -> Vec<ColumnSummary> {
+    let Some(sums) = cached_sums(dir, name, cache) else {
         return Vec::new();
     };
     let mut by: BTreeMap<&str, Stat> = BTreeMap::new();
-    for ((p, s, _, column), stat) in sums.iter() {
+    for ((p, s, _, _, column), stat) in sums.iter() {
         if (*p, *s) == (population, step) {
             by.entry(column).or_default().merge(stat);
         }
@@ -229,9 +263,10 @@ fn state(path: &Path, population: usize, step: usize, cache: &SumsCache) -> Vec<
 }
 
 fn aggregates(dir: &Path, population: usize, step: usize) -> Vec<AggregateRow> {
-    let Ok(mut reader) = csv::Reader::from_path(dir.join(AGGREGATES)) else {
+    let Ok(file) = open::regular(dir, AGGREGATES) else {
         return Vec::new();
     };
+    let mut reader = csv::Reader::from_reader(std::io::BufReader::new(file));
     let Ok(headers) = reader.headers().cloned() else {
         return Vec::new();
     };

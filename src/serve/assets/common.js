@@ -4,29 +4,29 @@
 // global `window.Throng`; each page takes what it needs from there. Every
 // string from the server is put into the page with textContent / attributes,
 // never parsed as HTML.
+//
+// The token never reaches a script: the server answers the address it printed
+// (?token=...) with an HttpOnly, SameSite=Strict cookie that every request of
+// the page carries, and the page only drops the token from the address bar.
 'use strict';
 
 (function () {
-  const TOKEN_KEY = 'throng-token';
-
-  // Read ?token= once, keep it in sessionStorage, drop it from the address bar.
-  function takeToken() {
-    let token = '';
+  // Drop ?token= from the address bar (and from history), and what an older
+  // page kept in session storage.
+  function dropToken() {
     try {
+      sessionStorage.removeItem('throng-token');
       const params = new URLSearchParams(location.search);
       if (params.has('token')) {
-        const t = params.get('token') || '';
-        if (t) sessionStorage.setItem(TOKEN_KEY, t);
         params.delete('token');
         const q = params.toString();
         history.replaceState(history.state, '', location.pathname + (q ? '?' + q : '') + location.hash);
       }
-      token = sessionStorage.getItem(TOKEN_KEY) || '';
-    } catch (_) {
-      token = '';
-    }
-    return token;
+    } catch (_) { /* nothing kept */ }
   }
+
+  // The words for a request the server refused for want of its token.
+  const NO_TOKEN = 'this server needs its token: open the address `throng serve` printed (it ends in ?token=…)';
 
   // Build an element: el('a', {href: u, class: 'x'}, 'text', childNode, ...).
   // Strings become text nodes; nothing is ever parsed as HTML.
@@ -50,7 +50,7 @@
   const $ = (id) => document.getElementById(id);
 
   async function getJSON(url) {
-    const r = await fetch(url, { headers: { Accept: 'application/json' }, cache: 'no-store' });
+    const r = await fetch(url, { headers: { Accept: 'application/json' }, cache: 'no-store', credentials: 'same-origin' });
     let body = null;
     try { body = await r.json(); } catch (_) { body = null; }
     if (!r.ok) {
@@ -133,8 +133,8 @@
   }
 
   window.Throng = Object.freeze({
-    TOKEN_KEY,
-    takeToken,
+    dropToken,
+    NO_TOKEN,
     el,
     $,
     getJSON,

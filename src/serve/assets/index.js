@@ -7,7 +7,7 @@
   // ---------- shared helpers (common.js, loaded first) ----------
 
   const {
-    takeToken, el, $, getJSON, isNum,
+    dropToken, NO_TOKEN, el, $, getJSON, isNum,
     fmtInt, fmtRate, fmtBytes, fmtEta, fmtTime,
     statusClass, badge,
   } = window.Throng;
@@ -18,7 +18,7 @@
 
   // ---------- page ----------
 
-  const token = takeToken();
+  dropToken();
   const tbody = document.querySelector('#runs tbody');
   const conn = $('conn');
   const message = $('message');
@@ -44,8 +44,8 @@
 
   function cellsFor(tr) {
     if (!tr._cells) {
-      const names = ['name', 'scenario', 'status', 'steps', 'eta', 'model', 'device',
-        'ranks', 'dps', 'started', 'size', 'report'];
+      const names = ['folder', 'name', 'scenario', 'policy', 'status', 'steps', 'eta', 'model',
+        'device', 'ranks', 'dps', 'started', 'size', 'report'];
       const numeric = new Set(['ranks', 'dps', 'size']);
       tr._cells = {};
       for (const n of names) {
@@ -62,12 +62,15 @@
     const id = String(run.id);
     const damaged = run.status === 'damaged';
 
-    const nameLink = el('a', { href: runUrl(id), title: run.path || null }, run.name || id);
-    const nameParts = [nameLink];
-    if (damaged && run.damage) nameParts.push(el('div', { class: 'damage' }, run.damage));
-    c.name.replaceChildren(...nameParts);
+    // The folder tells runs of one config apart (they share the config's name).
+    const folderLink = el('a', { href: runUrl(id), title: run.path || null }, run.folder || run.name || id);
+    const folderParts = [folderLink];
+    if (damaged && run.damage) folderParts.push(el('div', { class: 'damage' }, run.damage));
+    c.folder.replaceChildren(...folderParts);
+    c.name.textContent = run.name || '—';
 
     c.scenario.textContent = run.scenario || '—';
+    c.policy.textContent = run.policy || '—';
     c.status.replaceChildren(badge(run.status, damaged ? run.damage : null));
 
     const done = isNum(run.steps_done) ? run.steps_done : 0;
@@ -125,7 +128,7 @@
 
     if (!seen.size) {
       tbody.append(el('tr', { class: 'empty' },
-        el('td', { colspan: '12', class: 'muted' }, 'No runs yet.')));
+        el('td', { colspan: '14', class: 'muted' }, 'No runs yet.')));
     }
   }
 
@@ -153,14 +156,17 @@
   }
 
   async function start() {
-    $('token-note').textContent = token ? 'controls: token set' : '';
-    getJSON('/api/server').then((s) => {
+    try {
+      const s = await getJSON('/api/server');
       const info = [];
       if (s && s.root) info.push('root: ' + String(s.root));
       if (s && s.version) info.push('v' + s.version);
       if (s && s.read_only) info.push('read-only');
       $('server-info').textContent = info.join(' · ');
-    }).catch(() => { /* informational only */ });
+    } catch (e) {
+      showMessage(e.status === 401 || e.status === 403 ? NO_TOKEN : 'could not reach the server: ' + e.message, true);
+      return;
+    }
 
     try {
       schedule(await getJSON('/api/runs'));

@@ -1,4 +1,5 @@
-// throng serve: one run's page (header, charts, ranks, controls, decisions, replay).
+// throng serve: one run's page (header, charts, measures, ranks, controls, decisions,
+// replay).
 // Plain ES2020, no framework; charts go through uPlot (vendor/uplot). Every string
 // from the server (model replies, prompts, names) is put into the page with
 // textContent or attributes, never parsed as HTML.
@@ -8,7 +9,7 @@
   // ---------- shared helpers (common.js, loaded first) ----------
 
   const {
-    takeToken, el, $, getJSON, isNum,
+    dropToken, NO_TOKEN, el, $, getJSON, isNum,
     fmtInt, fmtRate, fmtBytes, fmtEta, fmtTime,
     badge,
   } = window.Throng;
@@ -56,10 +57,11 @@
   const runId = match ? decodeURIComponent(match[1]) : '';
   const runPath = '/runs/' + encodeURIComponent(runId);
   const api = '/api/runs/' + encodeURIComponent(runId);
-  const token = takeToken();
+  dropToken();
 
   const state = {
     detail: null,       // latest RunDetail
+    authorized: false,  // the server took this page's token (its cookie)
     readOnly: false,    // from /api/server
     gone: false,        // the run folder disappeared
     busy: false,        // a control request is in flight
@@ -94,12 +96,13 @@
 
   function renderHeader(d) {
     const s = d.summary || {};
-    const name = s.name || runId;
+    // The folder names the run: every run of a config has the config's name.
+    const name = s.folder || s.name || runId;
     document.title = name + ' · throng';
     $('run-name').textContent = name;
     $('crumb-name').textContent = name;
     $('run-status').replaceChildren(badge(s.status, s.status === 'damaged' ? s.damage : null));
-    $('run-path').textContent = s.path || '';
+    $('run-path').textContent = (s.path || '') + (s.name ? ' · config ' + s.name : '');
 
     const dmg = $('damage');
     const damaged = s.status === 'damaged' && s.damage;
@@ -119,6 +122,7 @@
     }
     $('eta').textContent = fmtEta(s.eta_seconds);
     $('scenario').textContent = s.scenario || '—';
+    $('policy').textContent = s.policy || '—';
     $('model').textContent = s.model || '—';
     $('device').textContent = s.device || '—';
     $('ranks-count').textContent = fmtInt(s.ranks);
@@ -143,20 +147,42 @@
       parts.push(list);
     }
     $('files').replaceChildren(...parts);
+
+    // The records, as downloads (attachments: nothing of a run folder opens as a page).
+    const records = Array.isArray(d.downloads) ? d.downloads.map(String) : [];
+    const sig = records.join('\n');
+    if ($('downloads')._sig !== sig) {
+      $('downloads')._sig = sig;
+      const list = records.length ? [el('span', { class: 'muted' }, 'records: ')] : [];
+      records.forEach((f, i) => {
+        if (i) list.push(' · ');
+        list.push(el('a', { href: fileUrl(f), download: f.split('/').pop() }, f));
+      });
+      $('downloads').replaceChildren(...list);
+    }
+  }
+
+  async function loadConfig() {
+    try {
+      const c = await getJSON(api + '/config');
+      $('config-text').textContent = c && c.text !== undefined ? String(c.text) : '';
+    } catch (e) {
+      $('config-text').textContent = 'the config cannot be shown: ' + e.message;
+    }
   }
 
   // ---------- controls ----------
 
   function renderControls(d) {
     const ctl = d.controls || {};
-    const can = !!token && !state.readOnly && !state.gone && !state.busy;
+    const can = state.authorized && !state.readOnly && !state.gone && !state.busy;
     $('pause').disabled = !(can && ctl.pause);
     $('resume').disabled = !(can && ctl.resume);
     $('delete').disabled = !(can && ctl.delete);
     let note = '';
     if (state.gone) note = 'the run folder is gone';
     else if (state.readOnly) note = 'the server is read-only';
-    else if (!token) note = 'read-only view: open the link printed by `throng serve` to control runs';
+    else if (!state.authorized) note = NO_TOKEN;
     $('control-note').textContent = note;
 
     const child = d.child;
@@ -179,14 +205,15 @@
   }
 
   async function control(action, body) {
-    if (!token) return false;
+    if (!state.authorized) return false;
     state.busy = true;
     scheduleRender();
     showMessage(action + '…');
     try {
       const r = await fetch(api + '/' + action, {
         method: 'POST',
-        headers: { 'X-Throng-Token': token, 'Content-Type': 'application/json', Accept: 'application/json' },
+        credentials: 'same-origin',
+        headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
         body: JSON.stringify(body || {}),
       });
       let j = null;
@@ -210,11 +237,12 @@
   $('pause').addEventListener('click', () => control('pause'));
   $('resume').addEventListener('click', () => control('resume'));
   $('delete').addEventListener('click', () => {
+    // The folder's name: every run of a config shares the config's name.
     const s = (state.detail && state.detail.summary) || {};
-    const name = s.name || runId;
+    const name = s.folder || runId;
     const typed = window.prompt(
-      'Delete run "' + name + '" and its whole folder? This cannot be undone.\n' +
-      'Type the run\'s name (' + name + ') to confirm:', '');
+      'Delete the run in folder "' + name + '" and the whole folder? This cannot be undone.\n' +
+      'Type the folder\'s name (' + name + ') to confirm:', '');
     if (typed === null) {
       showMessage('Delete cancelled.');
       return;
@@ -233,6 +261,7 @@
   const INT_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6];
   const CHART_H = 200;
   const charts = new Map();          // id -> {u, sig, div}
+  const panelCharts = new Map();     // the measures' panels, likewise
   const chartCtx = { rows: [], multiPop: false, raw: {} };
 
   // Legend label of an x value (the row index, 1-based).
@@ -325,62 +354,49 @@
     ];
   }
 
-  // Align one headline series ([[step, value], ...]) onto the step rows. When the name
-  // says "n=NUM" and a population NUM exists, only that population's rows match.
-  function alignToRows(s, rows) {
-    const out = rows.map(() => null);
-    const m = /\bn\s*=\s*(\d+)/.exec(String(s.name || ''));
-    let pop = m ? Number(m[1]) : null;
-    if (pop !== null && !rows.some((r) => r.population === pop)) pop = null;
-    let r = 0;
-    for (const p of s.points) {
-      if (!Array.isArray(p)) return null;
-      const step = p[0];
-      while (r < rows.length && !(rows[r].step === step && (pop === null || rows[r].population === pop))) r++;
-      if (r >= rows.length) return null;
-      out[r] = isNum(p[1]) ? p[1] : null;
-      r++;
-    }
-    return out;
-  }
-
-  function headlineDef(series, rows) {
-    const list = (Array.isArray(series) ? series : [])
-      .filter((s) => s && Array.isArray(s.points) && s.points.length);
-    if (!list.length) return null;
-    const defSeries = list.map((s) => ({ label: String(s.name || 'series'), fmt: fmtVal }));
-    const aligned = rows.length ? list.map((s) => alignToRows(s, rows)) : [];
-    if (rows.length && aligned.every((a) => a)) {
-      return {
-        id: 'headline', title: 'Headline series', series: defSeries, spanGaps: true,
-        data: [rows.map((_, i) => i + 1), ...aligned],
-      };
-    }
-    // Fallback: the series' own step numbers (or point positions when they restart).
-    const increasing = list.every((s) => s.points.every((p, i, a) => i === 0 || p[0] > a[i - 1][0]));
-    let x;
-    let ys;
-    if (increasing) {
-      x = Array.from(new Set(list.flatMap((s) => s.points.map((p) => p[0])))).filter(isNum).sort((a, b) => a - b);
-      const pos = new Map(x.map((v, i) => [v, i]));
-      ys = list.map((s) => {
-        const out = x.map(() => null);
-        for (const p of s.points) if (pos.has(p[0]) && isNum(p[1])) out[pos.get(p[0])] = p[1];
-        return out;
+  // A panel of the server's (a measure, its lines by arm and replicate) as a chart:
+  // the arms in their colours, each replicate a thin line in its arm's colour, a group
+  // level's lowest and highest dashed.
+  function panelDef(p, rows, arms) {
+    const n = rows.length;
+    const lines = (Array.isArray(p.lines) ? p.lines : []).filter((l) => l && Array.isArray(l.points));
+    if (!n || !lines.length) return null;
+    const series = [];
+    const data = [rows.map((_, i) => i + 1)];
+    for (const l of lines) {
+      const arm = String(l.arm);
+      if (!arms.includes(arm)) arms.push(arm);
+      const color = PALETTE[arms.indexOf(arm) % PALETTE.length];
+      const replicate = isNum(l.replicate);
+      let label = arm;
+      if (replicate) label += ' · replicate ' + l.replicate;
+      if (l.stat) label += ' · ' + l.stat;
+      series.push({
+        label,
+        fmt: fmtVal,
+        color: replicate ? color + '66' : color,
+        width: replicate ? 1 : 2,
+        dash: l.stat && l.stat !== 'mean' ? [4, 3] : null,
       });
-    } else {
-      const n = Math.max(...list.map((s) => s.points.length));
-      x = Array.from({ length: n }, (_, i) => i + 1);
-      ys = list.map((s) => x.map((_, i) => (s.points[i] && isNum(s.points[i][1]) ? s.points[i][1] : null)));
+      const ys = new Array(n).fill(null);
+      for (const pt of l.points) {
+        if (Array.isArray(pt) && pt[0] >= 1 && pt[0] <= n && isNum(pt[1])) ys[pt[0] - 1] = pt[1];
+      }
+      data.push(ys);
     }
     return {
-      id: 'headline', title: 'Headline series', series: defSeries, spanGaps: true, plainX: true,
-      xAxisLabel: increasing ? 'step' : 'point', data: [x, ...ys],
+      id: 'panel-' + String(p.source) + '-' + String(p.level || '') + '-' + String(p.measure),
+      title: String(p.title || p.measure),
+      measure: String(p.measure),
+      source: String(p.source),
+      series,
+      spanGaps: true,
+      data,
     };
   }
 
   function chartSig(def) {
-    return JSON.stringify([def.id, def.plainX || false, def.series.map((s) => [s.label, s.scale || 'y'])]);
+    return JSON.stringify([def.id, def.plainX || false, def.series.map((s) => [s.label, s.scale || 'y', s.color || ''])]);
   }
 
   // Legend values: the hovered point, or the newest point when the cursor is away.
@@ -406,11 +422,13 @@
       const ser = {
         label: s.label,
         scale: s.scale || 'y',
-        stroke: color,
-        width: 1.5,
+        stroke: s.color || color,
+        width: s.width || 1.5,
         spanGaps: !!def.spanGaps,
-        points: { size: 4 },
+        // A thin line (a replicate's) has no points: they would hide the arms' lines.
+        points: s.width && s.width < 1.5 ? { show: false } : { size: 4 },
       };
+      if (s.dash) ser.dash = s.dash;
       if (def.stacked) ser.fill = color + '59';
       ser.value = (u, v, si, idx) => {
         if (idx === null || idx === undefined) {
@@ -462,6 +480,16 @@
       axes,
       legend: { live: true },
       cursor: def.plainX ? {} : { sync: { key: 'throng-run-' + runId } },
+      hooks: {
+        // The chart's own y range, on its element (what each panel's scale is).
+        setScale: [(u, key) => {
+          const box = u.root.parentElement;
+          if (key === 'y' && box) {
+            box.dataset.yMin = String(u.scales.y.min);
+            box.dataset.yMax = String(u.scales.y.max);
+          }
+        }],
+      },
     };
     if (def.stacked) {
       opts.bands = [];
@@ -504,33 +532,45 @@
       : '';
 
     const defs = rows.length ? stepChartDefs(rows) : [];
-    const h = headlineDef(d.series, rows);
-    if (h) defs.push(h);
     $('no-steps').hidden = defs.length > 0;
     $('no-steps').textContent = 'No steps recorded yet.';
+    drawCharts($('charts'), defs, charts, popChanged);
 
-    const box = $('charts');
+    const arms = [];
+    const panels = (Array.isArray(d.panels) ? d.panels : [])
+      .map((p) => (p && typeof p === 'object' ? panelDef(p, rows, arms) : null))
+      .filter((p) => p);
+    $('panels-section').hidden = !panels.length;
+    drawCharts($('panels'), panels, panelCharts, popChanged);
+  }
+
+  // Draws `defs` into `box`, reusing the charts of `map` whose series are unchanged.
+  function drawCharts(box, defs, map, rebuild) {
     const keep = new Set(defs.map((def) => def.id));
-    for (const [id, c] of charts) {
+    for (const [id, c] of map) {
       if (!keep.has(id)) {
         c.u.destroy();
         c.div.remove();
-        charts.delete(id);
+        map.delete(id);
       }
     }
     let prev = null;
     for (const def of defs) {
       if (def.raw) chartCtx.raw[def.id] = def.raw;
       const sig = chartSig(def);
-      let c = charts.get(def.id);
+      let c = map.get(def.id);
       if (!c) {
         c = { div: el('div', { class: 'chart', id: 'chart-' + def.id }), u: null, sig: '' };
-        charts.set(def.id, c);
+        if (def.measure) {
+          c.div.dataset.measure = def.measure;
+          c.div.dataset.source = def.source;
+        }
+        map.set(def.id, c);
       }
       const want = prev ? prev.nextSibling : box.firstChild;
       if (want !== c.div) box.insertBefore(c.div, want);
       prev = c.div;
-      if (!c.u || c.sig !== sig || popChanged) {
+      if (!c.u || c.sig !== sig || rebuild) {
         // New series (or x meaning changed): build the chart again.
         if (c.u) c.u.destroy();
         c.div.replaceChildren();
@@ -547,7 +587,9 @@
     if (resizeFrame) return;
     resizeFrame = requestAnimationFrame(() => {
       resizeFrame = 0;
-      for (const c of charts.values()) c.u.setSize({ width: chartWidth(c.div), height: CHART_H });
+      for (const c of [...charts.values(), ...panelCharts.values()]) {
+        c.u.setSize({ width: chartWidth(c.div), height: CHART_H });
+      }
     });
   });
 
@@ -689,10 +731,14 @@
     if (!isNum(n)) return;
     n = Math.max(1, Math.round(n));
     const same = !state.follow && state.step === n;
+    const shown = dec.resp && dec.resp.step === n;
     state.follow = false;
     state.step = n;
     setStepSelect(n);
-    if (!same) loadDecisions();
+    if (!same && !shown) {
+      firstPage();
+      loadDecisions();
+    }
     if (!(replay.step === n && replay.view && replay.view.step === n)) loadReplay(n);
     renderReplayControls();
   }
@@ -701,6 +747,7 @@
     state.follow = true;
     state.step = null;
     setStepSelect(null);
+    firstPage();
     loadDecisions();
     const last = latestStep();
     if (last >= 1) {
@@ -732,7 +779,19 @@
 
   // ---------- decisions ----------
 
-  const dec = { inflight: false, again: false, resp: null, expanded: new Set(), prompts: new Map() };
+  // `from`: where the page shown starts (null: the step's first line); `back`: the starts
+  // of the pages before it, for "previous".
+  const dec = {
+    inflight: false, again: false, resp: null, expanded: new Set(), prompts: new Map(),
+    from: null, back: [],
+  };
+  const PAGE = 200;
+
+  // Back to a step's first page (a filter or the step changed).
+  function firstPage() {
+    dec.from = null;
+    dec.back = [];
+  }
 
   function setOptions(select, options, current) {
     const opts = options.slice();
@@ -758,6 +817,10 @@
   function decisionsQuery() {
     const p = new URLSearchParams();
     if (!state.follow && state.step !== null) p.set('step', String(state.step));
+    const arm = $('f-arm').value;
+    if (arm) p.set('arm', arm);
+    const replicate = $('f-replicate').value;
+    if (replicate !== '') p.set('replicate', replicate);
     const role = $('f-role').value;
     if (role) p.set('role', role);
     const fb = $('f-fallback').value;
@@ -768,7 +831,8 @@
       p.set('attribute', attr);
       p.set('value', val);
     }
-    p.set('limit', '200');
+    p.set('limit', String(PAGE));
+    if (dec.from !== null) p.set('from', String(dec.from));
     return p.toString();
   }
 
@@ -783,11 +847,18 @@
         dec.again = false;
         try {
           const r = await getJSON(api + '/decisions?' + decisionsQuery());
-          if (dec.again) continue;
+          // Shown even when a newer request is waiting: while a run writes fast, a table
+          // that waited for the newest answer would stay empty.
           dec.resp = r || {};
           $('decisions-error').hidden = true;
           renderDecisions();
         } catch (e) {
+          if (e.status === 400 && dec.from !== null) {
+            // The page's start is no longer one of the step's (the step moved on).
+            firstPage();
+            dec.again = true;
+            continue;
+          }
           if (dec.again) continue;
           const box = $('decisions-error');
           box.hidden = false;
@@ -811,9 +882,16 @@
   function renderDecisions() {
     const r = dec.resp || {};
     const steps = (Array.isArray(r.steps) ? r.steps : []).filter(isNum).slice().sort((a, b) => b - a);
-    const latestLabel = state.follow && isNum(r.step) ? 'latest (' + r.step + ')' : 'latest';
-    setOptions($('f-step'), [['', latestLabel], ...steps.map((s) => [String(s), 'step ' + s])],
+    const going = r.in_progress && isNum(r.step) ? r.step : null;
+    const stepLabel = (s) => 'step ' + s + (s === going ? ' (being written)' : '');
+    const latestLabel = state.follow && isNum(r.step) ? 'latest (' + stepLabel(r.step) + ')' : 'latest';
+    setOptions($('f-step'), [['', latestLabel], ...steps.map((s) => [String(s), stepLabel(s)])],
       state.follow || state.step === null ? '' : String(state.step));
+
+    const arms = (Array.isArray(r.arms) ? r.arms : []).map(String);
+    setOptions($('f-arm'), [['', 'all'], ...arms.map((x) => [x, x])], $('f-arm').value);
+    const reps = (Array.isArray(r.replicates) ? r.replicates : []).filter(isNum).map(String);
+    setOptions($('f-replicate'), [['', 'all'], ...reps.map((x) => [x, x])], $('f-replicate').value);
 
     const roles = (Array.isArray(r.roles) ? r.roles : []).map(String);
     setOptions($('f-role'), [['', 'all'], ...roles.map((x) => [x, x])], $('f-role').value);
@@ -824,10 +902,17 @@
     renderValueOptions();
 
     const list = Array.isArray(r.decisions) ? r.decisions : [];
-    const total = isNum(r.total) ? r.total : list.length;
-    $('decisions-count').textContent = (isNum(r.step) ? 'step ' + r.step + ' · ' : '') +
-      (list.length < total ? 'showing ' + list.length + ' of ' + total : total + ' shown') +
-      (r.truncated ? ' (of the step\'s first 20,000 logged decisions)' : '');
+    const page = dec.back.length + 1;
+    $('decisions-count').textContent = (isNum(r.step) ? stepLabel(r.step) + ' · ' : '') +
+      'page ' + page + ' · ' + list.length + ' shown';
+    let pageNote = isNum(r.next) ? 'more follow' : (page > 1 ? 'the step\'s last page' : '');
+    if (r.truncated) {
+      pageNote = 'read ' + fmtInt(r.scanned) + ' logged decisions without filling the page: next reads on';
+    }
+    if (r.problem) pageNote = String(r.problem);
+    $('dec-page').textContent = pageNote;
+    $('dec-prev').disabled = !dec.back.length;
+    $('dec-next').disabled = !isNum(r.next);
 
     const tbody = document.querySelector('#decisions tbody');
     const rows = [];
@@ -974,17 +1059,38 @@
 
   $('f-step').addEventListener('change', () => {
     const v = $('f-step').value;
+    firstPage();
     if (v === '') followLatest();
     else chooseStep(Number(v));
   });
-  $('f-role').addEventListener('change', () => loadDecisions());
-  $('f-fallback').addEventListener('change', () => loadDecisions());
+  const refilter = () => {
+    firstPage();
+    loadDecisions();
+  };
+  $('f-arm').addEventListener('change', refilter);
+  $('f-replicate').addEventListener('change', refilter);
+  $('f-role').addEventListener('change', refilter);
+  $('f-fallback').addEventListener('change', refilter);
   $('f-attribute').addEventListener('change', () => {
     $('f-value').value = '';
     renderValueOptions();
+    refilter();
+  });
+  $('f-value').addEventListener('change', refilter);
+  $('dec-next').addEventListener('click', () => {
+    const r = dec.resp || {};
+    if (!isNum(r.next)) return;
+    // Paging keeps to the step shown, even while following the latest.
+    if (state.follow && isNum(r.step)) chooseStep(r.step);
+    dec.back.push(dec.from);
+    dec.from = r.next;
     loadDecisions();
   });
-  $('f-value').addEventListener('change', () => loadDecisions());
+  $('dec-prev').addEventListener('click', () => {
+    if (!dec.back.length) return;
+    dec.from = dec.back.pop();
+    loadDecisions();
+  });
 
   // ---------- live updates ----------
 
@@ -1053,16 +1159,20 @@
   }
 
   async function start() {
-    $('token-note').textContent = token ? 'controls: token set' : '';
     if (!runId) {
       showMessage('no run id in the address', true);
       return;
     }
-    getJSON('/api/server').then((s) => {
+    try {
+      const s = await getJSON('/api/server');
+      state.authorized = true;
       state.readOnly = !!(s && s.read_only);
       if (state.readOnly) $('token-note').textContent = 'read-only server';
-      scheduleRender();
-    }).catch(() => { /* informational only */ });
+    } catch (e) {
+      showMessage(e.status === 401 || e.status === 403 ? NO_TOKEN : 'could not reach the server: ' + e.message, true);
+      return;
+    }
+    loadConfig();
 
     try {
       onDetail(await getJSON(api));
