@@ -377,14 +377,21 @@ fn a_resume_keeps_the_kv_format_and_tokenizer_it_started_with() {
     assert_eq!(models.len(), 1, "{engine}");
     let loaded = models.values().next().unwrap();
     assert_eq!(loaded["kv"], "F32", "{engine}");
-    assert_eq!(loaded["weights"].as_str().unwrap().len(), 64, "a sha256: {engine}");
+    assert_eq!(
+        loaded["weights"].as_str().unwrap().len(),
+        64,
+        "a sha256: {engine}"
+    );
     for refused in [
         &["--kv-format", "f16"][..],
         &["--tokenizer", "/elsewhere/tokenizer.json"],
     ] {
         let Ran { ok, text, .. } = resume(&out, refused);
         assert!(!ok, "{refused:?} was accepted:\n{text}");
-        assert!(text.contains(&format!("drop {}", refused[0])), "{refused:?}: {text}");
+        assert!(
+            text.contains(&format!("drop {}", refused[0])),
+            "{refused:?}: {text}"
+        );
     }
     // Neither flag given: the resume takes both from the manifest, as the live view's
     // Resume (a plain `throng run --resume`) does.
@@ -423,7 +430,10 @@ fn a_resume_refuses_a_model_whose_files_changed_since_the_run_started() {
         text.contains("is not the one the run started with") && text.contains("sha256"),
         "{text}"
     );
-    assert!(text.contains(&model.path().display().to_string()), "names where: {text}");
+    assert!(
+        text.contains(&model.path().display().to_string()),
+        "names where: {text}"
+    );
     let after = std::fs::read_to_string(out.join("manifest.json")).unwrap();
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&before).unwrap()["steps_done"],

@@ -209,7 +209,11 @@ fn a_store_of_another_kv_format_is_refused_rather_than_reused() {
     );
     // The same KV format reuses every decision.
     let same = tmp.path().join("same");
-    run(&cfg, &same, &["--kv-format", "f32", "--reuse", f32_kv.to_str().unwrap()]);
+    run(
+        &cfg,
+        &same,
+        &["--kv-format", "f32", "--reuse", f32_kv.to_str().unwrap()],
+    );
     assert_eq!(reused(&same), 32);
     assert_same_records(&f32_kv, &same, RECORDS, "reused from the same KV format");
 }
@@ -326,13 +330,21 @@ fn a_refused_extension_leaves_the_run_in_place_and_a_finished_one_cleans_up() {
             .args(["--steps", "5", "--stop-after", "1"]),
     );
     assert!(stopped.ok, "{}", stopped.text);
-    assert!(aside.is_dir(), "the run as it was waits while the extension is paused");
+    assert!(
+        aside.is_dir(),
+        "the run as it was waits while the extension is paused"
+    );
     let resumed = output(throng().args(["run", "--no-report", "--resume"]).arg(&dir));
     assert!(resumed.ok, "{}", resumed.text);
     assert!(!aside.exists(), "{}", resumed.text);
     let whole = tmp.path().join("whole");
     scripted_market(&whole, "5", "1");
-    assert_same_records(&whole, &dir, &["state.parquet", "aggregates.csv"], "extended");
+    assert_same_records(
+        &whole,
+        &dir,
+        &["state.parquet", "aggregates.csv"],
+        "extended",
+    );
 }
 
 // Guards against issue 30, item 19: `--reuse` of a missing path, a file or a folder that is
@@ -382,7 +394,10 @@ fn a_run_refused_at_its_start_leaves_no_folder_behind() {
         format!(
             "name = \"tiny\"\nsteps = 1\nagents = 4\npolicy = \"llm\"\ntemplates = {:?}\n\
              [llm]\nmax_tokens = 16\n[scenario]\nname = \"guess\"\n",
-            common::cli::repo().join("templates/guess").display().to_string()
+            common::cli::repo()
+                .join("templates/guess")
+                .display()
+                .to_string()
         ),
     )
     .unwrap();

@@ -546,6 +546,37 @@ fn a_non_loopback_bind_needs_the_flag() {
     assert!(!ok && text.contains("not a folder"), "{text}");
 }
 
+// Guards against issue 30, item 17: `run --serve` on a busy port wrote the run's folder first,
+// then failed, leaving an "interrupted" folder that refused the same command once the port was
+// free.
+#[test]
+fn a_run_whose_live_page_port_is_busy_is_refused_before_its_folder_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let out = tmp.path().join("run");
+    let args = [
+        "run",
+        "experiments/guess-1m-dummy.toml",
+        "--agents",
+        "10",
+        "--steps",
+        "1",
+        "--no-report",
+        "--out",
+        out.to_str().unwrap(),
+        "--serve",
+    ];
+    let Ran { ok, text, .. } = output(throng().args(args).arg(&addr));
+    assert!(!ok, "{text}");
+    assert!(text.contains("--serve") && text.contains(&addr), "{text}");
+    assert!(!out.exists(), "a folder was written: {text}");
+    // Once the port is free, the same command runs.
+    drop(busy);
+    let Ran { ok, text, .. } = output(throng().args(args).arg(&addr));
+    assert!(ok, "{text}");
+}
+
 // Pause takes the SIGTERM path and leaves a resumable folder; resume starts `throng run
 // --resume` and its records equal an uninterrupted run's; delete needs the run's name.
 #[test]

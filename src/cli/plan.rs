@@ -617,7 +617,8 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
     if exp.config.history > 0 {
         out!(
             "note: history = {}: later steps' prompts grow by up to {} turns; this sizes the first step",
-            exp.config.history, exp.config.history
+            exp.config.history,
+            exp.config.history
         )?;
     }
     if stated.is_some() && args.sample > 0 && super::given("sample") {
@@ -674,16 +675,19 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
         let e = inputs.estimate();
         out!(
             "\npopulation {size}: {} cells, {} decisions in the first step",
-            first.cells, first.decisions
+            first.cells,
+            first.decisions
         )?;
         match &stated {
             Some(counted) => out!(
                 "  prompt tokens per agent  {:.1} [{counted}; {} first-step prompts rendered]",
-                first.prompt_tokens, first.tokenized
+                first.prompt_tokens,
+                first.tokenized
             )?,
             None => out!(
                 "  prompt tokens per agent  {:.1} [measured: {} first-step prompts rendered and tokenized]",
-                first.prompt_tokens, first.tokenized
+                first.prompt_tokens,
+                first.tokenized
             )?,
         }
         out!(
@@ -724,7 +728,9 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
         )?;
         out!(
             "  batch per device         {} sequences of {} decisions (at most --max-seqs {})",
-            e.batch, e.decisions_per_device, model.max_seqs
+            e.batch,
+            e.decisions_per_device,
+            model.max_seqs
         )?;
         if !e.fits {
             out!("  step time                none: it does not fit (see below)")?;
@@ -919,4 +925,3 @@ fn scripted(config: &std::path::Path, loaded: &dyn crate::scenarios::Loaded) -> 
     }
     Ok(())
 }
-

@@ -318,7 +318,9 @@ fn run_ranked(
     }
     // A resumed run stays on the kind of device it started on (see `StartedWith`).
     let started_on = match &args.resume {
-        Some(dir) => super::resume::StartedWith::read(dir).ok().and_then(|s| s.device),
+        Some(dir) => super::resume::StartedWith::read(dir)
+            .ok()
+            .and_then(|s| s.device),
         None => None,
     };
     let memory = super::MemoryCheck {
@@ -328,9 +330,20 @@ fn run_ranked(
     };
     // An extension is checked as the new run it is while the finished run is in its place,
     // and only then moved aside.
+    // The live page's port is taken before anything is written or moved: a busy port refuses
+    // the run and leaves nothing behind.
+    let listener = match (root, args.serve) {
+        (true, Some(addr)) => Some(
+            crate::serve::listen(addr, args.public).context("--serve: the live page's address")?,
+        ),
+        _ => None,
+    };
     let mut extension = match extension {
         Some(plan) => {
-            let config = args.config.as_ref().expect("invariant: an extension has a config");
+            let config = args
+                .config
+                .as_ref()
+                .expect("invariant: an extension has a config");
             check_new(registry, config, &overrides, &memory)?;
             Some(plan.move_aside(&mut args)?)
         }
@@ -362,9 +375,6 @@ fn run_ranked(
     } else {
         dir
     };
-    if let (true, Some(addr)) = (root, args.serve) {
-        super::serve::serve_run(&dir, addr, args.public)?;
-    }
     let resume = args.resume.is_some();
     let started = match resume {
         true => Some(super::resume::StartedWith::read(&dir)?),
@@ -404,6 +414,9 @@ fn run_ranked(
         true => (Starting(None), folder),
         false => (Starting(folder), None),
     };
+    if let Some(listener) = listener {
+        super::serve::serve_run(&dir, listener, args.public)?;
+    }
     let exp = loaded.experiment();
     // The model settings the run loads with, recorded in its manifest.
     let mut model_args = args.model.clone();

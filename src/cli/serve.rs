@@ -60,22 +60,26 @@ pub fn run(args: ServeArgs) -> Result<()> {
 
 /// Serves the page of the run in `dir`, and nothing beside it, from a thread of its own while
 /// this process runs it.
-pub fn serve_run(dir: &Path, addr: SocketAddr, public: bool) -> Result<()> {
+pub fn serve_run(dir: &Path, listener: std::net::TcpListener, public: bool) -> Result<()> {
+    let addr = listener.local_addr()?;
     // The run's id is the one `throng serve` of its parent folder gives it.
     let root = match dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let server = Server::bind(ServeOptions {
-        root,
-        only: Some(dir.to_path_buf()),
-        addr,
-        public,
-        allowed_hosts: Vec::new(),
-        read_only: false,
-        token: None,
-        exe: exe()?,
-    })?;
+    let server = Server::on(
+        listener,
+        ServeOptions {
+            root,
+            only: Some(dir.to_path_buf()),
+            addr,
+            public,
+            allowed_hosts: Vec::new(),
+            read_only: false,
+            token: None,
+            exe: exe()?,
+        },
+    )?;
     eprintln!(
         "throng: this run's live page (it stops with the run; `throng serve` shows it after):\n  {}",
         server.run_url(dir)

@@ -190,10 +190,14 @@ fn load_hf_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError
     // The chat template and the stop tokens come from these when they are there: an edit to
     // one changes the prompts' tokens or where replies end, so it changes the identity.
     files.extend(
-        ["tokenizer_config.json", "chat_template.jinja", "generation_config.json"]
-            .map(|name| dir.join(name))
-            .into_iter()
-            .filter(|path| path.is_file()),
+        [
+            "tokenizer_config.json",
+            "chat_template.jinja",
+            "generation_config.json",
+        ]
+        .map(|name| dir.join(name))
+        .into_iter()
+        .filter(|path| path.is_file()),
     );
     files.extend(super::safetensors::shard_paths(dir)?);
     let target = opts

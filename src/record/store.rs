@@ -302,7 +302,9 @@ mod tests {
             text: text.into(),
             ..reply(0)
         };
-        store.insert(&[(key(1), stored.clone()), (key(2), reply(2))]).unwrap();
+        store
+            .insert(&[(key(1), stored.clone()), (key(2), reply(2))])
+            .unwrap();
         drop(store);
         let path = dir.path().join(STORE);
         let mut bytes = std::fs::read(&path).unwrap();
@@ -316,7 +318,11 @@ mod tests {
         let source = Source::open(dir.path()).unwrap();
         let reader = source.reader().unwrap();
         assert_eq!(reader.get(&key(1)).unwrap(), Lookup::Damaged);
-        assert_eq!(reader.get(&key(2)).unwrap(), Lookup::Hit(reply(2)), "the others hold");
+        assert_eq!(
+            reader.get(&key(2)).unwrap(),
+            Lookup::Hit(reply(2)),
+            "the others hold"
+        );
     }
 
     #[test]
@@ -333,6 +339,9 @@ mod tests {
         w.commit().unwrap();
         drop(db);
         let source = Source::open(dir.path()).unwrap();
-        assert_eq!(source.reader().unwrap().get(&key(2)).unwrap(), Lookup::Damaged);
+        assert_eq!(
+            source.reader().unwrap().get(&key(2)).unwrap(),
+            Lookup::Damaged
+        );
     }
 }

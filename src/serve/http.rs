@@ -99,9 +99,12 @@ pub struct Server {
 impl Server {
     /// Checks the binding rules and binds `options.addr`.
     pub fn bind(options: ServeOptions) -> Result<Self, ServeError> {
-        if !options.addr.ip().is_loopback() && !options.public {
-            return Err(ServeError::NotLoopback { addr: options.addr });
-        }
+        let listener = listen(options.addr, options.public)?;
+        Self::on(listener, options)
+    }
+
+    /// Serves on `listener`, bound beforehand by [`listen`] (`options.addr` is not used).
+    pub fn on(listener: std::net::TcpListener, options: ServeOptions) -> Result<Self, ServeError> {
         if !options.root.is_dir() {
             return Err(ServeError::NoRoot(options.root));
         }
@@ -110,11 +113,6 @@ impl Server {
         {
             return Err(ServeError::NoRun(run.clone()));
         }
-        let listener =
-            std::net::TcpListener::bind(options.addr).map_err(|source| ServeError::Bind {
-                addr: options.addr,
-                source,
-            })?;
         listener.set_nonblocking(true)?;
         let bound = listener.local_addr()?;
         let token = options.token.unwrap_or_else(|| {
@@ -185,6 +183,16 @@ impl Server {
             let _ = tokio::signal::ctrl_c().await;
         })
     }
+}
+
+/// Binds `addr` under the binding rules (loopback unless `public`): a run with `--serve` takes
+/// its port before it writes its folder, so that a busy port refuses the run and leaves nothing
+/// behind.
+pub fn listen(addr: SocketAddr, public: bool) -> Result<std::net::TcpListener, ServeError> {
+    if !addr.ip().is_loopback() && !public {
+        return Err(ServeError::NotLoopback { addr });
+    }
+    std::net::TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source })
 }
 
 fn router(app: Arc<App>) -> Router {

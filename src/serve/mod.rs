@@ -29,4 +29,4 @@ pub mod log;
 pub mod panels;
 pub mod replay;
 
-pub use http::{ServeError, ServeOptions, Server};
+pub use http::{ServeError, ServeOptions, Server, listen};

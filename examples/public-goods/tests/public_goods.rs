@@ -315,7 +315,11 @@ fn a_reply_over_the_endowment_is_scaled_to_it() {
     let mut rng = <throng::rand_chacha::ChaCha8Rng as throng::rand::SeedableRng>::seed_from_u64(0);
     let world = scenario.init(&population, &mut rng);
     let parsed = scenario
-        .parse(&world, 0, &throng::serde_json::json!({"local": 15, "global": 12}))
+        .parse(
+            &world,
+            0,
+            &throng::serde_json::json!({"local": 15, "global": 12}),
+        )
         .unwrap();
     assert_eq!(
         parsed.decision,
@@ -541,7 +545,8 @@ fn a_short_smollm2_run_ends_with_valid_decisions() {
         assert!(l + g <= 20, "{r}");
     }
     let summary: throng::serde_json::Value =
-        throng::serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+        throng::serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+            .unwrap();
     let hit = summary["timing"]["prefix_hit_rate"].as_f64().unwrap();
     assert!(hit > 0.5, "prefix-cache hit rate {hit}");
 }
