@@ -14,7 +14,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use sha2::{Digest, Sha256};
 use std::time::Instant;
-use throng::record::store::{Source, Store, StoredReply};
+use throng::record::store::{Lookup, Source, Store, StoredReply};
 
 fn key(i: u64) -> [u8; 32] {
     Sha256::digest(i.to_le_bytes()).into()
@@ -55,7 +55,7 @@ fn main() {
         let started = Instant::now();
         let mut found = 0u64;
         for &i in order {
-            found += reader.get(&key(i)).expect("read").is_some() as u64;
+            found += matches!(reader.get(&key(i)).expect("read"), Lookup::Hit(_)) as u64;
         }
         let took = started.elapsed();
         assert_eq!(found, agents);
