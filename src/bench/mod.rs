@@ -98,15 +98,15 @@ impl BenchSpec {
         // Every agent's context stays in memory as token ids between steps, beside the
         // prompts built from it.
         let contexts = self.agents as f64 * longest as f64 * 8.0;
-        if let Some(host) = crate::sim::plan::HostMemory::here()
+        if let Some(host) = crate::host::HostMemory::here()
             && contexts > host.usable()
         {
             return bad(format!(
                 "{} agents with contexts of up to {longest} tokens need about {}, more than the \
                  {} this process may use; lower --agents",
                 self.agents,
-                crate::sim::plan::human_bytes(contexts),
-                crate::sim::plan::human_bytes(host.usable())
+                crate::host::human_bytes(contexts),
+                crate::host::human_bytes(host.usable())
             ));
         }
         Ok(())

@@ -546,49 +546,14 @@ pub struct Footprint {
     pub parts: Vec<MemoryPart>,
 }
 
-/// The memory a run may take here: what the machine has available, and a lower limit set on
-/// this process, if any (`ulimit -v`, a control group's).
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostMemory {
-    pub available: f64,
-    pub total: f64,
-    pub limit: Option<(f64, String)>,
-}
-
-impl HostMemory {
-    /// This machine and process, where the kernel says (Linux).
-    pub fn here() -> Option<Self> {
-        let available = crate::host::available_memory()?;
-        Some(Self {
-            available: available as f64,
-            total: crate::host::total_memory().unwrap_or(available) as f64,
-            limit: crate::host::memory_limit().map(|l| (l.bytes as f64, l.source.into())),
-        })
-    }
-
-    /// What the run may take: the available memory, or the limit below it.
-    pub fn usable(&self) -> f64 {
-        self.limit
-            .as_ref()
-            .map_or(self.available, |(limit, _)| limit.min(self.available))
-    }
-}
+/// Where the machine's memory is read and bytes are written for people (the engine's bench
+/// uses them too, so they live in [`crate::host`]).
+pub use crate::host::{HostMemory, human_bytes};
 
 /// A run too large to count or to hold, in words that say what to change.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]
 pub struct SizeError(pub String);
-
-/// `bytes` for people: `1.2 GB`, `400.0 TB`, and beyond a yottabyte, `1.0e30 bytes`.
-pub fn human_bytes(bytes: f64) -> String {
-    if !bytes.is_finite() || bytes >= 1e24 {
-        return format!("{bytes:.1e} bytes");
-    }
-    bytesize::ByteSize(bytes.max(0.0) as u64)
-        .display()
-        .si()
-        .to_string()
-}
 
 impl Footprint {
     /// Everything, with [`BASE_BYTES`].
