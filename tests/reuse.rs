@@ -418,39 +418,27 @@ fn a_run_refused_at_its_start_leaves_no_folder_behind() {
     }
     // A store the run cannot reuse (another weight format) is found once the model is
     // loaded, after the folder was taken: the folder is given up, and the same --out works.
-    let a = tmp.path().join("a");
-    let ran = output(
-        throng()
-            .args(["run", "--no-report", "--weights", "f32", "--model"])
+    // The tiny model in `weights`, into `out`, reusing `reuse`'s store if given.
+    let run_tiny = |weights: &str, out: &Path, reuse: Option<&Path>| {
+        let mut cmd = throng();
+        cmd.args(["run", "--no-report", "--weights", weights, "--model"])
             .arg(model.path())
             .arg(&config)
             .arg("--out")
-            .arg(&a),
-    );
+            .arg(out);
+        if let Some(source) = reuse {
+            cmd.arg("--reuse").arg(source);
+        }
+        output(&mut cmd)
+    };
+    let a = tmp.path().join("a");
+    let ran = run_tiny("f32", &a, None);
     assert!(ran.ok, "{}", ran.text);
     let out = tmp.path().join("out");
-    let refused = output(
-        throng()
-            .args(["run", "--no-report", "--weights", "bf16", "--model"])
-            .arg(model.path())
-            .arg(&config)
-            .arg("--out")
-            .arg(&out)
-            .arg("--reuse")
-            .arg(&a),
-    );
+    let refused = run_tiny("bf16", &out, Some(&a));
     assert!(!refused.ok, "{}", refused.text);
     assert!(!out.exists(), "{}", refused.text);
-    let again = output(
-        throng()
-            .args(["run", "--no-report", "--weights", "f32", "--model"])
-            .arg(model.path())
-            .arg(&config)
-            .arg("--out")
-            .arg(&out)
-            .arg("--reuse")
-            .arg(&a),
-    );
+    let again = run_tiny("f32", &out, Some(&a));
     assert!(again.ok, "{}", again.text);
 }
 
