@@ -126,11 +126,14 @@ impl EvalSpec {
     }
 }
 
-/// Every format `WeightFormat::Auto` can resolve to on `device`, f32 aside (the reference):
-/// int8 and bf16 (large models on CPUs without an int8 kernel) on a CPU, bf16 on a GPU.
+/// Every format `WeightFormat::Auto` can resolve to on `device` on this machine, f32 aside
+/// (the reference): int8 on a CPU with a SIMD int8 kernel; on one without, bf16 (the choice
+/// for models too large for f32); bf16 on a GPU. The portable int8 kernel gives the SIMD
+/// kernels' bits (`model::int8`'s tests), so int8's quality is the same on every CPU, but it
+/// is many times slower, which is why `auto` does not choose it there.
 pub fn auto_choices(device: &Device) -> Vec<WeightFormat> {
-    if device.is_cpu() {
-        vec![WeightFormat::Int8, WeightFormat::Bf16]
+    if device.is_cpu() && crate::model::int8::has_simd_kernel() {
+        vec![WeightFormat::Int8]
     } else {
         vec![WeightFormat::Bf16]
     }

@@ -11,9 +11,34 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The repository root, where `throng()` runs (the shipped `experiments/`, `templates/` and
-/// `tests/fixtures/` are found from it).
+/// `tests/fixtures/` are found from it): the package's own folder, or for the browser test,
+/// a package of its own in `tests/browser`, the folder above it that holds `experiments/`.
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .find(|dir| dir.join("experiments").is_dir())
+        .unwrap_or(manifest)
+        .to_path_buf()
+}
+
+/// The built `throng` binary: Cargo names it to the throng package's tests. The browser test
+/// is a package of its own, so that its WebDriver client's dependencies do not change the
+/// features (and so the build) of the throng that `cargo test` and the Python wheel share; it
+/// runs the binary `THRONG_BIN` names, or the release build's.
+pub fn binary() -> PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_throng") {
+        return path.into();
+    }
+    let path = std::env::var_os("THRONG_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/release/throng"));
+    assert!(
+        path.is_file(),
+        "no throng binary at {}: build it first (cargo build --release) or set THRONG_BIN",
+        path.display()
+    );
+    path
 }
 
 /// The variables that make the binary fail on purpose (`THRONG_CRASH_AT` aborts it at a
@@ -25,7 +50,7 @@ pub const FAULTS: [&str; 2] = ["THRONG_CRASH_AT", "THRONG_FULL_DISK_AT"];
 /// The built `throng` binary, run from the repository root, without the fault variables of
 /// `FAULTS`. Add its arguments (and any environment) to it.
 pub fn throng() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_throng"));
+    let mut cmd = Command::new(binary());
     cmd.current_dir(repo());
     for var in FAULTS {
         cmd.env_remove(var);

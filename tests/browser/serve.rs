@@ -6,9 +6,14 @@
 //! `scripts/test` installs Chromium and its driver when they are missing; without them this
 //! test skips loudly, and fails under THRONG_REQUIRE_ASSETS=1 (as in CI).
 
-mod common;
+// The shared helpers this test uses, from the throng package's tests.
+#[path = "../common/cli.rs"]
+#[allow(dead_code)]
+mod cli;
+#[path = "../common/skip.rs"]
+mod skip;
 
-use common::cli::{Ran, Watched, assert_same_records, output, throng};
+use cli::{Ran, Watched, assert_same_records, output, throng};
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
@@ -72,7 +77,7 @@ fn browser() -> Option<(PathBuf, PathBuf)> {
             )
         }
         _ => {
-            common::loud_skip(
+            skip::loud_skip(
                 "no chromium or chromedriver: the browser test needs Debian's chromium and chromium-driver (scripts/test installs them)",
             );
             None
