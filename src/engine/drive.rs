@@ -97,6 +97,29 @@ impl<K> Queue<'_, K> {
             Err(error) => Err(Refused { key, error }),
         }
     }
+
+    /// Cancels every request in flight whose key `cancel` picks (its reader went away): it
+    /// leaves the batch before the next step, its blocks freed, and is never answered, its
+    /// key dropped here. Returns how many. The others' replies do not change (batch
+    /// invariance).
+    pub fn cancel_where(&mut self, mut cancel: impl FnMut(&K) -> bool) -> usize {
+        let mut ids: Vec<SeqId> = self
+            .keys
+            .iter()
+            .filter(|(_, key)| cancel(key))
+            .map(|(&id, _)| id)
+            .collect();
+        // In arrival order, so that blocks are freed in the same order on every run.
+        ids.sort_unstable();
+        for id in &ids {
+            let cancelled = self.engine.cancel(*id);
+            debug_assert!(cancelled, "invariant: every key is of a request in flight");
+            // Dropped after the engine let go of the request: a key whose drop tells its
+            // caller (a closed channel) says so once the blocks are free.
+            self.keys.remove(id);
+        }
+        ids.len()
+    }
 }
 
 impl Engine {

@@ -382,6 +382,11 @@ impl Engine {
         self.scheduler.blocks.num_blocks()
     }
 
+    /// KV blocks no request holds (some may still hold a cached prefix).
+    pub fn num_free_kv_blocks(&self) -> usize {
+        self.scheduler.blocks.num_free()
+    }
+
     /// The KV cache: its size, layout and attention implementation.
     pub fn kv_cache(&self) -> &KvCache {
         self.runner.kv()
@@ -725,6 +730,13 @@ impl Engine {
             attention: batch.attention_time()?,
             mask_time,
         })
+    }
+
+    /// Takes request `id` out, waiting or running, unanswered: its caller gave up on it. Its
+    /// blocks are free for the next step and nothing is kept for its retention key (see
+    /// [`Scheduler::cancel`]). False if it is not in flight.
+    pub(super) fn cancel(&mut self, id: SeqId) -> bool {
+        self.scheduler.cancel(id).is_some()
     }
 
     /// Drops every request in flight, unanswered: their caller gave up on them.
