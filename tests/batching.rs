@@ -280,7 +280,7 @@ impl Client for Recorder {
         Ok(Fill::Done)
     }
 
-    fn text(&mut self, &i: &usize, text: &str) -> Result<(), RequestError> {
+    fn text(&mut self, &mut i: &mut usize, text: &str) -> Result<(), RequestError> {
         self.streamed[i].push_str(text);
         Ok(())
     }
@@ -467,7 +467,7 @@ impl<F: FnMut(usize, usize, &str) -> bool> Client for Cancelling<F> {
         Ok(if queue.idle() { Fill::Done } else { Fill::More })
     }
 
-    fn text(&mut self, &i: &usize, text: &str) -> Result<(), RequestError> {
+    fn text(&mut self, &mut i: &mut usize, text: &str) -> Result<(), RequestError> {
         if self.cancelled[i] {
             self.late.push(i);
         }

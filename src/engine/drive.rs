@@ -33,8 +33,9 @@ pub trait Client {
     /// otherwise the loop spins.
     fn fill(&mut self, queue: &mut Queue<'_, Self::Key>) -> Result<Fill, Self::Error>;
 
-    /// New text of a request in flight, for streaming.
-    fn text(&mut self, _key: &Self::Key, _text: &str) -> Result<(), Self::Error> {
+    /// New text of a request in flight, for streaming; a request's texts join to its
+    /// response's text. The key is the caller's to update (a stream writer, say).
+    fn text(&mut self, _key: &mut Self::Key, _text: &str) -> Result<(), Self::Error> {
         Ok(())
     }
 
@@ -120,6 +121,12 @@ impl<K> Queue<'_, K> {
         }
         ids.len()
     }
+
+    /// Announces the next round of calls (see [`Engine::expect_calls`]), between steps: for
+    /// a client that learns of a round while requests run.
+    pub fn expect_calls<S: AsRef<str>>(&mut self, keys: impl IntoIterator<Item = S>) {
+        self.engine.expect_calls(keys);
+    }
 }
 
 impl Engine {
@@ -156,7 +163,10 @@ impl Engine {
             }
             let out = self.step();
             for (id, text) in &out.deltas {
-                client.text(&keys[id], text)?;
+                let key = keys
+                    .get_mut(id)
+                    .expect("invariant: every streaming id was queued by this run");
+                client.text(key, text)?;
             }
             let finished = out.finished.len();
             for (id, result) in out.finished {
@@ -215,7 +225,7 @@ impl<F: FnMut(usize, &str)> Client for All<F> {
         Ok(Fill::Done)
     }
 
-    fn text(&mut self, &i: &usize, text: &str) -> Result<(), Infallible> {
+    fn text(&mut self, &mut i: &mut usize, text: &str) -> Result<(), Infallible> {
         (self.on_text)(i, text);
         Ok(())
     }

@@ -397,6 +397,16 @@ impl Engine {
         self.pick_on == PickOn::Device
     }
 
+    /// Requests queued and not admitted to the batch yet.
+    pub fn num_waiting(&self) -> usize {
+        self.scheduler.num_waiting()
+    }
+
+    /// Requests in the batch.
+    pub fn num_running(&self) -> usize {
+        self.scheduler.running().len()
+    }
+
     /// Whether any request is waiting or running.
     pub(super) fn has_work(&self) -> bool {
         !self.scheduler.is_idle()
