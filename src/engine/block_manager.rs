@@ -324,7 +324,7 @@ impl BlockManager {
 impl BlockManager {
     /// Checks the free set against the blocks: exactly the blocks nobody holds are free, each
     /// at the place its name's current next use gives it; names map to their blocks.
-    fn check_consistency(&self) {
+    pub(super) fn check_consistency(&self) {
         let unheld = self.blocks.iter().filter(|b| b.ref_count == 0).count();
         assert_eq!(self.free.len(), unheld, "free count");
         for (key, &b) in &self.free {

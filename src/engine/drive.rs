@@ -33,8 +33,9 @@ pub trait Client {
     /// otherwise the loop spins.
     fn fill(&mut self, queue: &mut Queue<'_, Self::Key>) -> Result<Fill, Self::Error>;
 
-    /// New text of a request in flight, for streaming.
-    fn text(&mut self, _key: &Self::Key, _text: &str) -> Result<(), Self::Error> {
+    /// New text of a request in flight, for streaming; a request's texts join to its
+    /// response's text. The key is the caller's to update (a stream writer, say).
+    fn text(&mut self, _key: &mut Self::Key, _text: &str) -> Result<(), Self::Error> {
         Ok(())
     }
 
@@ -97,6 +98,35 @@ impl<K> Queue<'_, K> {
             Err(error) => Err(Refused { key, error }),
         }
     }
+
+    /// Cancels every request in flight whose key `cancel` picks (its reader went away): it
+    /// leaves the batch before the next step, its blocks freed, and is never answered, its
+    /// key dropped here. Returns how many. The others' replies do not change (batch
+    /// invariance).
+    pub fn cancel_where(&mut self, mut cancel: impl FnMut(&K) -> bool) -> usize {
+        let mut ids: Vec<SeqId> = self
+            .keys
+            .iter()
+            .filter(|(_, key)| cancel(key))
+            .map(|(&id, _)| id)
+            .collect();
+        // In arrival order, so that blocks are freed in the same order on every run.
+        ids.sort_unstable();
+        for id in &ids {
+            let cancelled = self.engine.cancel(*id);
+            debug_assert!(cancelled, "invariant: every key is of a request in flight");
+            // Dropped after the engine let go of the request: a key whose drop tells its
+            // caller (a closed channel) says so once the blocks are free.
+            self.keys.remove(id);
+        }
+        ids.len()
+    }
+
+    /// Announces the next round of calls (see [`Engine::expect_calls`]), between steps: for
+    /// a client that learns of a round while requests run.
+    pub fn expect_calls<S: AsRef<str>>(&mut self, keys: impl IntoIterator<Item = S>) {
+        self.engine.expect_calls(keys);
+    }
 }
 
 impl Engine {
@@ -133,7 +163,10 @@ impl Engine {
             }
             let out = self.step();
             for (id, text) in &out.deltas {
-                client.text(&keys[id], text)?;
+                let key = keys
+                    .get_mut(id)
+                    .expect("invariant: every streaming id was queued by this run");
+                client.text(key, text)?;
             }
             let finished = out.finished.len();
             for (id, result) in out.finished {
@@ -192,7 +225,7 @@ impl<F: FnMut(usize, &str)> Client for All<F> {
         Ok(Fill::Done)
     }
 
-    fn text(&mut self, &i: &usize, text: &str) -> Result<(), Infallible> {
+    fn text(&mut self, &mut i: &mut usize, text: &str) -> Result<(), Infallible> {
         (self.on_text)(i, text);
         Ok(())
     }

@@ -1,6 +1,8 @@
-//! A thread-safe way into the engine for agents that act asynchronously: an actor owns the
-//! engine on its own thread, and cloneable handles send it requests over a channel, each with
-//! its own reply channel. Requests from every thread join the same continuous batch.
+//! A thread-safe way into the engine for callers that act asynchronously (agents, an HTTP
+//! server): an actor owns the engine on its own thread, and cloneable handles send it
+//! messages over a channel: requests, each with a [`Sink`] for its text and result,
+//! announcements of the next round of calls, and questions about its status. Requests from
+//! every thread join the same continuous batch.
 
 use super::drive::{Client, Fill, Queue, Refused};
 use super::llm_engine::Engine;
@@ -9,12 +11,52 @@ use std::convert::Infallible;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-type Reply = mpsc::Sender<Result<Response, RequestError>>;
+/// Where one request's text and result go. Implemented by the HTTP server over a tokio
+/// channel; the engine never sees tokio.
+pub trait Sink: Send + 'static {
+    /// New text of the reply (its deltas join to the reply's text).
+    fn text(&mut self, delta: &str);
+    /// The request ended (a refusal at submit included).
+    fn done(self: Box<Self>, result: Result<Response, RequestError>);
+    /// Whether the reader went away: the request is then dropped, waiting or running, and
+    /// its blocks freed before the next step. The sink is dropped without a `done`.
+    fn cancelled(&self) -> bool;
+}
+
+/// What the engine is doing and has done, answered between steps.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct EngineStatus {
+    /// Requests queued and not admitted to the batch yet.
+    pub waiting: usize,
+    /// Requests in the batch.
+    pub running: usize,
+    /// Requests dropped because their reader went away.
+    pub cancelled: u64,
+    /// Requests the engine ended, answered or failed (refusals at submit not counted).
+    pub finished: u64,
+    /// The engine's totals over its life (see [`super::EngineTotals`]): steps, sampled
+    /// tokens, prompt tokens queued, and of them found in the prefix cache.
+    pub steps: u64,
+    pub generated_tokens: u64,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+}
+
+/// What a handle tells the actor.
+enum Msg {
+    Submit(Request, Box<dyn Sink>),
+    ExpectCalls(Vec<String>),
+    Status(mpsc::Sender<EngineStatus>),
+}
+
+fn stopped() -> RequestError {
+    RequestError::Engine("the engine thread stopped".into())
+}
 
 /// A cloneable handle to an engine running on its own thread.
 #[derive(Clone)]
 pub struct EngineHandle {
-    tx: mpsc::Sender<(Request, Reply)>,
+    tx: mpsc::Sender<Msg>,
 }
 
 /// A submitted request's future response.
@@ -23,9 +65,25 @@ pub struct Pending(mpsc::Receiver<Result<Response, RequestError>>);
 impl Pending {
     /// Blocks until the response is ready.
     pub fn wait(self) -> Result<Response, RequestError> {
-        self.0
-            .recv()
-            .unwrap_or_else(|_| Err(RequestError::Engine("the engine thread stopped".into())))
+        self.0.recv().unwrap_or_else(|_| Err(stopped()))
+    }
+}
+
+/// The sink behind [`EngineHandle::submit`]: the result down a channel, the text ignored.
+struct Reply(mpsc::Sender<Result<Response, RequestError>>);
+
+impl Sink for Reply {
+    fn text(&mut self, _delta: &str) {}
+
+    fn done(self: Box<Self>, result: Result<Response, RequestError>) {
+        // A caller that stopped waiting is no error of the engine's.
+        let _ = self.0.send(result);
+    }
+
+    /// A std channel cannot tell that its `Pending` was dropped, so the request runs to its
+    /// end, as it always has.
+    fn cancelled(&self) -> bool {
+        false
     }
 }
 
@@ -41,14 +99,18 @@ impl EngineHandle {
         (EngineHandle { tx }, thread)
     }
 
+    /// Queues `request`; its text and result go to `sink`.
+    pub fn send(&self, request: Request, sink: Box<dyn Sink>) {
+        if let Err(mpsc::SendError(Msg::Submit(_, sink))) = self.tx.send(Msg::Submit(request, sink))
+        {
+            sink.done(Err(stopped()));
+        }
+    }
+
     /// Queues `request`; the response arrives through the returned [`Pending`].
     pub fn submit(&self, request: Request) -> Pending {
         let (reply, rx) = mpsc::channel();
-        if let Err(mpsc::SendError((_, reply))) = self.tx.send((request, reply)) {
-            let _ = reply.send(Err(RequestError::Engine(
-                "the engine thread stopped".into(),
-            )));
-        }
+        self.send(request, Box::new(Reply(reply)));
         Pending(rx)
     }
 
@@ -56,50 +118,107 @@ impl EngineHandle {
     pub fn generate(&self, request: Request) -> Result<Response, RequestError> {
         self.submit(request).wait()
     }
+
+    /// What the engine is doing, once the messages sent before this one are taken in.
+    pub fn status(&self) -> Result<EngineStatus, RequestError> {
+        let (reply, rx) = mpsc::channel();
+        self.tx.send(Msg::Status(reply)).map_err(|_| stopped())?;
+        rx.recv().map_err(|_| stopped())
+    }
+
+    /// Announces the next round of calls by retention key, as [`Engine::expect_calls`] does:
+    /// send it before the round's requests. An engine that stopped has no calls to expect.
+    pub fn expect_calls(&self, keys: Vec<String>) {
+        let _ = self.tx.send(Msg::ExpectCalls(keys));
+    }
 }
 
-/// The actor's side: requests from the channel, answers down each one's reply channel.
-struct Actor(mpsc::Receiver<(Request, Reply)>);
+/// The actor's side: messages from the channel, each request's text and result to its sink.
+struct Actor {
+    rx: mpsc::Receiver<Msg>,
+    cancelled: u64,
+    finished: u64,
+}
+
+impl Actor {
+    fn take(&mut self, queue: &mut Queue<'_, Box<dyn Sink>>, msg: Msg) {
+        match msg {
+            // Its reader left while it sat in the channel: it never runs.
+            Msg::Submit(_, sink) if sink.cancelled() => self.cancelled += 1,
+            Msg::Submit(request, sink) => {
+                if let Err(Refused { key, error }) = queue.submit(sink, request) {
+                    key.done(Err(error));
+                }
+            }
+            Msg::ExpectCalls(keys) => queue.expect_calls(keys),
+            Msg::Status(reply) => {
+                let engine = queue.engine();
+                let totals = engine.totals();
+                let _ = reply.send(EngineStatus {
+                    waiting: engine.num_waiting(),
+                    running: engine.num_running(),
+                    cancelled: self.cancelled,
+                    finished: self.finished,
+                    steps: totals.steps,
+                    generated_tokens: totals.generated_tokens,
+                    prompt_tokens: totals.prompt_tokens,
+                    cached_tokens: totals.cache.hit_tokens,
+                });
+            }
+        }
+    }
+}
 
 impl Client for Actor {
-    type Key = Reply;
+    type Key = Box<dyn Sink>;
     type Error = Infallible;
 
-    fn fill(&mut self, queue: &mut Queue<'_, Reply>) -> Result<Fill, Infallible> {
-        let accept = |queue: &mut Queue<'_, Reply>, (request, reply): (Request, Reply)| {
-            if let Err(Refused { key, error }) = queue.submit(reply, request) {
-                let _ = key.send(Err(error));
-            }
-        };
+    fn fill(&mut self, queue: &mut Queue<'_, Box<dyn Sink>>) -> Result<Fill, Infallible> {
+        // Readers that went away since the last step: their requests leave before the next.
+        self.cancelled += queue.cancel_where(|sink| sink.cancelled()) as u64;
         // Block only when there is nothing to run; otherwise take whatever has arrived so it
         // joins the next step.
         if queue.idle() {
-            match self.0.recv() {
-                Ok(msg) => accept(queue, msg),
+            match self.rx.recv() {
+                Ok(msg) => self.take(queue, msg),
                 Err(_) => return Ok(Fill::Done),
             }
         }
         loop {
-            match self.0.try_recv() {
-                Ok(msg) => accept(queue, msg),
-                Err(mpsc::TryRecvError::Empty) => return Ok(Fill::More),
-                Err(mpsc::TryRecvError::Disconnected) => return Ok(Fill::Done),
+            match self.rx.try_recv() {
+                Ok(msg) => self.take(queue, msg),
+                // Once every handle is gone, the requests in flight still finish, their
+                // readers still asked before each step whether they left; the first fill
+                // with nothing in flight ends the run in `recv` above.
+                Err(mpsc::TryRecvError::Empty | mpsc::TryRecvError::Disconnected) => {
+                    return Ok(Fill::More);
+                }
             }
         }
     }
 
+    fn text(&mut self, sink: &mut Box<dyn Sink>, text: &str) -> Result<(), Infallible> {
+        sink.text(text);
+        Ok(())
+    }
+
     fn finished(
         &mut self,
-        reply: Reply,
+        sink: Box<dyn Sink>,
         result: Result<Response, RequestError>,
     ) -> Result<(), Infallible> {
-        // A caller that stopped waiting is no error of the engine's.
-        let _ = reply.send(result);
+        self.finished += 1;
+        sink.done(result);
         Ok(())
     }
 }
 
-fn serve(mut engine: Engine, rx: mpsc::Receiver<(Request, Reply)>) -> Engine {
-    let Ok(()) = engine.run(usize::MAX, &mut Actor(rx));
+fn serve(mut engine: Engine, rx: mpsc::Receiver<Msg>) -> Engine {
+    let mut actor = Actor {
+        rx,
+        cancelled: 0,
+        finished: 0,
+    };
+    let Ok(()) = engine.run(usize::MAX, &mut actor);
     engine
 }

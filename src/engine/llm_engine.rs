@@ -142,7 +142,7 @@ impl EngineTotals {
 /// What a step produced.
 #[derive(Debug, Default)]
 pub(super) struct StepOutput {
-    /// New text per sequence (streaming).
+    /// New text per sequence (streaming); a sequence's deltas join to its response's text.
     pub deltas: Vec<(SeqId, String)>,
     pub finished: Vec<(SeqId, Result<Response, RequestError>)>,
 }
@@ -382,6 +382,11 @@ impl Engine {
         self.scheduler.blocks.num_blocks()
     }
 
+    /// KV blocks no request holds (some may still hold a cached prefix).
+    pub fn num_free_kv_blocks(&self) -> usize {
+        self.scheduler.blocks.num_free()
+    }
+
     /// The KV cache: its size, layout and attention implementation.
     pub fn kv_cache(&self) -> &KvCache {
         self.runner.kv()
@@ -390,6 +395,16 @@ impl Engine {
     /// Whether tokens are sampled on the device (a GPU) rather than on the host.
     pub fn samples_on_device(&self) -> bool {
         self.pick_on == PickOn::Device
+    }
+
+    /// Requests queued and not admitted to the batch yet.
+    pub fn num_waiting(&self) -> usize {
+        self.scheduler.num_waiting()
+    }
+
+    /// Requests in the batch.
+    pub fn num_running(&self) -> usize {
+        self.scheduler.running().len()
     }
 
     /// Whether any request is waiting or running.
@@ -516,7 +531,7 @@ impl Engine {
                 let forced = c.forced();
                 self.totals.forced_tokens += forced.len() as u64;
                 for t in forced {
-                    push_token(&self.tokenizer, &mut seq, t, None);
+                    push_token(&self.tokenizer, &mut seq, t);
                 }
             }
         }
@@ -601,10 +616,17 @@ impl Engine {
                 Some(Ok(token)) if post.tokenizer.is_eos(*token) => {
                     Some(Ending::Finished(FinishReason::Stop))
                 }
-                Some(Ok(token)) => post.advance(seq, *token, &mut self.totals, &mut out),
+                Some(Ok(token)) => post.advance(seq, *token, &mut self.totals),
             };
-            if let Some(ending) = ending {
-                endings.push((p.index, ending));
+            match ending {
+                Some(ending) => endings.push((p.index, ending)),
+                // Its text was just searched for stop strings (forced text too, which a
+                // sequence in prefill has not had searched yet): what none can cut may go out.
+                None => {
+                    if let Some(delta) = streamable(seq) {
+                        out.deltas.push((seq.id, delta));
+                    }
+                }
             }
         }
         // Blocks filled this step become reusable before their holders leave.
@@ -614,8 +636,16 @@ impl Engine {
         endings.sort_by_key(|e| std::cmp::Reverse(e.0));
         for (index, ending) in endings {
             let seq = self.scheduler.finish(index);
-            let id = seq.id;
-            out.finished.push((id, self.response(seq, ending)));
+            let (id, streamed) = (seq.id, seq.streamed);
+            let result = self.response(seq, ending);
+            // The rest of the reply goes out before the reply itself, so that a stream joins
+            // to exactly the response's text (which starts with what was streamed).
+            if let Some(rest) = result.as_ref().ok().and_then(|r| r.text.get(streamed..))
+                && !rest.is_empty()
+            {
+                out.deltas.push((id, rest.to_string()));
+            }
+            out.finished.push((id, result));
         }
         let metrics = StepMetrics {
             seqs: plan.len(),
@@ -712,6 +742,13 @@ impl Engine {
         })
     }
 
+    /// Takes request `id` out, waiting or running, unanswered: its caller gave up on it. Its
+    /// blocks are free for the next step and nothing is kept for its retention key (see
+    /// [`Scheduler::cancel`]). False if it is not in flight.
+    pub(super) fn cancel(&mut self, id: SeqId) -> bool {
+        self.scheduler.cancel(id).is_some()
+    }
+
     /// Drops every request in flight, unanswered: their caller gave up on them.
     pub(super) fn abandon(&mut self) {
         self.scheduler.drain();
@@ -742,13 +779,23 @@ impl Engine {
         let token_ids = seq.generated().to_vec();
         // Decoding the whole reply once gives exactly the tokenizer's text; stop strings
         // were found in the incremental text and cut there.
-        let text = if seq.stop.is_empty() {
+        let mut text = if seq.stop.is_empty() {
             self.tokenizer
                 .decode(&token_ids, true)
                 .unwrap_or_else(|_| seq.text.clone())
         } else {
             seq.text.clone()
         };
+        // What was streamed is out for good. Where decoding the whole differs from the
+        // incremental text (a tokenizer whose pieces merge), the incremental text, which
+        // starts with it, is the reply, so that a stream always joins to the response.
+        if !seq
+            .text
+            .get(..seq.streamed)
+            .is_some_and(|streamed| text.starts_with(streamed))
+        {
+            text = seq.text.clone();
+        }
         let value = match (&seq.constraint, finish_reason) {
             (Some(_), FinishReason::Stop) => Some(serde_json::from_str(&text).map_err(|e| {
                 RequestError::Engine(format!(
@@ -785,13 +832,7 @@ struct Postprocess<'a> {
 impl Postprocess<'_> {
     /// Appends a generated token to `seq`, with the tokens its grammar then forces; says how
     /// the sequence ends, if it does.
-    fn advance(
-        &self,
-        seq: &mut Sequence,
-        token: u32,
-        totals: &mut EngineTotals,
-        out: &mut StepOutput,
-    ) -> Option<Ending> {
+    fn advance(&self, seq: &mut Sequence, token: u32, totals: &mut EngineTotals) -> Option<Ending> {
         if let Some(c) = seq.constraint.as_mut()
             && let Err(e) = c.accept(token)
         {
@@ -800,14 +841,14 @@ impl Postprocess<'_> {
             )));
         }
         totals.generated_tokens += 1;
-        push_token(self.tokenizer, seq, token, Some(out));
+        push_token(self.tokenizer, seq, token);
         if self.fast_forward
             && let Some(c) = seq.constraint.as_mut()
         {
             let forced = c.forced();
             totals.forced_tokens += forced.len() as u64;
             for t in forced {
-                push_token(self.tokenizer, seq, t, Some(out));
+                push_token(self.tokenizer, seq, t);
             }
         }
         if let Some(at) = find_stop(&seq.text, &seq.stop) {
@@ -831,14 +872,31 @@ impl Postprocess<'_> {
     }
 }
 
-fn push_token(tokenizer: &Tokenizer, seq: &mut Sequence, token: u32, out: Option<&mut StepOutput>) {
+/// Appends `token` to `seq` and its text. The text is streamed later, by [`streamable`]:
+/// tokens a grammar forces at submit come before any step, and a stop string may yet cut it.
+fn push_token(tokenizer: &Tokenizer, seq: &mut Sequence, token: u32) {
     seq.tokens.push(token);
     if let Ok(Some(delta)) = seq.detok.push(tokenizer, token) {
         seq.text.push_str(&delta);
-        if let Some(out) = out {
-            out.deltas.push((seq.id, delta));
-        }
     }
+}
+
+/// The text of running `seq` that can be streamed now, moving its cursor past it. The last
+/// `longest stop - 1` bytes are held back: a stop string that a later token completes starts
+/// in them at the earliest (one that ended before them was found already), so no byte of it
+/// is ever streamed. Slicing a `String` keeps every character whole.
+fn streamable(seq: &mut Sequence) -> Option<String> {
+    let longest = seq.stop.iter().map(String::len).max().unwrap_or(0);
+    let mut safe = seq.text.len().saturating_sub(longest.saturating_sub(1));
+    while !seq.text.is_char_boundary(safe) {
+        safe -= 1;
+    }
+    if safe <= seq.streamed {
+        return None;
+    }
+    let delta = seq.text[seq.streamed..safe].to_string();
+    seq.streamed = safe;
+    Some(delta)
 }
 
 /// Byte offset of the first stop string in `text`.

@@ -22,7 +22,7 @@ pub use block_manager::CacheStats;
 pub use chat::{ChatTemplate, Message};
 pub use constraint::{Schema, SchemaId};
 pub use drive::{Client, Fill, Queue, Refused};
-pub use handle::{EngineHandle, Pending};
+pub use handle::{EngineHandle, EngineStatus, Pending, Sink};
 pub use llm_engine::{
     Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, default_kv_memory,
 };

@@ -17,7 +17,7 @@
 //! grammar state kept so that its output does not change.
 
 use super::block_manager::{BlockHash, BlockManager, extend_hashes};
-use super::sequence::Sequence;
+use super::sequence::{SeqId, Sequence};
 use std::collections::{HashMap, VecDeque};
 
 #[derive(Debug, Clone, Copy)]
@@ -246,13 +246,36 @@ impl Scheduler {
     /// and with a retention key are kept for the key's next call).
     pub fn finish(&mut self, index: usize) -> Sequence {
         let mut seq = self.running.remove(index);
-        self.withdraw(&mut seq);
         if let Some(key) = &seq.retention_key {
             let full = seq.registered.min(seq.hashes.len());
             self.blocks.retain(key, &seq.hashes[..full]);
         }
-        self.blocks.release(&seq.blocks);
+        self.let_go(&mut seq);
         seq
+    }
+
+    /// Takes sequence `id` out, waiting or running; `None` if it is neither. A running one
+    /// frees its blocks as [`Scheduler::finish`] does, registered ones staying cached like
+    /// any finished sequence's, but none is retained for its key: its caller gave up on the
+    /// reply, so it says nothing of the key's next call. Its announcements are withdrawn, so
+    /// requests waiting for a block it was computing are admitted and compute it themselves.
+    pub fn cancel(&mut self, id: SeqId) -> Option<Sequence> {
+        if let Some(w) = self.waiting.iter().position(|s| s.id == id) {
+            // A waiting sequence holds no blocks: it never ran, or preemption freed them.
+            return self.waiting.remove(w);
+        }
+        let index = self.running.iter().position(|s| s.id == id)?;
+        let mut seq = self.running.remove(index);
+        self.let_go(&mut seq);
+        Some(seq)
+    }
+
+    /// Withdraws the announcements of `seq`, which has left the running ones, and releases
+    /// its blocks.
+    fn let_go(&mut self, seq: &mut Sequence) {
+        self.withdraw(seq);
+        self.blocks.release(&seq.blocks);
+        seq.blocks.clear();
     }
 
     /// Takes every sequence out (running and waiting), freeing all blocks.
@@ -370,6 +393,40 @@ mod tests {
         let plan = s.schedule();
         assert_eq!(s.running()[0].id, 1);
         assert_eq!(plan[0].len, 1, "4 of its 5 tokens are cached");
+    }
+
+    #[test]
+    fn a_cancelled_sequence_frees_its_blocks() {
+        let shared: Vec<u32> = (100..112).collect(); // 3 blocks
+        let mut s = scheduler(16, 8, 32);
+        let free = s.blocks.num_free();
+        s.add(seq(2, vec![7; 5]));
+        s.add(seq(0, [shared.clone(), vec![1; 8]].concat()));
+        s.add(seq(1, [shared.clone(), vec![2; 3]].concat()));
+        // 2 decodes; 0 has computed 11 of its 20 tokens, announcing the rest of the shared
+        // prefix; 1 waits for it.
+        let plan = s.schedule();
+        run(&mut s, &plan);
+        assert_eq!(s.running().len(), 2);
+        assert_eq!(s.num_waiting(), 1);
+        assert!(!s.in_flight.is_empty());
+
+        let cancelled = s.cancel(0).expect("sequence 0 is running");
+        assert!(cancelled.blocks.is_empty());
+        assert!(s.in_flight.is_empty(), "{:?}", s.in_flight);
+        assert!(s.cancel(0).is_none(), "nothing is cancelled twice");
+        // The sibling no longer waits, and finds the blocks 0 computed in the prefix cache.
+        let plan = s.schedule();
+        let admitted = s.running().iter().find(|q| q.id == 1);
+        assert_eq!(admitted.and_then(|q| q.cached_tokens), Some(8));
+        run(&mut s, &plan);
+
+        s.add(seq(3, vec![9; 6]));
+        assert!(s.cancel(3).is_some(), "a waiting sequence is cancelled too");
+        assert!(s.cancel(1).is_some() && s.cancel(2).is_some());
+        assert!(s.is_idle());
+        assert_eq!(s.blocks.num_free(), free);
+        s.blocks.check_consistency();
     }
 
     #[test]

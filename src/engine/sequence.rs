@@ -35,6 +35,9 @@ pub struct Sequence {
     pub stop: Vec<String>,
     /// Generated text so far, built incrementally for stop strings and streaming.
     pub text: String,
+    /// Bytes of `text` handed out as stream deltas. It stays behind any point a stop string
+    /// could still cut, so what was streamed is always a prefix of the reply.
+    pub streamed: usize,
     pub detok: Detokenizer,
     pub tag: Option<String>,
     /// Its caller's key, under which its blocks are retained when it finishes.
@@ -61,6 +64,7 @@ impl Sequence {
             max_tokens,
             stop: Vec::new(),
             text: String::new(),
+            streamed: 0,
             detok: Detokenizer::default(),
             tag: None,
             retention_key: None,
