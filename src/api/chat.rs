@@ -1,0 +1,431 @@
+//! `POST /v1/chat/completions`: the body OpenAI's clients send, checked field by field, turned
+//! into one engine request per choice, and the replies turned back into OpenAI's reply.
+//!
+//! A field throng does not know is refused (as OpenAI refuses one), and a field it knows but
+//! does not implement passes only at the value that changes nothing (`frequency_penalty: 0`,
+//! `logprobs: false`): a setting silently ignored would be a reply other than the one asked for.
+
+use super::error::ApiFailure;
+use super::schema;
+use super::tools::{self, ToolMode};
+use crate::engine::{FinishReason, Message, Request, Response, SamplingParams, Schema};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+/// The body of a chat completion request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatRequest {
+    /// Read from the body before it is parsed into this (the model chooses the engine).
+    #[allow(dead_code)]
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    /// Not OpenAI's: keep only the `k` most likely tokens (as vLLM and llama.cpp take it).
+    pub top_k: Option<usize>,
+    pub seed: Option<i64>,
+    pub n: Option<usize>,
+    pub max_tokens: Option<usize>,
+    pub max_completion_tokens: Option<usize>,
+    pub stop: Option<Stop>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub response_format: Option<ResponseFormat>,
+    pub tools: Option<Vec<tools::Tool>>,
+    pub tool_choice: Option<tools::ToolChoice>,
+    /// One call per reply is what throng answers; either value is accepted.
+    #[allow(dead_code)]
+    pub parallel_tool_calls: Option<bool>,
+    /// Who is asking: the key under which the engine keeps this caller's history cached for
+    /// its next call (the `X-Throng-Agent` header says the same).
+    pub user: Option<String>,
+    pub frequency_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub logit_bias: Option<Map<String, Value>>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<u32>,
+    /// OpenAI's own bookkeeping, which changes nothing of a reply: accepted, not used.
+    #[allow(dead_code)]
+    pub store: Option<bool>,
+    #[allow(dead_code)]
+    pub metadata: Option<Value>,
+    #[allow(dead_code)]
+    pub service_tier: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: JsonSchemaFormat },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // `name`, `description`: OpenAI's labels; `strict`: every reply is held.
+pub struct JsonSchemaFormat {
+    pub name: String,
+    pub description: Option<String>,
+    pub schema: Option<Value>,
+    /// Throng holds every reply to the schema, strict or not.
+    pub strict: Option<bool>,
+}
+
+/// One message of the conversation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: Option<Content>,
+    pub name: Option<String>,
+    pub tool_calls: Option<Vec<tools::ToolCall>>,
+    pub tool_call_id: Option<String>,
+    /// Sent back by clients that echo an assistant reply whole; only `null` carries nothing.
+    pub refusal: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Value>),
+}
+
+/// What the server answers with, decided from the request before any engine work.
+#[derive(Debug)]
+pub struct Plan {
+    /// One per choice.
+    pub requests: Vec<Request>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub tools: ToolMode,
+}
+
+/// Limits the server sets on every request.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The most `n` (choices) one request may ask for.
+    pub max_choices: usize,
+    /// The most tokens a reply may have, and what one without `max_tokens` gets.
+    pub max_tokens: usize,
+}
+
+impl ChatRequest {
+    /// The engine requests of this body, one per choice; `seed` is the request's seed when it
+    /// gives none (see [`super::seeds`]).
+    pub fn plan(self, limits: Limits, default_seed: u64) -> Result<Plan, ApiFailure> {
+        neutral(
+            "frequency_penalty",
+            self.frequency_penalty.is_none_or(|v| v == 0.0),
+        )?;
+        neutral(
+            "presence_penalty",
+            self.presence_penalty.is_none_or(|v| v == 0.0),
+        )?;
+        neutral(
+            "logit_bias",
+            self.logit_bias.as_ref().is_none_or(Map::is_empty),
+        )?;
+        neutral("logprobs", self.logprobs != Some(true))?;
+        neutral("top_logprobs", self.top_logprobs.is_none_or(|v| v == 0))?;
+        let n = self.n.unwrap_or(1);
+        if n == 0 || n > limits.max_choices {
+            return Err(ApiFailure::invalid(
+                "n",
+                format!(
+                    "n must be 1 to {} (the sequences this server runs at once)",
+                    limits.max_choices
+                ),
+            ));
+        }
+        let max_tokens = match (self.max_tokens, self.max_completion_tokens) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(ApiFailure::invalid(
+                    "max_completion_tokens",
+                    format!("max_tokens ({a}) and max_completion_tokens ({b}) differ: give one"),
+                ));
+            }
+            (Some(0), _) | (_, Some(0)) => {
+                return Err(ApiFailure::invalid(
+                    "max_tokens",
+                    "max_tokens must be at least 1",
+                ));
+            }
+            (a, b) => a.or(b).unwrap_or(limits.max_tokens),
+        };
+        if max_tokens > limits.max_tokens {
+            return Err(ApiFailure::invalid(
+                "max_tokens",
+                format!(
+                    "max_tokens {max_tokens} is over this server's limit of {} (throng api --max-tokens)",
+                    limits.max_tokens
+                ),
+            ));
+        }
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(ApiFailure::invalid(
+                "temperature",
+                "temperature must be between 0 and 2",
+            ));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(ApiFailure::invalid(
+                "top_p",
+                "top_p must be above 0 and at most 1",
+            ));
+        }
+        if self.top_k == Some(0) {
+            return Err(ApiFailure::invalid(
+                "top_k",
+                "top_k must be at least 1 (or left out)",
+            ));
+        }
+        let stop = match self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s],
+            Some(Stop::Many(v)) => v,
+        };
+        if stop.len() > 4 || stop.iter().any(String::is_empty) {
+            return Err(ApiFailure::invalid(
+                "stop",
+                "stop takes up to 4 strings, none empty",
+            ));
+        }
+        let stream = self.stream.unwrap_or(false);
+        if self.stream_options.is_some() && !stream {
+            return Err(ApiFailure::invalid(
+                "stream_options",
+                "stream_options is only for stream: true",
+            ));
+        }
+        let response = match self.response_format {
+            None | Some(ResponseFormat::Text) => None,
+            Some(ResponseFormat::JsonObject) => Some(json!({"type": "object"})),
+            Some(ResponseFormat::JsonSchema { json_schema }) => {
+                let schema = json_schema.schema.unwrap_or_else(|| json!({}));
+                schema::check(&schema).map_err(|e| {
+                    ApiFailure::invalid(
+                        "response_format",
+                        format!("response_format.json_schema.schema: {e}"),
+                    )
+                    .code("unsupported_schema_keyword")
+                })?;
+                Some(schema)
+            }
+        };
+        let tools = tools::mode(self.tools, self.tool_choice, response.as_ref())?;
+        let messages = prompt_messages(self.messages, &tools)?;
+        let schema = tools.schema(response).map(Schema::new);
+        let seed = self.seed.map_or(default_seed, |s| s as u64);
+        let retention_key = self.user.filter(|u| !u.is_empty());
+        let requests = (0..n)
+            .map(|i| Request {
+                prompt: crate::engine::Prompt::Messages(messages.clone()),
+                json_schema: schema.clone(),
+                sampling: SamplingParams {
+                    temperature,
+                    top_k: self.top_k,
+                    top_p,
+                    seed: if n == 1 {
+                        seed
+                    } else {
+                        crate::seed::derive(seed, &[i as u64])
+                    },
+                },
+                max_tokens,
+                stop: stop.clone(),
+                tag: None,
+                retention_key: retention_key.clone(),
+            })
+            .collect();
+        Ok(Plan {
+            requests,
+            stream,
+            include_usage: self.stream_options.is_some_and(|o| o.include_usage),
+            tools,
+        })
+    }
+}
+
+fn neutral(field: &str, ok: bool) -> Result<(), ApiFailure> {
+    if ok {
+        return Ok(());
+    }
+    Err(ApiFailure::invalid(
+        field,
+        format!(
+            "{field} is not implemented by throng: leave it out (or at its neutral value) rather \
+             than have it ignored"
+        ),
+    ))
+}
+
+/// The conversation as the engine renders it: text content, `developer` as `system`, and tool
+/// calls and results written out as text (see [`tools`]) for templates of every family.
+fn prompt_messages(
+    messages: Vec<ChatMessage>,
+    tools: &ToolMode,
+) -> Result<Vec<Message>, ApiFailure> {
+    if messages.is_empty() {
+        return Err(ApiFailure::invalid(
+            "messages",
+            "messages is empty: give at least one",
+        ));
+    }
+    let mut out: Vec<Message> = Vec::with_capacity(messages.len() + 1);
+    let mut call_names: Vec<(String, String)> = Vec::new();
+    for (i, m) in messages.into_iter().enumerate() {
+        let at = |field: &str| format!("messages[{i}].{field}");
+        if m.refusal.as_ref().is_some_and(|r| !r.is_null()) {
+            return Err(ApiFailure::invalid(
+                at("refusal"),
+                "a refusal cannot be sent back as history",
+            ));
+        }
+        let text = match m.content {
+            None => String::new(),
+            Some(Content::Text(t)) => t,
+            Some(Content::Parts(parts)) => {
+                let mut text = String::new();
+                for (j, part) in parts.iter().enumerate() {
+                    match (
+                        part.get("type").and_then(Value::as_str),
+                        part.get("text").and_then(Value::as_str),
+                    ) {
+                        (Some("text"), Some(t)) => text.push_str(t),
+                        (kind, _) => {
+                            return Err(ApiFailure::invalid(
+                                format!("messages[{i}].content[{j}].type"),
+                                format!(
+                                    "content part {:?}: throng's models read text only; send text parts",
+                                    kind.unwrap_or("(none)")
+                                ),
+                            ));
+                        }
+                    }
+                }
+                text
+            }
+        };
+        match m.role.as_str() {
+            "system" | "developer" => out.push(Message::system(text)),
+            "user" => out.push(Message::user(text)),
+            "assistant" => {
+                let calls = m.tool_calls.unwrap_or_default();
+                for call in &calls {
+                    call_names.push((call.id.clone(), call.function.name.clone()));
+                }
+                out.push(Message::assistant(tools::written_assistant(
+                    &text,
+                    &calls,
+                    &at("tool_calls"),
+                )?));
+            }
+            "tool" => {
+                let id = m.tool_call_id.ok_or_else(|| {
+                    ApiFailure::invalid(
+                        at("tool_call_id"),
+                        "a tool message needs the tool_call_id it answers",
+                    )
+                })?;
+                let name = call_names
+                    .iter()
+                    .rev()
+                    .find(|(c, _)| *c == id)
+                    .map(|(_, n)| n.clone())
+                    .or(m.name)
+                    .ok_or_else(|| {
+                        ApiFailure::invalid(
+                            at("tool_call_id"),
+                            format!("no assistant message before it made the tool call {id:?}"),
+                        )
+                    })?;
+                out.push(Message::user(tools::written_result(&name, &id, &text)));
+            }
+            other => {
+                return Err(ApiFailure::invalid(
+                    at("role"),
+                    format!("role {other:?}: use system, developer, user, assistant or tool"),
+                ));
+            }
+        }
+    }
+    if let Some(instructions) = tools.instructions() {
+        match out.first_mut() {
+            Some(first) if first.role == "system" => {
+                first.content = format!("{}\n\n{instructions}", first.content);
+            }
+            _ => out.insert(0, Message::system(instructions)),
+        }
+    }
+    Ok(out)
+}
+
+/// How long a reply is, for `usage`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub cached_tokens: usize,
+}
+
+impl Usage {
+    /// The prompt once (every choice has the same), the replies together.
+    pub fn of(responses: &[Response]) -> Self {
+        Usage {
+            prompt_tokens: responses.first().map_or(0, |r| r.prompt_tokens),
+            cached_tokens: responses.first().map_or(0, |r| r.cached_tokens),
+            completion_tokens: responses.iter().map(|r| r.generated_tokens).sum(),
+        }
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        })
+    }
+}
+
+/// One choice of the reply: its message (text or a tool call) and why it ended.
+pub fn choice(index: usize, response: &Response, tools: &ToolMode, id: &str) -> Value {
+    let (message, finish) = match tools.reply(response, id, index) {
+        Some(call) => (
+            json!({"role": "assistant", "content": null, "tool_calls": [call]}),
+            "tool_calls",
+        ),
+        None => (
+            json!({"role": "assistant", "content": tools.content(response)}),
+            finish_reason(response.finish_reason),
+        ),
+    };
+    json!({"index": index, "message": message, "finish_reason": finish, "logprobs": null})
+}
+
+pub fn finish_reason(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+    }
+}

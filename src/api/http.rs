@@ -1,0 +1,533 @@
+//! The routes, the guard every request passes, and the two ways a completion comes back: one
+//! JSON reply, or server-sent events as the engine steps.
+
+use super::chat::{self, ChatRequest, Limits, Plan, Usage};
+use super::error::ApiFailure;
+use super::tools::ToolMode;
+use super::{App, Served};
+use crate::engine::{RequestError, Response as Reply, Sink};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The largest body taken: a long conversation with tools fits many times over.
+const MAX_BODY: usize = 16 << 20;
+
+pub(super) fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/v1/models/{*id}", get(model))
+        .route("/v1/throng/stats", get(stats))
+        .fallback(|request: Request| async move {
+            ApiFailure::new(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "no such endpoint: {} {} (throng api answers POST /v1/chat/completions and \
+                     GET /v1/models)",
+                    request.method(),
+                    request.uri().path()
+                ),
+            )
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), guard))
+        .with_state(app)
+}
+
+/// Every request names this server in its Host header (a page of another site, its name
+/// rebound to this machine, is refused) and carries the API key as OpenAI's clients send it.
+async fn guard(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if let Err(refusal) = app.access.check_host(headers) {
+        return ApiFailure::new(refusal.0, refusal.1).into_response();
+    }
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let refused = match given {
+        Some(key) if app.access.is_token(key.trim()) => None,
+        Some(_) => Some("wrong API key: give the key `throng api` printed (or --api-key)"),
+        None => Some(
+            "this server needs its API key, sent as `Authorization: Bearer KEY` (api_key= in \
+             OpenAI's clients): the key `throng api` printed, or the one given with --api-key",
+        ),
+    };
+    let mut response = match refused {
+        Some(words) => ApiFailure::new(StatusCode::UNAUTHORIZED, words)
+            .code("invalid_api_key")
+            .into_response(),
+        None => next.run(request).await,
+    };
+    response.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+async fn models(State(app): State<Arc<App>>) -> Response {
+    let data: Vec<Value> = app.models.iter().map(|m| model_object(&m.name)).collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn model(
+    State(app): State<Arc<App>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    match app.find(&id) {
+        Ok(m) => axum::Json(model_object(&m.name)).into_response(),
+        Err(f) => f.into_response(),
+    }
+}
+
+fn model_object(name: &str) -> Value {
+    json!({"id": name, "object": "model", "created": 0, "owned_by": "throng"})
+}
+
+/// What each engine is doing, and the admission count.
+async fn stats(State(app): State<Arc<App>>) -> Response {
+    let app2 = Arc::clone(&app);
+    let engines = tokio::task::spawn_blocking(move || {
+        app2.models
+            .iter()
+            .map(|m| match m.handle.status() {
+                Ok(s) => json!({"model": m.name, "status": s}),
+                Err(e) => json!({"model": m.name, "error": e.to_string()}),
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    axum::Json(json!({
+        "admitted": app.admitted.load(Ordering::SeqCst),
+        "queue": app.queue,
+        "engines": engines,
+    }))
+    .into_response()
+}
+
+impl App {
+    fn find(&self, name: &str) -> Result<&Served, ApiFailure> {
+        self.models.iter().find(|m| m.name == name).ok_or_else(|| {
+            let served: Vec<&str> = self.models.iter().map(|m| m.name.as_str()).collect();
+            ApiFailure::new(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "the model {name:?} is not served here; this server serves {} (GET /v1/models)",
+                    served.join(", ")
+                ),
+            )
+            .at("model")
+            .code("model_not_found")
+        })
+    }
+
+    /// Admits `n` sequences, or says when to try again.
+    fn admit(self: &Arc<Self>, n: usize) -> Result<Slots, ApiFailure> {
+        let admitted = self
+            .admitted
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                (now + n <= self.queue).then_some(now + n)
+            });
+        match admitted {
+            Ok(_) => Ok(Slots(Arc::clone(&self.admitted), n)),
+            Err(now) => {
+                // Seconds until as many finish as are admitted, at the rate they have been.
+                let rate = self.finished.load(Ordering::SeqCst) as f64
+                    / self.started.elapsed().as_secs_f64().max(1.0);
+                let wait = if rate > 0.0 {
+                    (now as f64 / rate).ceil() as u64
+                } else {
+                    1
+                };
+                let mut f = ApiFailure::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(
+                        "the server's queue is full ({now} sequences admitted, --queue {}): try \
+                         again shortly",
+                        self.queue
+                    ),
+                )
+                .code("rate_limit_exceeded");
+                f.retry_after = Some(wait.clamp(1, 60));
+                Err(f)
+            }
+        }
+    }
+}
+
+/// Admitted sequences, given back as each one's sink is dropped (finished, or cancelled).
+struct Slots(Arc<AtomicUsize>, usize);
+
+impl Slots {
+    fn one(&mut self) -> Slot {
+        self.1 -= 1;
+        Slot(Arc::clone(&self.0))
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::SeqCst);
+    }
+}
+
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What the engine says of one choice.
+enum Said {
+    Text(usize, String),
+    Done(usize, Result<Reply, RequestError>),
+}
+
+/// One choice's way back: its text and result go down the request's channel; when the
+/// handler is gone (the client closed the connection), the channel is closed and the engine
+/// drops the sequence.
+struct ChannelSink {
+    index: usize,
+    tx: mpsc::UnboundedSender<Said>,
+    finished: Arc<AtomicUsize>,
+    _slot: Slot,
+}
+
+impl Sink for ChannelSink {
+    fn text(&mut self, delta: &str) {
+        let _ = self.tx.send(Said::Text(self.index, delta.to_string()));
+    }
+
+    fn done(self: Box<Self>, result: Result<Reply, RequestError>) {
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        let _ = self.tx.send(Said::Done(self.index, result));
+    }
+
+    fn cancelled(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+async fn chat_completions(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match start(&app, &headers, body) {
+        Ok((plan, name, rx)) => {
+            let id = completion_id();
+            if plan.stream {
+                stream(plan, name, id, rx).await
+            } else {
+                whole(plan, name, id, rx).await
+            }
+        }
+        Err(f) => f.into_response(),
+    }
+}
+
+type Started = (Plan, String, mpsc::UnboundedReceiver<Said>);
+
+/// Checks the request, admits it and hands its choices to the engine.
+fn start(
+    app: &Arc<App>,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Started, ApiFailure> {
+    let body = body.map_err(|e| ApiFailure::new(e.status(), e.body_text()))?;
+    let mut value: Value = serde_json::from_slice(&body).map_err(|e| {
+        ApiFailure::new(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not JSON: {e}"),
+        )
+    })?;
+    let name = value
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            ApiFailure::invalid(
+                "model",
+                "the request needs a model (GET /v1/models lists them)",
+            )
+        })?
+        .to_string();
+    let served = app.find(&name)?;
+    if let Some(agent) = headers.get("x-throng-agent").and_then(|v| v.to_str().ok())
+        && let Some(o) = value.as_object_mut()
+        && !o.contains_key("user")
+    {
+        o.insert("user".into(), Value::String(agent.to_string()));
+    }
+    let default_seed = match value.get("seed") {
+        Some(s) if !s.is_null() => 0,
+        _ => app.seeds.next(&value),
+    };
+    let request: ChatRequest = serde_json::from_value(value)
+        .map_err(|e| ApiFailure::new(StatusCode::BAD_REQUEST, format!("the request body: {e}")))?;
+    let limits = Limits {
+        max_choices: served.max_seqs,
+        max_tokens: app.max_tokens,
+    };
+    let plan = request.plan(limits, default_seed)?;
+    let mut slots = app.admit(plan.requests.len())?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    for (index, request) in plan.requests.iter().enumerate() {
+        served.handle.send(
+            request.clone(),
+            Box::new(ChannelSink {
+                index,
+                tx: tx.clone(),
+                finished: Arc::clone(&app.finished),
+                _slot: slots.one(),
+            }),
+        );
+    }
+    Ok((plan, name, rx))
+}
+
+fn completion_id() -> String {
+    let bytes: [u8; 12] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn created() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Waits for every choice, then answers once.
+async fn whole(
+    plan: Plan,
+    name: String,
+    id: String,
+    mut rx: mpsc::UnboundedReceiver<Said>,
+) -> Response {
+    let n = plan.requests.len();
+    let mut done: Vec<Option<Reply>> = vec![None; n];
+    let mut left = n;
+    while left > 0 {
+        match rx.recv().await {
+            Some(Said::Done(i, Ok(reply))) => {
+                done[i] = Some(reply);
+                left -= 1;
+            }
+            Some(Said::Done(_, Err(e))) => return ApiFailure::from(e).into_response(),
+            Some(Said::Text(..)) => {}
+            None => return engine_gone().into_response(),
+        }
+    }
+    let replies: Vec<Reply> = done.into_iter().flatten().collect();
+    let choices: Vec<Value> = replies
+        .iter()
+        .enumerate()
+        .map(|(i, r)| chat::choice(i, r, &plan.tools, &id))
+        .collect();
+    axum::Json(json!({
+        "id": format!("chatcmpl-{id}"),
+        "object": "chat.completion",
+        "created": created(),
+        "model": name,
+        "choices": choices,
+        "usage": Usage::of(&replies).json(),
+    }))
+    .into_response()
+}
+
+fn engine_gone() -> ApiFailure {
+    ApiFailure::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the engine thread stopped: see the server's output, and restart it",
+    )
+}
+
+/// Streams the choices as server-sent events: text as it is generated (a reply held to
+/// tools is sent whole when it ends, as a call or as words), a last chunk per choice with
+/// why it ended, the usage when asked for, then `[DONE]`. A request the engine refuses at
+/// once is answered with its error instead of a stream.
+async fn stream(
+    plan: Plan,
+    name: String,
+    id: String,
+    mut rx: mpsc::UnboundedReceiver<Said>,
+) -> Response {
+    let first = match rx.recv().await {
+        Some(Said::Done(_, Err(e))) => return ApiFailure::from(e).into_response(),
+        Some(said) => said,
+        None => return engine_gone().into_response(),
+    };
+    let chunks = Chunks {
+        id: format!("chatcmpl-{id}"),
+        call_id: id,
+        name,
+        created: created(),
+        tools: plan.tools,
+        include_usage: plan.include_usage,
+        replies: vec![None; plan.requests.len()],
+        started: vec![false; plan.requests.len()],
+        left: plan.requests.len(),
+        failed: false,
+    };
+    let events = futures_util::stream::unfold(
+        (Some(first), rx, chunks, false),
+        |(mut pending, mut rx, mut chunks, ended)| async move {
+            if ended {
+                return None;
+            }
+            loop {
+                let said = match pending.take() {
+                    Some(s) => Some(s),
+                    None if chunks.left == 0 || chunks.failed => None,
+                    None => rx.recv().await,
+                };
+                let Some(said) = said else {
+                    // Every choice ended (or one failed, or the engine went): the usage, then
+                    // the end.
+                    let mut out = chunks.end();
+                    out.push(Event::default().data("[DONE]"));
+                    return Some((out, (None, rx, chunks, true)));
+                };
+                let out = chunks.on(said);
+                if !out.is_empty() {
+                    return Some((out, (None, rx, chunks, false)));
+                }
+            }
+        },
+    );
+    let events = futures_util::StreamExt::flat_map(events, |batch| {
+        futures_util::stream::iter(batch.into_iter().map(Ok::<_, Infallible>))
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
+        .into_response()
+}
+
+/// The chunks of a streamed completion.
+struct Chunks {
+    id: String,
+    call_id: String,
+    name: String,
+    created: u64,
+    tools: ToolMode,
+    include_usage: bool,
+    replies: Vec<Option<Reply>>,
+    started: Vec<bool>,
+    left: usize,
+    failed: bool,
+}
+
+impl Chunks {
+    fn chunk(&self, choices: Value) -> Event {
+        Event::default().data(
+            json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.name,
+                "choices": choices,
+            })
+            .to_string(),
+        )
+    }
+
+    fn delta(&self, index: usize, delta: Value, finish: Option<&str>) -> Event {
+        self.chunk(
+            json!([{"index": index, "delta": delta, "finish_reason": finish, "logprobs": null}]),
+        )
+    }
+
+    /// The role comes first in each choice's first chunk.
+    fn opening(&mut self, index: usize, out: &mut Vec<Event>) {
+        if !self.started[index] {
+            self.started[index] = true;
+            out.push(self.delta(index, json!({"role": "assistant", "content": ""}), None));
+        }
+    }
+
+    fn on(&mut self, said: Said) -> Vec<Event> {
+        let mut out = Vec::new();
+        match said {
+            Said::Text(i, text) => {
+                self.opening(i, &mut out);
+                // A reply held to tools may be a call: it is sent whole when it ends.
+                if matches!(self.tools, ToolMode::None) && !text.is_empty() {
+                    out.push(self.delta(i, json!({"content": text}), None));
+                }
+            }
+            Said::Done(i, Ok(reply)) => {
+                self.opening(i, &mut out);
+                let choice = chat::choice(i, &reply, &self.tools, &self.call_id);
+                let message = &choice["message"];
+                let finish = choice["finish_reason"]
+                    .as_str()
+                    .unwrap_or("stop")
+                    .to_string();
+                if let Some(calls) = message.get("tool_calls") {
+                    let calls: Vec<Value> = calls
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .enumerate()
+                        .map(|(k, c)| {
+                            let mut c = c.clone();
+                            c["index"] = json!(k);
+                            c
+                        })
+                        .collect();
+                    out.push(self.delta(i, json!({"tool_calls": calls}), None));
+                } else if !matches!(self.tools, ToolMode::None) {
+                    out.push(self.delta(i, json!({"content": message["content"]}), None));
+                }
+                out.push(self.delta(i, json!({}), Some(&finish)));
+                self.replies[i] = Some(reply);
+                self.left -= 1;
+            }
+            Said::Done(_, Err(e)) => {
+                self.failed = true;
+                out.push(Event::default().data(ApiFailure::from(e).body().to_string()));
+            }
+        }
+        out
+    }
+
+    fn end(&mut self) -> Vec<Event> {
+        if self.left > 0 && !self.failed {
+            // The channel closed with choices unfinished: the engine is gone.
+            return vec![Event::default().data(engine_gone().body().to_string())];
+        }
+        if !self.include_usage || self.failed {
+            return Vec::new();
+        }
+        let replies: Vec<Reply> = self.replies.iter().flatten().cloned().collect();
+        vec![
+            Event::default().data(
+                json!({
+                    "id": self.id,
+                    "object": "chat.completion.chunk",
+                    "created": self.created,
+                    "model": self.name,
+                    "choices": [],
+                    "usage": Usage::of(&replies).json(),
+                })
+                .to_string(),
+            ),
+        ]
+    }
+}

@@ -1,0 +1,194 @@
+//! `throng api`: the engine behind an OpenAI-compatible HTTP API, so that simulations written
+//! for OpenAI's clients (AgentScope, Concordia, OASIS, mesa-llm through LiteLLM) run on throng
+//! with only their `base_url` changed, and keep throng's guarantees: every structured reply
+//! satisfies its schema (a keyword that cannot be enforced is refused, never ignored),
+//! requests from every connection join one continuous batch, and the same request gives the
+//! same bits at any concurrency.
+//!
+//! The server owns no model code: each served model is an [`EngineHandle`] (the engine on its
+//! own thread), and a request becomes one engine request per choice whose text comes back
+//! through a [`Sink`](crate::engine::Sink). A client that goes away drops its sink's receiver,
+//! and the engine drops its sequences before the next step.
+
+mod chat;
+mod error;
+mod http;
+mod schema;
+mod seeds;
+mod tools;
+
+pub use error::ApiFailure;
+pub use schema::{Unenforceable, check as check_schema};
+
+use crate::engine::EngineHandle;
+use crate::serve::access::Access;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+/// One model the server answers for.
+pub struct Served {
+    /// The name requests give as `model`.
+    pub name: String,
+    pub handle: EngineHandle,
+    /// Sequences its engine runs at once: the most choices one request may ask for.
+    pub max_seqs: usize,
+}
+
+/// How the server is set up.
+pub struct ApiOptions {
+    pub addr: SocketAddr,
+    /// Bind an address other than loopback (needs `key`).
+    pub public: bool,
+    /// The API key clients send as `Authorization: Bearer`; a random one when none is given.
+    pub key: Option<String>,
+    /// Names, besides this machine's addresses, that requests may give in their Host header.
+    pub allowed_hosts: Vec<String>,
+    /// Sequences admitted (running or waiting) before a request is answered 429.
+    pub queue: usize,
+    /// The most tokens a reply may have, and what one without `max_tokens` gets.
+    pub max_tokens: usize,
+}
+
+/// Why the server cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(
+        "{addr} is not a loopback address: serving the API beyond this machine needs --public \
+         and an API key (--api-key or THRONG_API_KEY)"
+    )]
+    NotLoopback { addr: SocketAddr },
+    #[error(
+        "--public needs an API key (--api-key or THRONG_API_KEY): anyone who can reach {addr} could use the model"
+    )]
+    PublicWithoutKey { addr: SocketAddr },
+    #[error(
+        "cannot listen on {addr}: {source} (is another server on that port? pick another with --addr)"
+    )]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("no model to serve")]
+    NoModel,
+    #[error("two models are served as {0:?}: give each its own name")]
+    DuplicateName(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// What every handler shares.
+struct App {
+    models: Vec<Served>,
+    access: Access,
+    queue: usize,
+    max_tokens: usize,
+    /// Sequences admitted and not yet finished or cancelled, over every model.
+    admitted: Arc<AtomicUsize>,
+    seeds: seeds::Seeds,
+    /// Sequences finished since start, for `Retry-After`.
+    finished: Arc<AtomicUsize>,
+    started: std::time::Instant,
+}
+
+/// A bound server, not yet serving.
+pub struct ApiServer {
+    app: Arc<App>,
+    listener: std::net::TcpListener,
+}
+
+impl ApiServer {
+    /// Checks the binding rules and binds `options.addr`.
+    pub fn bind(options: ApiOptions, models: Vec<Served>) -> Result<Self, ApiError> {
+        if !options.addr.ip().is_loopback() && !options.public {
+            return Err(ApiError::NotLoopback { addr: options.addr });
+        }
+        let listener =
+            std::net::TcpListener::bind(options.addr).map_err(|source| ApiError::Bind {
+                addr: options.addr,
+                source,
+            })?;
+        Self::on(listener, options, models)
+    }
+
+    /// Serves on `listener`, bound beforehand (`options.addr` is not used).
+    pub fn on(
+        listener: std::net::TcpListener,
+        options: ApiOptions,
+        models: Vec<Served>,
+    ) -> Result<Self, ApiError> {
+        let bound = listener.local_addr()?;
+        if options.public && options.key.is_none() {
+            return Err(ApiError::PublicWithoutKey { addr: bound });
+        }
+        if models.is_empty() {
+            return Err(ApiError::NoModel);
+        }
+        for (i, m) in models.iter().enumerate() {
+            if models[..i].iter().any(|o| o.name == m.name) {
+                return Err(ApiError::DuplicateName(m.name.clone()));
+            }
+        }
+        listener.set_nonblocking(true)?;
+        let key = options.key.unwrap_or_else(|| {
+            let bytes: [u8; 24] = rand::random();
+            bytes.iter().map(|b| format!("{b:02x}")).collect()
+        });
+        let app = App {
+            models,
+            access: Access::new(key, bound, options.public, &options.allowed_hosts)
+                .named("throng api"),
+            queue: options.queue.max(1),
+            max_tokens: options.max_tokens.max(1),
+            admitted: Arc::default(),
+            seeds: seeds::Seeds::default(),
+            finished: Arc::default(),
+            started: std::time::Instant::now(),
+        };
+        Ok(ApiServer {
+            app: Arc::new(app),
+            listener,
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The `base_url` clients give: `http://ADDR/v1`.
+    pub fn base_url(&self) -> String {
+        let addr = self.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        format!("http://{addr}/v1")
+    }
+
+    /// The API key clients send.
+    pub fn key(&self) -> &str {
+        self.app.access.token()
+    }
+
+    /// Serves until `stop` resolves (on a runtime of its own; call from a plain thread).
+    pub fn serve_until(
+        self,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ApiError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("throng-api")
+            .build()?;
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(self.listener)?;
+            axum::serve(listener, http::router(self.app))
+                .with_graceful_shutdown(stop)
+                .await
+        })?;
+        Ok(())
+    }
+
+    /// Serves until Ctrl-C.
+    pub fn serve(self) -> Result<(), ApiError> {
+        self.serve_until(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+    }
+}

@@ -1,0 +1,657 @@
+//! `throng api` over HTTP, in process, on a tiny random model: OpenAI's request and reply
+//! shapes, its error objects, the key and Host checks, constrained replies and tool calls,
+//! streaming, admission under overload, a client that goes away, and replies that do not
+//! depend on how many clients ask at once.
+
+mod common;
+
+use common::TinyLlama;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::time::{Duration, Instant};
+use throng::api::{ApiOptions, ApiServer, Served};
+use throng::engine::{EngineConfig, EngineHandle, Message, Request, SamplingParams};
+
+const KEY: &str = "test-key";
+
+struct Api {
+    base: String,
+    addr: std::net::SocketAddr,
+    _model: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+fn engine_config() -> EngineConfig {
+    EngineConfig {
+        max_seqs: 64,
+        ..EngineConfig::default()
+    }
+}
+
+fn start(queue: usize) -> Api {
+    let model = common::tiny_model(&TinyLlama::default());
+    let engine = common::engine(model.path().to_str().unwrap(), engine_config());
+    let (handle, _thread) = EngineHandle::spawn(engine);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = ApiServer::on(
+        listener,
+        ApiOptions {
+            addr,
+            public: false,
+            key: Some(KEY.into()),
+            allowed_hosts: Vec::new(),
+            queue,
+            max_tokens: 1000,
+        },
+        vec![Served {
+            name: "tiny".into(),
+            handle,
+            max_seqs: 64,
+        }],
+    )
+    .unwrap();
+    let base = server.base_url();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        server
+            .serve_until(async {
+                let _ = stopped.await;
+            })
+            .unwrap()
+    });
+    Api {
+        base,
+        addr,
+        _model: model,
+        stop: Some(stop),
+    }
+}
+
+/// A POST with the key; the status and the JSON body, whatever the status.
+fn post(api: &Api, path: &str, body: &Value) -> (u16, Value) {
+    call(
+        ureq::post(&format!("{}{path}", api.base)).set("Authorization", &format!("Bearer {KEY}")),
+        body,
+    )
+}
+
+fn call(request: ureq::Request, body: &Value) -> (u16, Value) {
+    match request.send_json(body.clone()) {
+        Ok(r) => (r.status(), r.into_json().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn get(api: &Api, path: &str) -> (u16, Value) {
+    match ureq::get(&format!("{}{path}", api.base))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .call()
+    {
+        Ok(r) => (r.status(), r.into_json().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn chat(content: &str) -> Value {
+    json!({"model": "tiny", "messages": [
+        {"role": "system", "content": "You are an agent in a market."},
+        {"role": "user", "content": content}
+    ], "max_tokens": 16, "temperature": 0.8, "seed": 7})
+}
+
+fn error_of(body: &Value) -> (&str, Option<&str>, Option<&str>) {
+    let e = &body["error"];
+    (
+        e["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not an error object: {body}")),
+        e["param"].as_str(),
+        e["code"].as_str(),
+    )
+}
+
+#[test]
+fn only_this_hosts_requests_with_the_key_are_answered() {
+    let api = start(256);
+    let url = format!("{}/models", api.base);
+    let status = |r: Result<ureq::Response, ureq::Error>| match r {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(code, _)) => code,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(status(ureq::get(&url).call()), 401, "no key");
+    assert_eq!(
+        status(ureq::get(&url).set("Authorization", "Bearer nope").call()),
+        401
+    );
+    assert_eq!(
+        status(
+            ureq::get(&url)
+                .set("Authorization", &format!("Bearer {KEY}"))
+                .set("Host", "evil.example")
+                .call()
+        ),
+        403,
+        "a rebound name"
+    );
+    assert_eq!(
+        status(
+            ureq::get(&url)
+                .set("Authorization", &format!("Bearer {KEY}"))
+                .call()
+        ),
+        200
+    );
+}
+
+#[test]
+fn a_public_server_needs_a_key_and_loopback_is_the_default() {
+    let model = common::tiny_model(&TinyLlama::default());
+    let engine = common::engine(model.path().to_str().unwrap(), engine_config());
+    let (handle, _thread) = EngineHandle::spawn(engine);
+    let options = |addr: &str, public: bool| ApiOptions {
+        addr: addr.parse().unwrap(),
+        public,
+        key: None,
+        allowed_hosts: Vec::new(),
+        queue: 8,
+        max_tokens: 8,
+    };
+    let served = || {
+        vec![Served {
+            name: "tiny".into(),
+            handle: handle.clone(),
+            max_seqs: 8,
+        }]
+    };
+    let e = ApiServer::bind(options("0.0.0.0:0", false), served())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("--public"), "{e}");
+    let e = ApiServer::bind(options("0.0.0.0:0", true), served())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("--api-key"), "{e}");
+    let server = ApiServer::bind(options("127.0.0.1:0", false), served()).unwrap();
+    assert!(server.key().len() >= 32, "a random key when none is given");
+}
+
+#[test]
+fn errors_are_openai_error_objects_with_their_status() {
+    let api = start(256);
+    let mut unknown = chat("hi");
+    unknown["frobnicate"] = json!(1);
+    let (status, body) = post(&api, "/chat/completions", &unknown);
+    assert_eq!(status, 400);
+    assert!(error_of(&body).0.contains("frobnicate"), "{body}");
+
+    let mut other = chat("hi");
+    other["model"] = json!("gpt-4o");
+    let (status, body) = post(&api, "/chat/completions", &other);
+    assert_eq!(
+        (status, error_of(&body).2),
+        (404, Some("model_not_found")),
+        "{body}"
+    );
+    assert!(
+        error_of(&body).0.contains("tiny"),
+        "names what is served: {body}"
+    );
+
+    let mut ignored = chat("hi");
+    ignored["frequency_penalty"] = json!(0.5);
+    let (status, body) = post(&api, "/chat/completions", &ignored);
+    assert_eq!(
+        (status, error_of(&body).1),
+        (400, Some("frequency_penalty")),
+        "{body}"
+    );
+
+    let mut image = chat("hi");
+    image["messages"][1]["content"] = json!([{"type": "image_url", "image_url": {"url": "x"}}]);
+    let (status, body) = post(&api, "/chat/completions", &image);
+    assert_eq!(
+        (status, error_of(&body).1),
+        (400, Some("messages[1].content[0].type")),
+        "{body}"
+    );
+
+    let mut long = chat(&"word ".repeat(5000));
+    long["max_tokens"] = json!(4);
+    let (status, body) = post(&api, "/chat/completions", &long);
+    assert_eq!(
+        (status, error_of(&body).2),
+        (400, Some("context_length_exceeded")),
+        "{body}"
+    );
+
+    let (status, body) = post(&api, "/nothing", &json!({}));
+    assert_eq!(status, 404, "{body}");
+    error_of(&body);
+}
+
+#[test]
+fn models_lists_every_served_model() {
+    let api = start(256);
+    let (status, body) = get(&api, "/models");
+    assert_eq!(status, 200);
+    assert_eq!(body["data"][0]["id"], "tiny");
+    assert_eq!(get(&api, "/models/tiny").1["id"], "tiny");
+    assert_eq!(get(&api, "/models/other").0, 404);
+}
+
+#[test]
+fn a_completion_over_http_gives_the_engines_own_tokens() {
+    let api = start(256);
+    let (status, body) = post(&api, "/chat/completions", &chat("what now?"));
+    assert_eq!(status, 200, "{body}");
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+
+    let model = common::tiny_model(&TinyLlama::default());
+    let mut engine = common::engine(model.path().to_str().unwrap(), engine_config());
+    let direct = engine
+        .generate(vec![
+            Request::chat(vec![
+                Message::system("You are an agent in a market."),
+                Message::user("what now?"),
+            ])
+            .with_max_tokens(16)
+            .with_sampling(SamplingParams {
+                temperature: 0.8,
+                seed: 7,
+                ..SamplingParams::default()
+            }),
+        ])
+        .remove(0)
+        .unwrap();
+    assert_eq!(text, direct.text);
+    let usage = &body["usage"];
+    assert_eq!(usage["prompt_tokens"], direct.prompt_tokens);
+    assert_eq!(usage["completion_tokens"], direct.generated_tokens);
+    assert_eq!(
+        usage["total_tokens"],
+        direct.prompt_tokens + direct.generated_tokens
+    );
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["model"], "tiny");
+
+    // n choices: the first as a request of one with its derived seed.
+    let mut three = chat("what now?");
+    three["n"] = json!(3);
+    let (status, body) = post(&api, "/chat/completions", &three);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["choices"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        body["usage"]["prompt_tokens"], direct.prompt_tokens,
+        "the prompt counted once"
+    );
+}
+
+#[test]
+fn a_request_without_a_seed_draws_anew_when_repeated() {
+    let api = start(256);
+    let mut body = chat("again?");
+    body.as_object_mut().unwrap().remove("seed");
+    body["temperature"] = json!(2.0);
+    body["max_tokens"] = json!(24);
+    let replies: Vec<Value> = (0..3)
+        .map(|_| {
+            post(&api, "/chat/completions", &body).1["choices"][0]["message"]["content"].clone()
+        })
+        .collect();
+    assert!(
+        replies[0] != replies[1] || replies[1] != replies[2],
+        "{replies:?}"
+    );
+}
+
+#[test]
+fn a_refused_schema_keyword_is_named_with_its_path() {
+    let api = start(256);
+    let mut body = chat("tags?");
+    body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "t", "schema": {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": true}}
+    }}});
+    let (status, reply) = post(&api, "/chat/completions", &body);
+    assert_eq!(status, 400);
+    let (message, param, code) = error_of(&reply);
+    assert!(
+        message.contains("uniqueItems") && message.contains("/properties/tags"),
+        "{message}"
+    );
+    assert_eq!(
+        (param, code),
+        (Some("response_format"), Some("unsupported_schema_keyword"))
+    );
+}
+
+fn bid_schema() -> Value {
+    json!({"type": "object", "properties": {
+        "bid": {"type": "number", "minimum": 1.5, "maximum": 2.25},
+        "side": {"enum": ["buy", "sell"]}
+    }, "required": ["bid", "side"], "additionalProperties": false})
+}
+
+#[test]
+fn a_json_schema_reply_satisfies_its_schema_with_float_bounds() {
+    let api = start(256);
+    let mut body = chat("your bid?");
+    body["n"] = json!(8);
+    body["temperature"] = json!(1.0);
+    body["max_tokens"] = json!(64);
+    body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "bid", "strict": true, "schema": bid_schema()}});
+    let (status, reply) = post(&api, "/chat/completions", &body);
+    assert_eq!(status, 200, "{reply}");
+    let validator = jsonschema::validator_for(&bid_schema()).unwrap();
+    for choice in reply["choices"].as_array().unwrap() {
+        if choice["finish_reason"] == "stop" {
+            let value: Value =
+                serde_json::from_str(choice["message"]["content"].as_str().unwrap()).unwrap();
+            assert!(validator.is_valid(&value), "{value}");
+        }
+    }
+}
+
+fn tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "post", "description": "Post a message",
+         "parameters": {"type": "object", "properties": {"text": {"type": "string", "maxLength": 20}},
+                        "required": ["text"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "follow",
+         "parameters": {"type": "object", "properties": {"user": {"type": "integer", "minimum": 0, "maximum": 9}},
+                        "required": ["user"], "additionalProperties": false}}}
+    ])
+}
+
+#[test]
+fn a_tool_choice_required_reply_is_a_tool_call_valid_against_its_parameters() {
+    let api = start(256);
+    let mut body = chat("act");
+    body["tools"] = tools();
+    body["tool_choice"] = json!("required");
+    body["n"] = json!(6);
+    body["max_tokens"] = json!(80);
+    let (status, reply) = post(&api, "/chat/completions", &body);
+    assert_eq!(status, 200, "{reply}");
+    let schemas: Vec<Value> = tools()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["parameters"].clone())
+        .collect();
+    let mut calls = 0;
+    for choice in reply["choices"].as_array().unwrap() {
+        if choice["finish_reason"] == "length" {
+            continue;
+        }
+        assert_eq!(choice["finish_reason"], "tool_calls", "{choice}");
+        assert!(choice["message"]["content"].is_null());
+        let call = &choice["message"]["tool_calls"][0];
+        assert_eq!(call["type"], "function");
+        let name = call["function"]["name"].as_str().unwrap();
+        let arguments: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        let schema = &schemas[if name == "post" { 0 } else { 1 }];
+        assert!(
+            jsonschema::validator_for(schema)
+                .unwrap()
+                .is_valid(&arguments),
+            "{name} {arguments}"
+        );
+        calls += 1;
+    }
+    assert!(calls > 0, "{reply}");
+
+    // A named function: only that one is called.
+    body["tool_choice"] = json!({"type": "function", "function": {"name": "follow"}});
+    let (_, reply) = post(&api, "/chat/completions", &body);
+    for choice in reply["choices"].as_array().unwrap() {
+        if choice["finish_reason"] == "tool_calls" {
+            assert_eq!(
+                choice["message"]["tool_calls"][0]["function"]["name"],
+                "follow"
+            );
+        }
+    }
+
+    // Tool calls and results in the history are accepted and answered.
+    body["tool_choice"] = json!("auto");
+    body["n"] = json!(1);
+    body["messages"] = json!([
+        {"role": "user", "content": "act"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "follow", "arguments": "{\"user\": 3}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "followed"}
+    ]);
+    let (status, reply) = post(&api, "/chat/completions", &body);
+    assert_eq!(status, 200, "{reply}");
+    let choice = &reply["choices"][0];
+    assert!(
+        choice["message"]["tool_calls"].is_array() || choice["message"]["content"].is_string(),
+        "{choice}"
+    );
+}
+
+/// The `data:` payloads of a streamed reply.
+fn events(api: &Api, body: &Value) -> Vec<Value> {
+    let response = ureq::post(&format!("{}/chat/completions", api.base))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .send_json(body.clone())
+        .unwrap();
+    assert!(response.content_type().contains("event-stream"));
+    let mut out = Vec::new();
+    for line in BufReader::new(response.into_reader()).lines() {
+        let line = line.unwrap();
+        if let Some(data) = line.strip_prefix("data: ") {
+            if data == "[DONE]" {
+                out.push(Value::Null);
+            } else {
+                out.push(serde_json::from_str(data).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn streamed_chunks_join_to_the_unstreamed_reply_and_end_with_usage() {
+    let api = start(256);
+    for format in [None, Some(bid_schema())] {
+        let mut body = chat("stream it");
+        body["max_tokens"] = json!(40);
+        body["stop"] = json!(["zz"]);
+        if let Some(schema) = &format {
+            body["response_format"] =
+                json!({"type": "json_schema", "json_schema": {"name": "bid", "schema": schema}});
+        }
+        let (_, whole) = post(&api, "/chat/completions", &body);
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let events = events(&api, &body);
+        assert_eq!(events.last(), Some(&Value::Null), "ends with [DONE]");
+        let text: String = events
+            .iter()
+            .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(
+            text,
+            whole["choices"][0]["message"]["content"].as_str().unwrap()
+        );
+        let finish = events
+            .iter()
+            .find_map(|e| e["choices"][0]["finish_reason"].as_str());
+        assert_eq!(finish, whole["choices"][0]["finish_reason"].as_str());
+        let usage = &events[events.len() - 2];
+        assert_eq!(usage["choices"], json!([]));
+        // The same counts (the second asking finds the prompt in the prefix cache).
+        for count in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+            assert_eq!(usage["usage"][count], whole["usage"][count], "{count}");
+        }
+        assert!(usage["usage"]["prompt_tokens_details"]["cached_tokens"].is_u64());
+    }
+}
+
+#[test]
+fn a_full_queue_answers_429_with_retry_after() {
+    let api = start(2);
+    // Two sequences that cannot end before some 800 tokens fill the queue of two.
+    let mut long = chat("go on");
+    long["n"] = json!(2);
+    long["max_tokens"] = json!(900);
+    long["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "s", "schema":
+        {"type": "object", "properties": {"s": {"type": "string", "minLength": 800}}, "required": ["s"]}}});
+    for _attempt in 0..10 {
+        let base = api.base.clone();
+        let body = long.clone();
+        let busy = std::thread::spawn(move || {
+            ureq::post(&format!("{base}/chat/completions"))
+                .set("Authorization", &format!("Bearer {KEY}"))
+                .send_json(body)
+                .map(|r| r.status())
+                .map_err(|e| e.to_string())
+        });
+        while get(&api, "/throng/stats").1["admitted"] != 2 && !busy.is_finished() {
+            std::thread::yield_now();
+        }
+        let refused = match ureq::post(&format!("{}/chat/completions", api.base))
+            .set("Authorization", &format!("Bearer {KEY}"))
+            .send_json(chat("me too"))
+        {
+            Err(ureq::Error::Status(429, r)) => Some(r),
+            Ok(_) => None,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(
+            busy.join().unwrap().unwrap(),
+            200,
+            "the admitted request finishes"
+        );
+        // The long request may have ended before the next arrived: then try again.
+        if let Some(r) = refused {
+            let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+            assert!((1..=60).contains(&wait));
+            let body: Value = r.into_json().unwrap();
+            assert_eq!(error_of(&body).2, Some("rate_limit_exceeded"));
+            return;
+        }
+    }
+    panic!("a request beyond the queue was never refused");
+}
+
+#[test]
+fn a_client_that_disconnects_frees_its_sequence() {
+    let api = start(256);
+    let mut body = chat("talk a lot");
+    body["max_tokens"] = json!(500);
+    body["stream"] = json!(true);
+    let text = body.to_string();
+    let mut socket = std::net::TcpStream::connect(api.addr).unwrap();
+    write!(
+        socket,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
+        api.addr,
+        text.len()
+    )
+    .unwrap();
+    let mut first = [0u8; 64];
+    let _ = socket.read(&mut first).unwrap();
+    drop(socket);
+    // Liveness, not speed: the sequence is dropped within a generous deadline.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, stats) = get(&api, "/throng/stats");
+        let status = &stats["engines"][0]["status"];
+        if stats["admitted"] == 0 && status["running"] == 0 && status["waiting"] == 0 {
+            assert_eq!(status["cancelled"], 1, "{stats}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sequence still runs: {stats}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A reply's message, without the ids of its tool calls (drawn per completion).
+fn message(mut reply: Value) -> Value {
+    let mut m = reply["choices"][0]["message"].take();
+    if let Some(calls) = m["tool_calls"].as_array_mut() {
+        for c in calls {
+            c.as_object_mut().unwrap().remove("id");
+        }
+    }
+    m
+}
+
+#[test]
+fn replies_are_identical_at_1_8_and_64_concurrent_clients() {
+    let api = start(1024);
+    let bodies: Vec<Value> = (0..64)
+        .map(|i| {
+            let mut b = chat(&format!("agent {i}: {}", "x".repeat(i % 11)));
+            b["seed"] = json!(i);
+            b["max_tokens"] = json!(12 + i % 7);
+            match i % 3 {
+                0 => b["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "bid", "schema": bid_schema()}}),
+                1 => {
+                    b["tools"] = tools();
+                    b["tool_choice"] = json!("required");
+                    b["max_tokens"] = json!(60);
+                }
+                _ => {}
+            }
+            b
+        })
+        .collect();
+    let at = |clients: usize| -> Vec<Value> {
+        let chunks: Vec<Vec<(usize, Value)>> = (0..clients)
+            .map(|c| {
+                bodies
+                    .iter()
+                    .cloned()
+                    .enumerate()
+                    .skip(c)
+                    .step_by(clients)
+                    .collect()
+            })
+            .collect();
+        let mut out = vec![Value::Null; bodies.len()];
+        std::thread::scope(|s| {
+            let handles: Vec<_> = chunks
+                .into_iter()
+                .map(|chunk| {
+                    let api = &api;
+                    s.spawn(move || {
+                        chunk
+                            .into_iter()
+                            .map(|(i, b)| (i, message(post(api, "/chat/completions", &b).1)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for h in handles {
+                for (i, m) in h.join().unwrap() {
+                    out[i] = m;
+                }
+            }
+        });
+        out
+    };
+    let one = at(1);
+    assert!(one.iter().all(|m| m.is_object()), "{one:?}");
+    assert_eq!(at(8), one, "8 clients");
+    assert_eq!(at(64), one, "64 clients");
+}
