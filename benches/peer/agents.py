@@ -29,7 +29,9 @@ Subcommands:
   agents.py requests N OUT.jsonl                     write throng's request file
   agents.py throng THRONG_BIN MODEL N [WEIGHTS [LABEL]]
                                                      run throng, print the result line
-  agents.py llama-server URL N SLOTS                 drive a running llama-server
+  agents.py llama-server URL N SLOTS [PID]           drive a running llama-server
+  agents.py throng-api URL N KEY MODEL [PID [LABEL]] drive a running `throng api` (PID: its
+                                                     peak memory)
   agents.py history-throng THRONG_BIN MODEL N STEPS [WEIGHTS [LABEL]]
                                                      the history workload through throng
   agents.py history-llama-server URL N STEPS SLOTS [PID]
@@ -162,7 +164,17 @@ def run_throng(binary, model, n, weights="auto", label="throng"):
            forced_tokens=int(g.group(2)) if g else None)
 
 
-def run_llama_server(url, n, slots):
+def run_llama_server(url, n, slots, pid=None):
+    run_openai(url, n, "llama-server", pid=pid, slots=slots)
+
+
+def run_openai(url, n, label, key=None, model=None, pid=None, **extra):
+    """N concurrent clients of an OpenAI-compatible server, one request each: decisions/s,
+    valid replies, p50/p99 latency and (with PID) the server's peak memory."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+
     def ask(a):
         body = {
             "messages": messages(a, n),
@@ -171,20 +183,31 @@ def run_llama_server(url, n, slots):
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": "decision", "schema": SCHEMA}},
         }
+        if model:
+            body["model"] = model
         req = urllib.request.Request(f"{url}/v1/chat/completions", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
+                                     headers)
+        asked = time.perf_counter()
         with urllib.request.urlopen(req, timeout=3600) as resp:
             reply = json.load(resp)
         return (reply["choices"][0]["message"]["content"],
-                reply.get("usage", {}).get("completion_tokens", 0))
+                reply.get("usage", {}).get("completion_tokens", 0),
+                time.perf_counter() - asked)
 
     ask(0)  # warm-up: loads the model pages and the template
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
         replies = list(pool.map(ask, range(n)))
     seconds = time.perf_counter() - start
-    result("llama-server", n, seconds, sum(t for _, t in replies),
-           [parse(text) for text, _ in replies], slots=slots)
+    latencies = sorted(t for _, _, t in replies)
+    if pid:
+        kib = peak_kib(pid)
+        extra["peak_mib"] = round(kib / 1024, 1) if kib else None
+    result(label, n, seconds, sum(t for _, t, _ in replies),
+           [parse(text) for text, _, _ in replies],
+           p50_s=round(latencies[len(latencies) // 2], 3),
+           p99_s=round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 3),
+           **extra)
 
 
 def history_messages(a, n, step, turns):
@@ -398,7 +421,13 @@ def main():
     elif cmd == "throng":
         run_throng(sys.argv[2], sys.argv[3], int(sys.argv[4]), *sys.argv[5:7])
     elif cmd == "llama-server":
-        run_llama_server(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        run_llama_server(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]),
+                         *(int(p) for p in sys.argv[5:6]))
+    elif cmd == "throng-api":
+        pid = int(sys.argv[6]) if len(sys.argv) > 6 else None
+        label = sys.argv[7] if len(sys.argv) > 7 else "throng-api"
+        run_openai(sys.argv[2], int(sys.argv[3]), label, key=sys.argv[4], model=sys.argv[5],
+                   pid=pid, transport="http")
     elif cmd == "history-throng":
         run_history_throng(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
                            *sys.argv[6:8])

@@ -58,8 +58,14 @@ SERVER=$WORK/llama.cpp/build/bin/llama-server
 if [[ ! -x $SERVER ]]; then
     echo "== building llama-server from llama-cpp-python $VERSION (a few minutes)" >&2
     command -v cmake >/dev/null || { apt-get update -qq && apt-get install -y -qq cmake; }
-    (cd "$WORK" && python3 -m pip download --quiet --no-binary :all: --no-deps \
-        "llama-cpp-python==$VERSION" -d sdist)
+    # The sdist straight from the index's page: `pip download --no-binary :all:` would build
+    # its build dependencies (CMake among them) from source only to read its metadata.
+    mkdir -p "$WORK/sdist"
+    url=$(curl -sf https://pypi.org/simple/llama-cpp-python/ \
+        | grep -o "https://[^\"]*/llama_cpp_python-$VERSION.tar.gz#sha256=[0-9a-f]*" | head -1)
+    [[ -n $url ]] || { echo "llama-cpp-python $VERSION: no sdist on PyPI's index" >&2; exit 1; }
+    curl -sfL -o "$WORK/sdist/llama_cpp_python-$VERSION.tar.gz" "${url%%#*}"
+    echo "${url##*sha256=}  $WORK/sdist/llama_cpp_python-$VERSION.tar.gz" | sha256sum -c --quiet
     rm -rf "$WORK/src" && mkdir -p "$WORK/src"
     tar -xzf "$WORK"/sdist/llama_cpp_python-"$VERSION".tar.gz -C "$WORK/src"
     rm -rf "$WORK/llama.cpp" && mv "$WORK/src/llama_cpp_python-$VERSION/vendor/llama.cpp" "$WORK/llama.cpp"
@@ -102,13 +108,33 @@ for t in "${THRONGS[@]}"; do
     done
 done
 
+# The same requests over HTTP: `throng api`, AGENTS concurrent clients of one server.
+for t in "${THRONGS[@]}"; do
+    "${t#* }" api --help >/dev/null 2>&1 || continue
+    for w in "${WEIGHTS[@]}"; do
+        echo "== ${t%% *} api ($w): $AGENTS concurrent clients" >&2
+        RAYON_NUM_THREADS=$THREADS "${t#* }" api --model "$MODEL" --weights "$w" \
+            --addr "127.0.0.1:$PORT" --api-key bench >"$WORK/api.log" 2>&1 &
+        PID=$!
+        for _ in $(seq 240); do
+            grep -q '^  base_url=' "$WORK/api.log" && break
+            kill -0 "$PID" 2>/dev/null || break
+            sleep 0.5
+        done
+        python3 "$AGENT_PY" throng-api "http://127.0.0.1:$PORT" "$AGENTS" bench "$MODEL" "$PID" \
+            "${t%% *}-api-$w" | tee -a "$RESULTS" || true
+        kill "$PID"
+        wait "$PID" 2>/dev/null || true
+    done
+done
+
 for slots in "${SLOTS[@]}"; do
     echo "== llama-server: $AGENTS agents over $slots slots" >&2
     "$SERVER" -m "$MODEL" -t "$THREADS" -np "$slots" -c $((slots * 512)) --port "$PORT" \
         --host 127.0.0.1 >"$WORK/server-$slots.log" 2>&1 &
     PID=$!
     wait_for_server "$PID" || true
-    python3 "$AGENT_PY" llama-server "http://127.0.0.1:$PORT" "$AGENTS" "$slots" | tee -a "$RESULTS" || true
+    python3 "$AGENT_PY" llama-server "http://127.0.0.1:$PORT" "$AGENTS" "$slots" "$PID" | tee -a "$RESULTS" || true
     kill "$PID"
     wait "$PID" 2>/dev/null || true
 done
@@ -194,13 +220,20 @@ python3 - "$RESULTS" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 best = max((r["decisions_per_s"] for r in rows if r["engine"] == "llama-server"), default=None)
-print("| engine | decisions/s | generated tokens/s | valid |" + (" vs best llama-server |" if best else ""))
-print("|---|---|---|---|" + ("---|" if best else ""))
+print("| engine | decisions/s | generated tokens/s | valid | p50 / p99 s | peak MiB |"
+      + (" vs best llama-server |" if best else ""))
+print("|---|---|---|---|---|---|" + ("---|" if best else ""))
 for r in rows:
-    name = r["engine"] + (f" --weights {r['weights']}" if "weights" in r else f", {r['slots']} slots")
+    if "weights" in r:
+        name = f"{r['engine']} --weights {r['weights']}"
+    elif "slots" in r:
+        name = f"{r['engine']}, {r['slots']} slots"
+    else:
+        name = r["engine"]
     ratio = f" {r['decisions_per_s'] / best:.2f}x |" if best else ""
+    latency = f"{r['p50_s']} / {r['p99_s']}" if "p50_s" in r else "-"
     print(f"| {name} | {r['decisions_per_s']:.2f} | {r['generated_tokens_per_s']:.0f} | "
-          f"{r['valid']}/{r['agents']} |{ratio}")
+          f"{r['valid']}/{r['agents']} | {latency} | {r.get('peak_mib') or '-'} |{ratio}")
 EOF
 fi
 
