@@ -655,3 +655,27 @@ fn replies_are_identical_at_1_8_and_64_concurrent_clients() {
     assert_eq!(at(8), one, "8 clients");
     assert_eq!(at(64), one, "64 clients");
 }
+
+#[test]
+fn an_announced_round_of_callers_reaches_the_engine() {
+    let api = start(256);
+    let (status, body) = post(
+        &api,
+        "/throng/expect_calls",
+        &json!({"users": ["a", "b", "c"]}),
+    );
+    assert_eq!((status, &body["expected"]), (200, &json!(3)), "{body}");
+    let (status, body) = post(
+        &api,
+        "/throng/expect_calls",
+        &json!({"users": ["a"], "model": "x"}),
+    );
+    assert_eq!((status, error_of(&body).2), (404, Some("model_not_found")));
+    let (status, body) = post(&api, "/throng/expect_calls", &json!({"agents": ["a"]}));
+    assert_eq!(status, 400, "{body}");
+    // Announced callers are answered as before (an announcement never changes a reply).
+    let mut asked = chat("after the announcement");
+    asked["user"] = json!("b");
+    let (status, reply) = post(&api, "/chat/completions", &asked);
+    assert_eq!(status, 200, "{reply}");
+}

@@ -31,6 +31,7 @@ pub(super) fn router(app: Arc<App>) -> Router {
         .route("/v1/models", get(models))
         .route("/v1/models/{*id}", get(model))
         .route("/v1/throng/stats", get(stats))
+        .route("/v1/throng/expect_calls", post(expect_calls))
         .fallback(|request: Request| async move {
             ApiFailure::new(
                 StatusCode::NOT_FOUND,
@@ -118,6 +119,45 @@ async fn stats(State(app): State<Arc<App>>) -> Response {
         "engines": engines,
     }))
     .into_response()
+}
+
+/// A framework that knows the order its agents will call in says so: `{"users": [...]}` (the
+/// `user` of each agent's requests, in the order of the next round; optionally `"model"`).
+/// Under `--kv-policy next-call` a full cache then keeps the histories of the agents called
+/// soonest; a wrong announcement costs cache hits, never a different reply.
+async fn expect_calls(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let announced = body
+        .map_err(|e| ApiFailure::new(e.status(), e.body_text()))
+        .and_then(|body| {
+            serde_json::from_slice::<ExpectCalls>(&body).map_err(|e| {
+                ApiFailure::new(StatusCode::BAD_REQUEST, format!("the request body: {e}"))
+            })
+        });
+    let announced = match announced {
+        Ok(a) => a,
+        Err(f) => return f.into_response(),
+    };
+    let models: Vec<&Served> = match &announced.model {
+        Some(name) => match app.find(name) {
+            Ok(m) => vec![m],
+            Err(f) => return f.into_response(),
+        },
+        None => app.models.iter().collect(),
+    };
+    for m in models {
+        m.handle.expect_calls(announced.users.clone());
+    }
+    axum::Json(json!({"expected": announced.users.len()})).into_response()
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectCalls {
+    users: Vec<String>,
+    model: Option<String>,
 }
 
 impl App {
