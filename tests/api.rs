@@ -679,3 +679,80 @@ fn an_announced_round_of_callers_reaches_the_engine() {
     let (status, reply) = post(&api, "/chat/completions", &asked);
     assert_eq!(status, 200, "{reply}");
 }
+
+#[test]
+fn each_served_model_answers_the_requests_that_name_it() {
+    let dirs = [
+        common::tiny_model(&TinyLlama::default()),
+        common::tiny_model(&TinyLlama {
+            seed: 99,
+            tie_word_embeddings: false,
+            ..TinyLlama::default()
+        }),
+    ];
+    let served: Vec<Served> = dirs
+        .iter()
+        .zip(["a", "b"])
+        .map(|(dir, name)| Served {
+            name: name.into(),
+            handle: EngineHandle::spawn(common::engine(
+                dir.path().to_str().unwrap(),
+                engine_config(),
+            ))
+            .0,
+            max_seqs: 8,
+        })
+        .collect();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let options = ApiOptions {
+        addr,
+        public: false,
+        key: Some(KEY.into()),
+        allowed_hosts: Vec::new(),
+        queue: 64,
+        max_tokens: 64,
+    };
+    let server = ApiServer::on(listener, options, served).unwrap();
+    let base = server.base_url();
+    std::thread::spawn(move || server.serve());
+    let api = Api {
+        base,
+        addr,
+        _model: tempfile::tempdir().unwrap(),
+        stop: None,
+    };
+    let (_, models) = get(&api, "/models");
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a", "b"]);
+    let reply = |name: &str| {
+        let mut body = chat("who are you?");
+        body["model"] = json!(name);
+        body["max_tokens"] = json!(24);
+        let (status, reply) = post(&api, "/chat/completions", &body);
+        assert_eq!(status, 200, "{reply}");
+        assert_eq!(reply["model"], name);
+        reply["choices"][0]["message"]["content"].clone()
+    };
+    assert_ne!(reply("a"), reply("b"), "each model its own weights");
+    assert_eq!(reply("a"), reply("a"));
+}
+
+#[test]
+fn served_names_that_do_not_match_the_models_are_refused() {
+    let out = common::cli::throng()
+        .args(["api", "--model", "a", "--model", "b", "--served-name", "x"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--served-name is given 1 times for 2 --model"),
+        "{err}"
+    );
+}

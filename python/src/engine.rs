@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use throng::cli::ModelArgs;
+use throng::cli::{EngineArgs, ModelArgs};
 use throng::engine::{
     Client, Engine, Fill, FinishReason, KvPolicy, Message, Prompt, Queue, Request, RequestError,
     Response, SamplingParams, Schema,
@@ -366,26 +366,28 @@ impl PyEngine {
         };
         let settings = ModelArgs {
             model: model.clone(),
-            device,
-            weights,
-            tokenizer: match present(tokenizer) {
-                Some(t) => Some(args::path(&t, "tokenizer", "a tokenizer.json")?),
-                None => None,
+            engine: EngineArgs {
+                device,
+                weights,
+                tokenizer: match present(tokenizer) {
+                    Some(t) => Some(args::path(&t, "tokenizer", "a tokenizer.json")?),
+                    None => None,
+                },
+                kv_memory: kv_memory_of(kv_memory)?,
+                kv_format,
+                max_batch_tokens: args::optional_count(
+                    max_batch_tokens,
+                    "max_batch_tokens",
+                    "tokens per forward pass; None: 512 on a CPU, 8192 on a GPU",
+                )?,
+                max_seqs: args::optional_count(max_seqs, "max_seqs", "sequences running at once")?
+                    .unwrap_or(256),
+                no_prefix_cache: match present(prefix_cache) {
+                    Some(p) => !args::flag(&p, "prefix_cache")?,
+                    None => false,
+                },
+                kv_policy: KvPolicy::default(),
             },
-            kv_memory: kv_memory_of(kv_memory)?,
-            kv_format,
-            max_batch_tokens: args::optional_count(
-                max_batch_tokens,
-                "max_batch_tokens",
-                "tokens per forward pass; None: 512 on a CPU, 8192 on a GPU",
-            )?,
-            max_seqs: args::optional_count(max_seqs, "max_seqs", "sequences running at once")?
-                .unwrap_or(256),
-            no_prefix_cache: match present(prefix_cache) {
-                Some(p) => !args::flag(&p, "prefix_cache")?,
-                None => false,
-            },
-            kv_policy: KvPolicy::default(),
         };
         let (engine, described) = py
             .detach(|| settings.load_engine_described())

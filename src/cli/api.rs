@@ -1,9 +1,9 @@
 //! `throng api`: the engine behind an OpenAI-compatible API (see [`crate::api`]).
 
-use super::ModelArgs;
+use super::{EngineArgs, ModelArgs};
 use crate::api::{ApiOptions, ApiServer, Served};
 use crate::engine::EngineHandle;
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use std::net::SocketAddr;
 
 /// The address served when none is given.
@@ -11,11 +11,17 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:8000";
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct ApiArgs {
+    /// A model to serve: a preset (`throng models`), a model folder, a GGUF file or a Hugging
+    /// Face repo id. Repeat it to serve several, each with its own engine (the KV memory split
+    /// evenly); a request's `model` chooses.
+    #[arg(long = "model", default_value = crate::model::DEFAULT_MODEL)]
+    pub models: Vec<String>,
+    /// The name requests give as `model`, one per --model in order (default: what --model
+    /// says).
+    #[arg(long = "served-name", value_name = "NAME")]
+    pub served_names: Vec<String>,
     #[command(flatten)]
-    pub model: ModelArgs,
-    /// The name requests give as `model` (default: what --model says).
-    #[arg(long)]
-    pub served_name: Option<String>,
+    pub engine: EngineArgs,
     /// Where to listen; port 0 picks a free one.
     #[arg(long, default_value = DEFAULT_ADDR)]
     pub addr: SocketAddr,
@@ -39,12 +45,49 @@ pub struct ApiArgs {
 }
 
 pub fn run(args: ApiArgs) -> Result<()> {
-    let (engine, described) = args.model.load_engine_described()?;
-    let (handle, _thread) = EngineHandle::spawn(engine);
-    let name = args
-        .served_name
-        .clone()
-        .unwrap_or_else(|| args.model.model.clone());
+    if !args.served_names.is_empty() && args.served_names.len() != args.models.len() {
+        bail!(
+            "--served-name is given {} times for {} --model: give one name per model, in order",
+            args.served_names.len(),
+            args.models.len()
+        );
+    }
+    // Several engines on one device share its KV memory evenly.
+    let kv_memory = match (args.engine.kv_memory, args.models.len()) {
+        (kv, 1) => kv,
+        (total, n) => {
+            let total = match total {
+                Some(b) => b.as_u64(),
+                None => {
+                    let device = super::parse_device(&args.engine.device)?;
+                    crate::engine::default_kv_memory(&device) as u64
+                }
+            };
+            Some(bytesize::ByteSize(super::kv_shares(total, &vec![1; n])[0]))
+        }
+    };
+    let mut served = Vec::with_capacity(args.models.len());
+    let mut described = Vec::new();
+    for (i, model) in args.models.iter().enumerate() {
+        let settings = ModelArgs {
+            model: model.clone(),
+            engine: EngineArgs {
+                kv_memory,
+                ..args.engine.clone()
+            },
+        };
+        let (engine, weights) = settings
+            .load_engine_described()
+            .with_context(|| format!("--model {model}"))?;
+        let (handle, _thread) = EngineHandle::spawn(engine);
+        let name = args.served_names.get(i).unwrap_or(model).clone();
+        described.push(format!("  {name}: {model} ({weights})"));
+        served.push(Served {
+            name,
+            handle,
+            max_seqs: args.engine.max_seqs,
+        });
+    }
     let server = ApiServer::bind(
         ApiOptions {
             addr: args.addr,
@@ -55,17 +98,16 @@ pub fn run(args: ApiArgs) -> Result<()> {
                 .or_else(|| std::env::var("THRONG_API_KEY").ok())
                 .filter(|k| !k.is_empty()),
             allowed_hosts: args.allow_host.clone(),
-            queue: args.queue.unwrap_or(4 * args.model.max_seqs),
+            queue: args
+                .queue
+                .unwrap_or(4 * args.engine.max_seqs * args.models.len()),
             max_tokens: args.max_tokens,
         },
-        vec![Served {
-            name: name.clone(),
-            handle,
-            max_seqs: args.model.max_seqs,
-        }],
+        served,
     )?;
     out!(
-        "throng api: {name} ({described}) at\n  base_url={}\n  api_key={}\n(Ctrl-C stops the server)",
+        "throng api: serving\n{}\nat\n  base_url={}\n  api_key={}\n(Ctrl-C stops the server)",
+        described.join("\n"),
         server.base_url(),
         server.key()
     )?;

@@ -108,22 +108,22 @@ pub fn plan(args: &mut RunArgs, ranks: usize) -> Result<Plan> {
         && let Some(format) = manifest.weight_format.as_deref()
         && let Some(weights) = crate::model::WeightFormat::from_name(format)
     {
-        args.model.weights = weights;
+        args.model.engine.weights = weights;
     }
     if !super::given("device")
         && let Some(device) = &manifest.device
     {
-        args.model.device = device.clone();
+        args.model.engine.device = device.clone();
     }
     // The KV format and tokenizer it ran with, or its decisions would not be reused.
     if let Some(engine) = &manifest.engine {
         if !super::given("kv_format")
             && let Some(kv) = crate::model::KvFormat::from_name(&engine.kv_format)
         {
-            args.model.kv_format = kv;
+            args.model.engine.kv_format = kv;
         }
         if !super::given("tokenizer") {
-            args.model.tokenizer = engine.tokenizer.as_ref().map(PathBuf::from);
+            args.model.engine.tokenizer = engine.tokenizer.as_ref().map(PathBuf::from);
         }
     }
     // Read from where the run is until it is moved.

@@ -42,6 +42,14 @@ pub struct ModelArgs {
     /// A preset (`throng models`), a model folder, a GGUF file or a Hugging Face repo id.
     #[arg(long, default_value = crate::model::DEFAULT_MODEL)]
     pub model: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// How to load a model and run its engine, whichever model it is (`throng api` applies them
+/// to each model it serves).
+#[derive(clap::Args, Clone, Debug)]
+pub struct EngineArgs {
     /// `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -310,12 +318,12 @@ pub fn parse_device(spec: &str) -> Result<candle_core::Device> {
 impl ModelArgs {
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
-            kv_memory: self.kv_memory.map(|b| b.as_u64() as usize),
-            max_batch_tokens: self.max_batch_tokens,
-            max_seqs: self.max_seqs,
-            prefix_caching: !self.no_prefix_cache,
-            kv_format: self.kv_format,
-            kv_policy: self.kv_policy,
+            kv_memory: self.engine.kv_memory.map(|b| b.as_u64() as usize),
+            max_batch_tokens: self.engine.max_batch_tokens,
+            max_seqs: self.engine.max_seqs,
+            prefix_caching: !self.engine.no_prefix_cache,
+            kv_format: self.engine.kv_format,
+            kv_policy: self.engine.kv_policy,
             ..EngineConfig::default()
         }
     }
@@ -329,14 +337,14 @@ impl ModelArgs {
     /// pass when `profile` is set (read back through `engine.model().profile()`).
     pub fn load_engine_with(&self, profile: bool) -> Result<(Engine, String)> {
         let opts = LoadOptions {
-            device: parse_device(&self.device)?,
-            weights: self.weights,
-            tokenizer: self.tokenizer.clone(),
+            device: parse_device(&self.engine.device)?,
+            weights: self.engine.weights,
+            tokenizer: self.engine.tokenizer.clone(),
         };
         // The cache is allocated at once, and on the CPU a failed allocation aborts.
         if let (true, Some(kv), Some(host)) = (
             opts.device.is_cpu(),
-            self.kv_memory,
+            self.engine.kv_memory,
             crate::sim::plan::HostMemory::here(),
         ) && kv.as_u64() as f64 > host.usable()
         {
@@ -380,9 +388,9 @@ impl ModelArgs {
         models: &[(String, u64)],
     ) -> Result<Vec<LoadedModel>> {
         let opts = LoadOptions {
-            device: parse_device(&self.device)?,
-            weights: self.weights,
-            tokenizer: self.tokenizer.clone(),
+            device: parse_device(&self.engine.device)?,
+            weights: self.engine.weights,
+            tokenizer: self.engine.tokenizer.clone(),
         };
         let mut loaded = Vec::with_capacity(models.len());
         for (name, _) in models {
@@ -397,7 +405,7 @@ impl ModelArgs {
             );
             loaded.push(model);
         }
-        let total = self.kv_memory.map_or_else(
+        let total = self.engine.kv_memory.map_or_else(
             || crate::engine::default_kv_memory(&opts.device) as u64,
             |b| b.as_u64(),
         );

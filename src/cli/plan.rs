@@ -247,7 +247,7 @@ fn tokenizer_engine(preset: &Preset, model: &ModelArgs) -> Result<(Engine, Strin
             )
         }
     };
-    let (path, counted) = match &model.tokenizer {
+    let (path, counted) = match &model.engine.tokenizer {
         Some(path) => (
             path.clone(),
             format!("measured: counted with --tokenizer {}", path.display()),
@@ -270,7 +270,7 @@ fn tokenizer_engine(preset: &Preset, model: &ModelArgs) -> Result<(Engine, Strin
         loaded,
         EngineConfig {
             kv_memory: Some(4 << 20),
-            max_seqs: model.max_seqs,
+            max_seqs: model.engine.max_seqs,
             ..EngineConfig::default()
         },
     )?;
@@ -339,7 +339,7 @@ struct Sized {
 fn size_model(model: &ModelArgs, profile: Option<DeviceProfile>) -> Result<Sized> {
     let preset = Presets::builtin().get(&model.model).cloned();
     let format = profile
-        .map(|_| DeviceFormat::on_gpu(model.weights))
+        .map(|_| DeviceFormat::on_gpu(model.engine.weights))
         .transpose()?;
     let on_profile = |p: DeviceProfile, f: DeviceFormat, cfg: &ModelConfig, stated: bool| {
         let source = if stated {
@@ -437,7 +437,10 @@ fn size_model(model: &ModelArgs, profile: Option<DeviceProfile>) -> Result<Sized
                     cfg.kv_bytes_per_token(engine.kv_cache().dtype().size_in_bytes()) as f64,
                     Source::Computed,
                 ),
-                format!("this machine ({}), weights as {weights}", model.device),
+                format!(
+                    "this machine ({}), weights as {weights}",
+                    model.engine.device
+                ),
             )
         }
     };
@@ -669,7 +672,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
             prefix_tokens: first.prefixes.iter().sum::<usize>() as f64
                 / first.prefixes.len().max(1) as f64,
             reply_tokens: reply,
-            max_seqs: model.max_seqs,
+            max_seqs: model.engine.max_seqs,
             speed,
         };
         let e = inputs.estimate();
@@ -730,7 +733,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
             "  batch per device         {} sequences of {} decisions (at most --max-seqs {})",
             e.batch,
             e.decisions_per_device,
-            model.max_seqs
+            model.engine.max_seqs
         )?;
         if !e.fits {
             out!("  step time                none: it does not fit (see below)")?;

@@ -50,8 +50,9 @@ impl StartedWith {
                  (it predates the record): resuming with --kv-format {}{}, which must be the \
                  run's for its resumed steps to be its own",
                 dir.display(),
-                model.kv_format.name(),
+                model.engine.kv_format.name(),
                 model
+                    .engine
                     .tokenizer
                     .as_ref()
                     .map(|t| format!(" and --tokenizer {}", t.display()))
@@ -76,11 +77,11 @@ impl StartedWith {
                 manifest.display()
             )
         };
-        if super::given("kv_format") && model.kv_format != kv_format {
+        if super::given("kv_format") && model.engine.kv_format != kv_format {
             return Err(refuse("kv-format", &engine.kv_format));
         }
         let tokenizer = engine.tokenizer.as_deref().map(std::path::PathBuf::from);
-        let given = match &model.tokenizer {
+        let given = match &model.engine.tokenizer {
             Some(path) => Some(std::path::absolute(path)?),
             None => None,
         };
@@ -88,8 +89,8 @@ impl StartedWith {
             let started = engine.tokenizer.as_deref().unwrap_or("the model's own");
             return Err(refuse("tokenizer", started));
         }
-        model.kv_format = kv_format;
-        model.tokenizer = tokenizer;
+        model.engine.kv_format = kv_format;
+        model.engine.tokenizer = tokenizer;
         Ok(())
     }
 
@@ -172,12 +173,12 @@ fn loaded_record(name: &str, identity: &ModelIdentity) -> LoadedModelRecord {
 /// The record of the engine settings `model` asked for and of `engines` as loaded (each
 /// model's name and engine).
 pub fn engine_record(model: &ModelArgs, engines: &[(String, &Engine)]) -> Result<EngineRecord> {
-    let tokenizer = match &model.tokenizer {
+    let tokenizer = match &model.engine.tokenizer {
         Some(path) => Some(std::path::absolute(path)?.display().to_string()),
         None => None,
     };
     Ok(EngineRecord {
-        kv_format: model.kv_format.name().to_string(),
+        kv_format: model.engine.kv_format.name().to_string(),
         tokenizer,
         models: engines
             .iter()

@@ -101,7 +101,7 @@ fn device_for(args: &RunArgs, ranks: &Ranks, started_on: Option<&str>) -> String
     if !explicit && let Some(device) = started_on {
         return device.to_string();
     }
-    args.model.device.clone()
+    args.model.engine.device.clone()
 }
 
 /// Ctrl-C, and the SIGTERM a batch system sends before a job's time limit: finish the step,
@@ -326,7 +326,7 @@ fn run_ranked(
     let memory = super::MemoryCheck {
         processes: ranks.topology().local_size,
         model_on_cpu: device_kind(&device_for(&args, ranks, started_on.as_deref())) == "cpu",
-        kv_memory: args.model.kv_memory.map(|b| b.as_u64()),
+        kv_memory: args.model.engine.kv_memory.map(|b| b.as_u64()),
     };
     // An extension is checked as the new run it is while the finished run is in its place,
     // and only then moved aside.
@@ -440,11 +440,11 @@ fn run_ranked(
                 eprintln!(
                     "throng: warning: this run's manifest does not say which weight format it \
                      started with (it predates the record); resuming with --weights {}",
-                    crate::quality::name(args.model.weights)
+                    crate::quality::name(args.model.engine.weights)
                 );
-                args.model.weights
+                args.model.engine.weights
             }
-            None => args.model.weights,
+            None => args.model.engine.weights,
         };
         let names = super::models_of(exp)?;
         let mut model = ModelArgs {
@@ -452,9 +452,11 @@ fn run_ranked(
                 .first()
                 .cloned()
                 .unwrap_or_else(|| super::model_of(exp)),
-            device,
-            weights,
-            ..args.model.clone()
+            engine: super::EngineArgs {
+                device,
+                weights,
+                ..args.model.engine.clone()
+            },
         };
         if let Some(started) = &started {
             started.apply(&mut model, &dir)?;
@@ -468,7 +470,7 @@ fn run_ranked(
                 names.join(", ")
             );
         }
-        manifest.device = Some(model.device.clone());
+        manifest.device = Some(model.engine.device.clone());
         manifest.weight_format = Some(crate::quality::name(weights));
         let prompts = registry.prompts(exp)?;
         let split = args.split.unwrap_or(exp.config.split);
