@@ -236,6 +236,26 @@ fn errors_are_openai_error_objects_with_their_status() {
         "{body}"
     );
 
+    // max_tokens above the server's limit is held to it (Concordia asks 5000).
+    let mut many = chat("hi");
+    many["max_tokens"] = json!(5000);
+    let (status, body) = post(&api, "/chat/completions", &many);
+    assert_eq!(status, 200, "{body}");
+    assert!(body["usage"]["completion_tokens"].as_u64().unwrap() <= 1000);
+
+    // Settings for reasoning models, which Concordia sends: accepted at OpenAI's values.
+    let mut reasoning = chat("hi");
+    reasoning["reasoning_effort"] = json!("minimal");
+    reasoning["verbosity"] = json!("low");
+    assert_eq!(post(&api, "/chat/completions", &reasoning).0, 200);
+    reasoning["reasoning_effort"] = json!("extreme");
+    let (status, body) = post(&api, "/chat/completions", &reasoning);
+    assert_eq!(
+        (status, error_of(&body).1),
+        (400, Some("reasoning_effort")),
+        "{body}"
+    );
+
     let (status, body) = post(&api, "/nothing", &json!({}));
     assert_eq!(status, 404, "{body}");
     error_of(&body);
