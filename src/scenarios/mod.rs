@@ -33,8 +33,23 @@ pub trait Kind: Send + Sync {
     fn report(&self, dir: &Path) -> Result<String, ReportError>;
 }
 
-/// A scenario type's kind: everything from the type itself.
-struct Native<S>(std::marker::PhantomData<fn() -> S>);
+/// How a kind's runs are reported: the report is the read side of a run folder, so it is
+/// the registry's to choose, not the simulation's.
+pub type ReportFn = fn(&Path) -> Result<String, ReportError>;
+
+/// The report every scenario gets unless it has its own: per-step means with intervals over
+/// replicates, distributions, the headline table, caveats and timing
+/// ([`crate::analysis::overview`]).
+pub fn base_report(dir: &Path) -> Result<String, ReportError> {
+    crate::analysis::overview::write(dir, &crate::analysis::overview::Options::default())
+        .map(|r| r.summary)
+}
+
+/// A scenario type's kind: everything from the type itself, and its report.
+struct Native<S> {
+    report: ReportFn,
+    scenario: std::marker::PhantomData<fn() -> S>,
+}
 
 impl<S: Scenario> Kind for Native<S> {
     fn name(&self) -> &str {
@@ -47,7 +62,7 @@ impl<S: Scenario> Kind for Native<S> {
         load_with(exp, S::from_table)
     }
     fn report(&self, dir: &Path) -> Result<String, ReportError> {
-        S::report(dir)
+        (self.report)(dir)
     }
 }
 
@@ -70,14 +85,25 @@ impl Registry {
     /// Every scenario throng ships: the energy market and the guessing game.
     pub fn builtin() -> Self {
         Self::empty()
-            .with::<energy_market::EnergyMarket>()
-            .with::<guess::GuessGame>()
+            .with_report::<energy_market::EnergyMarket>(energy_market::report::write)
+            .with_report::<guess::GuessGame>(guess::report::write)
     }
 
-    /// Adds scenario `S` under its [`Scenario::NAME`]; a scenario of the same name registered
-    /// before is replaced (a study may ship its own version of a built-in one).
+    /// Adds scenario `S` under its [`Scenario::NAME`], its runs reported by the base report
+    /// ([`base_report`]); a scenario of the same name registered before is replaced (a study
+    /// may ship its own version of a built-in one).
     pub fn with<S: Scenario + 'static>(self) -> Self {
-        self.with_kind(std::sync::Arc::new(Native::<S>(std::marker::PhantomData)))
+        self.with_report::<S>(base_report)
+    }
+
+    /// Adds scenario `S` with a report of its own: `report` writes it for a run folder and
+    /// returns its key numbers as text (the energy market and the guessing game hand their
+    /// sections and figures to the base through `analysis::overview::write_with`).
+    pub fn with_report<S: Scenario + 'static>(self, report: ReportFn) -> Self {
+        self.with_kind(std::sync::Arc::new(Native::<S> {
+            report,
+            scenario: std::marker::PhantomData,
+        }))
     }
 
     /// Adds a kind of scenario under its own name, replacing one of the same name.

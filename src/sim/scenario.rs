@@ -363,14 +363,6 @@ pub trait Scenario: Sized + Send + Sync + 'static {
             )
         })
     }
-    /// Writes the report of a finished (or paused) run folder; returns its key numbers as
-    /// text. By default the report every scenario gets ([`crate::analysis::overview`]):
-    /// per-step means with intervals over replicates, distributions, the headline table,
-    /// caveats and timing.
-    fn report(dir: &std::path::Path) -> Result<String, crate::analysis::ReportError> {
-        crate::analysis::overview::write(dir, &crate::analysis::overview::Options::default())
-            .map(|r| r.summary)
-    }
 }
 
 /// The columns of `S`'s state rows, traced from its [`Scenario::Row`] type.

@@ -566,10 +566,6 @@ impl Scenario for EnergyMarket {
         })
     }
 
-    fn report(dir: &std::path::Path) -> Result<String, crate::analysis::ReportError> {
-        report::write(dir)
-    }
-
     fn memory(&self, agents: f64, _steps: f64) -> Vec<MemoryPart> {
         let draws = self.cfg.max_connections as f64;
         // A company's links are distinct others; it draws up to max_connections of them.

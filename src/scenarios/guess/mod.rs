@@ -480,10 +480,6 @@ impl Scenario for GuessGame {
         described
     }
 
-    fn report(dir: &std::path::Path) -> Result<String, crate::analysis::ReportError> {
-        report::write(dir)
-    }
-
     fn memory(&self, agents: f64, steps: f64) -> Vec<MemoryPart> {
         vec![
             // A guess per agent and round, kept for the prompts' memory, and its copy in the
