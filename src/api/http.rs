@@ -475,16 +475,17 @@ struct Chunks {
 
 impl Chunks {
     fn chunk(&self, choices: Value) -> Event {
-        Event::default().data(
-            json!({
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": self.name,
-                "choices": choices,
-            })
-            .to_string(),
-        )
+        Event::default().data(self.body(choices).to_string())
+    }
+
+    fn body(&self, choices: Value) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.name,
+            "choices": choices,
+        })
     }
 
     fn delta(&self, index: usize, delta: Value, finish: Option<&str>) -> Event {
@@ -556,18 +557,8 @@ impl Chunks {
             return Vec::new();
         }
         let replies: Vec<Reply> = self.replies.iter().flatten().cloned().collect();
-        vec![
-            Event::default().data(
-                json!({
-                    "id": self.id,
-                    "object": "chat.completion.chunk",
-                    "created": self.created,
-                    "model": self.name,
-                    "choices": [],
-                    "usage": Usage::of(&replies).json(),
-                })
-                .to_string(),
-            ),
-        ]
+        let mut last = self.body(json!([]));
+        last["usage"] = Usage::of(&replies).json();
+        vec![Event::default().data(last.to_string())]
     }
 }

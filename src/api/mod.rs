@@ -171,24 +171,17 @@ impl ApiServer {
         self,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ApiError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .thread_name("throng-api")
-            .build()?;
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(self.listener)?;
-            axum::serve(listener, http::router(self.app))
-                .with_graceful_shutdown(stop)
-                .await
-        })?;
-        Ok(())
+        let app = http::router(self.app);
+        Ok(crate::serve::http::serve_on(
+            self.listener,
+            app,
+            "throng-api",
+            stop,
+        )?)
     }
 
     /// Serves until Ctrl-C.
     pub fn serve(self) -> Result<(), ApiError> {
-        self.serve_until(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        self.serve_until(crate::serve::http::ctrl_c())
     }
 }

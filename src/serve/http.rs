@@ -163,26 +163,44 @@ impl Server {
         self,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .thread_name("throng-serve")
-            .build()?;
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(self.listener)?;
-            axum::serve(listener, router(self.app))
-                .with_graceful_shutdown(stop)
-                .await
-        })?;
-        Ok(())
+        Ok(serve_on(
+            self.listener,
+            router(self.app),
+            "throng-serve",
+            stop,
+        )?)
     }
 
     /// Serves until Ctrl-C.
     pub fn serve(self) -> Result<(), ServeError> {
-        self.serve_until(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        self.serve_until(ctrl_c())
     }
+}
+
+/// Serves `app` on `listener` until `stop` resolves, on a runtime of its own whose threads
+/// are named `threads` (call from a plain thread): `throng serve`'s pages and `throng api`.
+pub fn serve_on(
+    listener: std::net::TcpListener,
+    app: Router,
+    threads: &str,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name(threads)
+        .build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+    })
+}
+
+/// Resolves at Ctrl-C: a server's `stop` when it serves until the user ends it.
+pub async fn ctrl_c() {
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// Binds `addr` under the binding rules (loopback unless `public`): a run with `--serve` takes
