@@ -36,6 +36,7 @@ fn main() {
                     stopped: true,
                     prompt_tokens: 60,
                     generated_tokens: 10,
+                    token_ids: Vec::new(),
                 },
             )
         })

@@ -17,14 +17,19 @@ const KEY: &str = "test-key";
 struct Api {
     base: String,
     addr: std::net::SocketAddr,
-    _model: tempfile::TempDir,
+    _model: Option<tempfile::TempDir>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for Api {
+    /// Stops the server and waits until it has ended (its store written).
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+        if let Some(served) = self.served.take() {
+            let _ = served.join();
         }
     }
 }
@@ -38,42 +43,57 @@ fn engine_config() -> EngineConfig {
 
 fn start(queue: usize) -> Api {
     let model = common::tiny_model(&TinyLlama::default());
-    let engine = common::engine(model.path().to_str().unwrap(), engine_config());
+    let mut api = start_on(model.path(), options(queue)).unwrap();
+    api._model = Some(model);
+    api
+}
+
+fn options(queue: usize) -> ApiOptions {
+    ApiOptions {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        public: false,
+        key: Some(KEY.into()),
+        allowed_hosts: Vec::new(),
+        queue,
+        max_tokens: 1000,
+        store: None,
+        reuse: Vec::new(),
+    }
+}
+
+/// The tiny model in `model`, served as "tiny" with `options` (its address not used).
+fn start_on(model: &std::path::Path, options: ApiOptions) -> Result<Api, throng::api::ApiError> {
+    let engine = common::engine(model.to_str().unwrap(), engine_config());
+    let encoder = engine.prompt_encoder().clone();
     let (handle, _thread) = EngineHandle::spawn(engine);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let server = ApiServer::on(
         listener,
-        ApiOptions {
-            addr,
-            public: false,
-            key: Some(KEY.into()),
-            allowed_hosts: Vec::new(),
-            queue,
-            max_tokens: 1000,
-        },
+        options,
         vec![Served {
             name: "tiny".into(),
             handle,
+            encoder,
             max_seqs: 64,
         }],
-    )
-    .unwrap();
+    )?;
     let base = server.base_url();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    std::thread::spawn(move || {
+    let served = std::thread::spawn(move || {
         server
             .serve_until(async {
                 let _ = stopped.await;
             })
             .unwrap()
     });
-    Api {
+    Ok(Api {
         base,
         addr,
-        _model: model,
+        _model: None,
         stop: Some(stop),
-    }
+        served: Some(served),
+    })
 }
 
 /// A POST with the key; the status and the JSON body, whatever the status.
@@ -159,19 +179,19 @@ fn only_this_hosts_requests_with_the_key_are_answered() {
 fn a_public_server_needs_a_key_and_loopback_is_the_default() {
     let model = common::tiny_model(&TinyLlama::default());
     let engine = common::engine(model.path().to_str().unwrap(), engine_config());
+    let encoder = engine.prompt_encoder().clone();
     let (handle, _thread) = EngineHandle::spawn(engine);
     let options = |addr: &str, public: bool| ApiOptions {
         addr: addr.parse().unwrap(),
         public,
         key: None,
-        allowed_hosts: Vec::new(),
-        queue: 8,
-        max_tokens: 8,
+        ..options(8)
     };
     let served = || {
         vec![Served {
             name: "tiny".into(),
             handle: handle.clone(),
+            encoder: encoder.clone(),
             max_seqs: 8,
         }]
     };
@@ -713,25 +733,21 @@ fn each_served_model_answers_the_requests_that_name_it() {
     let served: Vec<Served> = dirs
         .iter()
         .zip(["a", "b"])
-        .map(|(dir, name)| Served {
-            name: name.into(),
-            handle: EngineHandle::spawn(common::engine(
-                dir.path().to_str().unwrap(),
-                engine_config(),
-            ))
-            .0,
-            max_seqs: 8,
+        .map(|(dir, name)| {
+            let engine = common::engine(dir.path().to_str().unwrap(), engine_config());
+            Served {
+                name: name.into(),
+                encoder: engine.prompt_encoder().clone(),
+                handle: EngineHandle::spawn(engine).0,
+                max_seqs: 8,
+            }
         })
         .collect();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let options = ApiOptions {
-        addr,
-        public: false,
-        key: Some(KEY.into()),
-        allowed_hosts: Vec::new(),
-        queue: 64,
         max_tokens: 64,
+        ..options(64)
     };
     let server = ApiServer::on(listener, options, served).unwrap();
     let base = server.base_url();
@@ -739,8 +755,9 @@ fn each_served_model_answers_the_requests_that_name_it() {
     let api = Api {
         base,
         addr,
-        _model: tempfile::tempdir().unwrap(),
+        _model: None,
         stop: None,
+        served: None,
     };
     let (_, models) = get(&api, "/models");
     let ids: Vec<&str> = models["data"]
@@ -775,4 +792,252 @@ fn served_names_that_do_not_match_the_models_are_refused() {
         err.contains("--served-name is given 1 times for 2 --model"),
         "{err}"
     );
+}
+
+fn stats(api: &Api) -> Value {
+    let (status, stats) = get(api, "/throng/stats");
+    assert_eq!(status, 200, "{stats}");
+    stats
+}
+
+fn with_turns(mut body: Value, turns: &[Value]) -> Value {
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .extend_from_slice(turns);
+    body
+}
+
+// Issue 31: a reply sent back re-tokenized from its text (split otherwise than the model
+// wrote it, its forced tokens included) left the prefix cache at that reply, and every turn
+// of a multi-turn agent computed its whole history again.
+#[test]
+fn a_reply_sent_back_as_history_is_a_cached_prefix_of_the_next_prompt() {
+    let tiny = common::tiny_model(&TinyLlama::default());
+    // The tiny model's bytes are spelled one way only (and its template trims what a random
+    // model writes around its words); SmolLM2's BPE tokenizer splits text otherwise than a
+    // model sampling hot may have written it.
+    let api = start_on(tiny.path(), options(256)).unwrap();
+    reply_sent_back_is_cached(&api, tiny.path(), 0);
+    if let Some(smollm2) = common::smollm2() {
+        let api = start_on(&smollm2, options(256)).unwrap();
+        reply_sent_back_is_cached(&api, &smollm2, 6);
+    }
+}
+
+fn reply_sent_back_is_cached(api: &Api, model: &std::path::Path, hot: u64) {
+    // A constrained reply (its forced tokens), and free replies sampled hot.
+    let mut constrained = chat("what do you bid?");
+    constrained["response_format"] =
+        json!({"type": "json_schema", "json_schema": {"name": "bid", "schema": bid_schema()}});
+    let free = (0..hot).map(|seed| {
+        let mut body = chat("describe the market in a sentence");
+        body["temperature"] = json!(1.6);
+        body["seed"] = json!(seed);
+        body
+    });
+    let firsts: Vec<Value> = std::iter::once(constrained).chain(free).collect();
+    for (k, mut first) in firsts.into_iter().enumerate() {
+        first["max_tokens"] = json!(40);
+        let (status, one) = post(api, "/chat/completions", &first);
+        assert_eq!(status, 200, "{one}");
+        let reply = one["choices"][0]["message"]["content"].clone();
+        let ran = one["usage"]["prompt_tokens"].as_u64().unwrap()
+            + one["usage"]["completion_tokens"].as_u64().unwrap()
+            - 1;
+        let second = with_turns(
+            first.clone(),
+            &[
+                json!({"role": "assistant", "content": reply}),
+                json!({"role": "user", "content": "and in the next round?"}),
+            ],
+        );
+        let (status, two) = post(api, "/chat/completions", &second);
+        assert_eq!(status, 200, "{two}");
+        let cached = two["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap();
+        // Every whole block (16 tokens) of the prompt and reply that ran is found.
+        assert!(
+            cached >= ran / 16 * 16,
+            "{}: {cached} tokens cached of the {ran} that ran before: {two}",
+            model.display()
+        );
+        assert_eq!(stats(api)["spliced"], k + 1);
+        if k > 0 {
+            continue;
+        }
+        // A reply the client changed is history like any other: rendered from its text.
+        let edited = with_turns(
+            first,
+            &[
+                json!({"role": "assistant", "content": "{\"price\": 1}"}),
+                json!({"role": "user", "content": "and in the next round?"}),
+            ],
+        );
+        let (status, _) = post(api, "/chat/completions", &edited);
+        assert_eq!(status, 200);
+        assert_eq!(stats(api)["spliced"], k + 1);
+    }
+}
+
+/// A session of three agents, two turns each (the second repeats the first's reply, one
+/// agent calls a tool, one streams), with no seeds given: the replies, token counts and
+/// whether each was computed.
+fn session(api: &Api) -> Vec<Value> {
+    let mut out = Vec::new();
+    for agent in 0..3 {
+        let mut body = chat(&format!("agent {agent}: what do you do?"));
+        body.as_object_mut().unwrap().remove("seed");
+        body["user"] = json!(format!("agent-{agent}"));
+        if agent == 1 {
+            body["tools"] = tools();
+            body["tool_choice"] = json!("required");
+            body["max_tokens"] = json!(60);
+        }
+        let (status, one) = post(api, "/chat/completions", &body);
+        assert_eq!(status, 200, "{one}");
+        let said = message(one.clone());
+        out.push(json!([said, one["usage"]["completion_tokens"]]));
+        let mut turns = vec![said.clone()];
+        if let Some(call) = said["tool_calls"].get(0) {
+            turns[0]["tool_calls"][0]["id"] = json!("call-1");
+            turns.push(json!({"role": "tool", "tool_call_id": "call-1", "content": "42"}));
+            let _ = call;
+        }
+        turns.push(json!({"role": "user", "content": "and then?"}));
+        let mut next = with_turns(body, &turns);
+        next.as_object_mut().unwrap().remove("tool_choice");
+        next.as_object_mut().unwrap().remove("tools");
+        if agent == 2 {
+            next["stream"] = json!(true);
+            let text: String = events(api, &next)
+                .iter()
+                .filter_map(|e| {
+                    e["choices"][0]["delta"]["content"]
+                        .as_str()
+                        .map(String::from)
+                })
+                .collect();
+            out.push(json!(text));
+        } else {
+            let (status, two) = post(api, "/chat/completions", &next);
+            assert_eq!(status, 200, "{two}");
+            out.push(json!([message(two.clone()), two["usage"]["prompt_tokens"]]));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_session_replayed_with_reuse_gets_the_same_replies_without_the_model() {
+    let model = common::tiny_model(&TinyLlama::default());
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("session");
+    let first = {
+        let api = start_on(
+            model.path(),
+            ApiOptions {
+                store: Some(store.clone()),
+                ..options(256)
+            },
+        )
+        .unwrap();
+        session(&api)
+        // The server stops here, its last replies written.
+    };
+    assert!(store.join("decisions.redb").is_file() && store.join("api.json").is_file());
+    let api = start_on(
+        model.path(),
+        ApiOptions {
+            reuse: vec![store.clone()],
+            ..options(256)
+        },
+    )
+    .unwrap();
+    assert_eq!(session(&api), first, "the replay's replies");
+    let stats = stats(&api);
+    assert_eq!(stats["reused"], 6, "{stats}");
+    assert_eq!(
+        stats["engines"][0]["status"]["steps"], 0,
+        "the model never ran: {stats}"
+    );
+    // A request the session never made is the model's to answer.
+    let (status, _) = post(&api, "/chat/completions", &chat("something new"));
+    assert_eq!(status, 200);
+    assert!(stats_steps(&api) > 0);
+}
+
+fn stats_steps(api: &Api) -> u64 {
+    stats(api)["engines"][0]["status"]["steps"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn a_store_or_source_that_cannot_be_one_is_refused_with_the_fix() {
+    let model = common::tiny_model(&TinyLlama::default());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "x").unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::write(run.join("manifest.json"), "{}").unwrap();
+    let busy = dir.path().join("busy");
+    std::fs::create_dir(&busy).unwrap();
+    std::fs::write(busy.join("notes.txt"), "mine").unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let refused = |store: Option<&std::path::Path>, reuse: &[&std::path::Path]| {
+        let options = ApiOptions {
+            store: store.map(|p| p.to_path_buf()),
+            reuse: reuse.iter().map(|p| p.to_path_buf()).collect(),
+            ..options(8)
+        };
+        match start_on(model.path(), options) {
+            Ok(_) => panic!("served with --store {store:?} --reuse {reuse:?}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    for (store, why) in [
+        (&file, "it is a file"),
+        (&run, "it is a run folder"),
+        (&busy, "it holds other files"),
+    ] {
+        let e = refused(Some(store), &[]);
+        assert!(
+            e.contains("--store") && e.contains(why) && e.contains("Give a new folder"),
+            "{e}"
+        );
+    }
+    assert!(
+        !busy.join("decisions.redb").exists(),
+        "nothing written into a refused folder"
+    );
+    for (source, why) in [
+        (dir.path().join("nothing"), "there is nothing there"),
+        (file.clone(), "it is a file"),
+        (empty.clone(), "neither a run folder nor a server's store"),
+        (run.clone(), "has no decision store"),
+    ] {
+        let e = refused(None, &[&source]);
+        assert!(
+            e.contains("--reuse") && e.contains(why) && e.contains("drop --reuse"),
+            "{e}"
+        );
+    }
+    // A store that is written while it is read: refused before either is opened.
+    let session = dir.path().join("session");
+    drop(
+        start_on(
+            model.path(),
+            ApiOptions {
+                store: Some(session.clone()),
+                ..options(8)
+            },
+        )
+        .unwrap(),
+    );
+    let e = refused(Some(&session), &[&session]);
+    assert!(e.contains("is also --store"), "{e}");
 }

@@ -6,6 +6,7 @@
 //! `logprobs: false`): a setting silently ignored would be a reply other than the one asked for.
 
 use super::error::ApiFailure;
+use super::memo::{self, Seen};
 use super::schema;
 use super::tools::{self, ToolMode};
 use crate::engine::{FinishReason, Message, Request, Response, SamplingParams, Schema};
@@ -16,8 +17,7 @@ use serde_json::{Map, Value, json};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChatRequest {
-    /// Read from the body before it is parsed into this (the model chooses the engine).
-    #[allow(dead_code)]
+    /// The model asked (read from the body before too, to choose the engine).
     pub model: String,
     pub messages: Vec<ChatMessage>,
     pub temperature: Option<f32>,
@@ -115,8 +115,11 @@ pub enum Content {
 /// What the server answers with, decided from the request before any engine work.
 #[derive(Debug)]
 pub struct Plan {
-    /// One per choice.
+    /// One per choice, each with the conversation as messages.
     pub requests: Vec<Request>,
+    /// The assistant messages of the conversation that may repeat a reply of this server:
+    /// their index among the messages, and what a client saw of them (see [`super::memo`]).
+    pub seen: SeenTurns,
     pub stream: bool,
     pub include_usage: bool,
     pub tools: ToolMode,
@@ -241,7 +244,7 @@ impl ChatRequest {
             }
         };
         let tools = tools::mode(self.tools, self.tool_choice, response.as_ref())?;
-        let messages = prompt_messages(self.messages, &tools)?;
+        let (messages, seen) = prompt_messages(&self.model, self.messages, &tools)?;
         let schema = tools.schema(response).map(Schema::new);
         let seed = self.seed.map_or(default_seed, |s| s as u64);
         let retention_key = self.user.filter(|u| !u.is_empty());
@@ -267,6 +270,7 @@ impl ChatRequest {
             .collect();
         Ok(Plan {
             requests,
+            seen,
             stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),
             tools,
@@ -297,12 +301,17 @@ fn neutral(field: &str, ok: bool) -> Result<(), ApiFailure> {
     ))
 }
 
+/// Assistant turns by their index among the messages, with what a client saw of each.
+type SeenTurns = Vec<(usize, Seen)>;
+
 /// The conversation as the engine renders it: text content, `developer` as `system`, and tool
-/// calls and results written out as text (see [`tools`]) for templates of every family.
+/// calls and results written out as text (see [`tools`]) for templates of every family; with
+/// what a client saw of each assistant turn that may be a reply of `model`'s.
 fn prompt_messages(
+    model: &str,
     messages: Vec<ChatMessage>,
     tools: &ToolMode,
-) -> Result<Vec<Message>, ApiFailure> {
+) -> Result<(Vec<Message>, SeenTurns), ApiFailure> {
     if messages.is_empty() {
         return Err(ApiFailure::invalid(
             "messages",
@@ -310,6 +319,7 @@ fn prompt_messages(
         ));
     }
     let mut out: Vec<Message> = Vec::with_capacity(messages.len() + 1);
+    let mut seen = Vec::new();
     let mut call_names: Vec<(String, String)> = Vec::new();
     for (i, m) in messages.into_iter().enumerate() {
         let at = |field: &str| format!("messages[{i}].{field}");
@@ -352,6 +362,14 @@ fn prompt_messages(
                 for call in &calls {
                     call_names.push((call.id.clone(), call.function.name.clone()));
                 }
+                match calls.as_slice() {
+                    [] => seen.push((out.len(), memo::seen_text(model, &text))),
+                    [call] if text.is_empty() => seen.push((
+                        out.len(),
+                        memo::seen_call(model, &call.function.name, &call.function.arguments),
+                    )),
+                    _ => {}
+                }
                 out.push(Message::assistant(tools::written_assistant(
                     &text,
                     &calls,
@@ -392,10 +410,27 @@ fn prompt_messages(
             Some(first) if first.role == "system" => {
                 first.content = format!("{}\n\n{instructions}", first.content);
             }
-            _ => out.insert(0, Message::system(instructions)),
+            _ => {
+                out.insert(0, Message::system(instructions));
+                for (at, _) in &mut seen {
+                    *at += 1;
+                }
+            }
         }
     }
-    Ok(out)
+    Ok((out, seen))
+}
+
+/// What a client sees of `response`, a reply of `model` held to `tools`.
+pub fn seen_of(model: &str, response: &Response, tools: &ToolMode) -> Seen {
+    match tools.reply(response, "", 0) {
+        Some(call) => memo::seen_call(
+            model,
+            call["function"]["name"].as_str().unwrap_or_default(),
+            call["function"]["arguments"].as_str().unwrap_or_default(),
+        ),
+        None => memo::seen_text(model, &tools.content(response)),
+    }
 }
 
 /// How long a reply is, for `usage`.

@@ -5,7 +5,7 @@ use super::chat::{self, ChatRequest, Limits, Plan, Usage};
 use super::error::ApiFailure;
 use super::tools::ToolMode;
 use super::{App, Served};
-use crate::engine::{RequestError, Response as Reply, Sink};
+use crate::engine::{Prompt, RequestError, RequestKey, Response as Reply, Sink};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -116,6 +116,8 @@ async fn stats(State(app): State<Arc<App>>) -> Response {
     axum::Json(json!({
         "admitted": app.admitted.load(Ordering::SeqCst),
         "queue": app.queue,
+        "reused": app.reused.load(Ordering::SeqCst),
+        "spliced": app.spliced.load(Ordering::SeqCst),
         "engines": engines,
     }))
     .into_response()
@@ -162,9 +164,17 @@ struct ExpectCalls {
 
 impl App {
     fn find(&self, name: &str) -> Result<&Served, ApiFailure> {
-        self.models.iter().find(|m| m.name == name).ok_or_else(|| {
-            let served: Vec<&str> = self.models.iter().map(|m| m.name.as_str()).collect();
-            ApiFailure::new(
+        self.index(name).map(|i| &self.models[i])
+    }
+
+    /// The position of the model served as `name`.
+    fn index(&self, name: &str) -> Result<usize, ApiFailure> {
+        self.models
+            .iter()
+            .position(|m| m.name == name)
+            .ok_or_else(|| {
+                let served: Vec<&str> = self.models.iter().map(|m| m.name.as_str()).collect();
+                ApiFailure::new(
                 StatusCode::NOT_FOUND,
                 format!(
                     "the model {name:?} is not served here; this server serves {} (GET /v1/models)",
@@ -173,7 +183,7 @@ impl App {
             )
             .at("model")
             .code("model_not_found")
-        })
+            })
     }
 
     /// Admits `n` sequences, or says when to try again.
@@ -270,27 +280,41 @@ async fn chat_completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match start(&app, &headers, body) {
-        Ok((plan, name, rx)) => {
+    // Rendering and tokenizing a long conversation is work for the blocking pool.
+    let started = {
+        let app = Arc::clone(&app);
+        tokio::task::spawn_blocking(move || start(&app, &headers, body)).await
+    };
+    match started {
+        Ok(Ok(turn)) => {
             let id = completion_id();
-            if plan.stream {
-                stream(plan, name, id, rx).await
+            if turn.plan.stream {
+                stream(app, turn, id).await
             } else {
-                whole(plan, name, id, rx).await
+                whole(app, turn, id).await
             }
         }
-        Err(f) => f.into_response(),
+        Ok(Err(f)) => f.into_response(),
+        Err(e) => ApiFailure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
 
-type Started = (Plan, String, mpsc::UnboundedReceiver<Said>);
+/// A request on its way: what was asked, of which model, each choice's key, and the channel
+/// its choices come back on.
+struct Turn {
+    plan: Plan,
+    model: usize,
+    keys: Vec<RequestKey>,
+    rx: mpsc::UnboundedReceiver<Said>,
+}
 
-/// Checks the request, admits it and hands its choices to the engine.
+/// Checks the request, admits it and hands its choices to the engine (or answers them from
+/// the stores reused).
 fn start(
     app: &Arc<App>,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Started, ApiFailure> {
+) -> Result<Turn, ApiFailure> {
     let body = body.map_err(|e| ApiFailure::new(e.status(), e.body_text()))?;
     let mut value: Value = serde_json::from_slice(&body).map_err(|e| {
         ApiFailure::new(
@@ -308,7 +332,8 @@ fn start(
             )
         })?
         .to_string();
-    let served = app.find(&name)?;
+    let model = app.index(&name)?;
+    let served = &app.models[model];
     if let Some(agent) = headers.get("x-throng-agent").and_then(|v| v.to_str().ok())
         && let Some(o) = value.as_object_mut()
         && !o.contains_key("user")
@@ -325,21 +350,99 @@ fn start(
         max_choices: served.max_seqs,
         max_tokens: app.max_tokens,
     };
-    let plan = request.plan(limits, default_seed)?;
+    let mut plan = request.plan(limits, default_seed)?;
+    let tokens = app.prompt_tokens(served, &plan)?;
+    let keys: Vec<RequestKey> = plan
+        .requests
+        .iter_mut()
+        .map(|request| {
+            request.prompt = Prompt::Tokens(tokens.clone());
+            served.encoder.key(&tokens, request)
+        })
+        .collect();
     let mut slots = app.admit(plan.requests.len())?;
     let (tx, rx) = mpsc::unbounded_channel();
     for (index, request) in plan.requests.iter().enumerate() {
+        let slot = slots.one();
+        if let Some(reply) = app.reused(&keys[index]) {
+            drop(slot);
+            let _ = tx.send(Said::Text(index, reply.text.clone()));
+            let _ = tx.send(Said::Done(index, Ok(reply)));
+            continue;
+        }
         served.handle.send(
             request.clone(),
             Box::new(ChannelSink {
                 index,
                 tx: tx.clone(),
                 finished: Arc::clone(&app.finished),
-                _slot: slots.one(),
+                _slot: slot,
             }),
         );
     }
-    Ok((plan, name, rx))
+    Ok(Turn {
+        plan,
+        model,
+        keys,
+        rx,
+    })
+}
+
+impl App {
+    /// The prompt's token ids: the conversation rendered, with each assistant turn that
+    /// repeats a reply remembered here as the model wrote it (its text and ids).
+    fn prompt_tokens(&self, served: &Served, plan: &Plan) -> Result<Vec<u32>, ApiFailure> {
+        let Some(Prompt::Messages(messages)) = plan.requests.first().map(|r| &r.prompt) else {
+            return Err(ApiFailure::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "invariant: a chat request has messages",
+            ));
+        };
+        let mut messages = messages.clone();
+        let written: Vec<_> = plan
+            .seen
+            .iter()
+            .filter_map(|(at, seen)| Some((*at, self.memo.get(seen)?)))
+            .collect();
+        for (at, w) in &written {
+            messages[*at].content = w.text.clone();
+        }
+        let replies: Vec<(usize, &[u32])> = written
+            .iter()
+            .map(|(at, w)| (*at, w.ids.as_slice()))
+            .collect();
+        let spliced = served
+            .encoder
+            .spliced_tokens(&messages, &replies)
+            .map_err(ApiFailure::from)?;
+        if spliced.spliced > 0 {
+            self.spliced.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(spliced.tokens)
+    }
+
+    /// The reply a store reused holds for `key`, if any.
+    fn reused(&self, key: &RequestKey) -> Option<Reply> {
+        let reply = self
+            .sources
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .lookup(key)?;
+        self.reused.fetch_add(1, Ordering::SeqCst);
+        Some(reply)
+    }
+
+    /// Keeps what a choice answered: remembered for the conversations that repeat it, and
+    /// stored (with `--store`).
+    fn keep(&self, turn_model: usize, key: &RequestKey, tools: &ToolMode, reply: &Reply) {
+        let served = &self.models[turn_model];
+        let seen = chat::seen_of(&served.name, reply, tools);
+        self.memo.remember(seen, &served.encoder, reply);
+        if let Some(recorder) = &self.recorder {
+            recorder.keep(*key, reply);
+        }
+    }
 }
 
 fn completion_id() -> String {
@@ -354,18 +457,21 @@ fn created() -> u64 {
 }
 
 /// Waits for every choice, then answers once.
-async fn whole(
-    plan: Plan,
-    name: String,
-    id: String,
-    mut rx: mpsc::UnboundedReceiver<Said>,
-) -> Response {
+async fn whole(app: Arc<App>, turn: Turn, id: String) -> Response {
+    let Turn {
+        plan,
+        model,
+        keys,
+        mut rx,
+    } = turn;
+    let name = app.models[model].name.clone();
     let n = plan.requests.len();
     let mut done: Vec<Option<Reply>> = vec![None; n];
     let mut left = n;
     while left > 0 {
         match rx.recv().await {
             Some(Said::Done(i, Ok(reply))) => {
+                app.keep(model, &keys[i], &plan.tools, &reply);
                 done[i] = Some(reply);
                 left -= 1;
             }
@@ -402,12 +508,13 @@ fn engine_gone() -> ApiFailure {
 /// tools is sent whole when it ends, as a call or as words), a last chunk per choice with
 /// why it ended, the usage when asked for, then `[DONE]`. A request the engine refuses at
 /// once is answered with its error instead of a stream.
-async fn stream(
-    plan: Plan,
-    name: String,
-    id: String,
-    mut rx: mpsc::UnboundedReceiver<Said>,
-) -> Response {
+async fn stream(app: Arc<App>, turn: Turn, id: String) -> Response {
+    let Turn {
+        plan,
+        model,
+        keys,
+        mut rx,
+    } = turn;
     let first = match rx.recv().await {
         Some(Said::Done(_, Err(e))) => return ApiFailure::from(e).into_response(),
         Some(said) => said,
@@ -416,7 +523,10 @@ async fn stream(
     let chunks = Chunks {
         id: format!("chatcmpl-{id}"),
         call_id: id,
-        name,
+        name: app.models[model].name.clone(),
+        app,
+        model,
+        keys,
         created: created(),
         tools: plan.tools,
         include_usage: plan.include_usage,
@@ -464,6 +574,9 @@ struct Chunks {
     id: String,
     call_id: String,
     name: String,
+    app: Arc<App>,
+    model: usize,
+    keys: Vec<RequestKey>,
     created: u64,
     tools: ToolMode,
     include_usage: bool,
@@ -513,6 +626,8 @@ impl Chunks {
                 }
             }
             Said::Done(i, Ok(reply)) => {
+                self.app
+                    .keep(self.model, &self.keys[i], &self.tools, &reply);
                 self.opening(i, &mut out);
                 let choice = chat::choice(i, &reply, &self.tools, &self.call_id);
                 let message = &choice["message"];

@@ -13,24 +13,30 @@
 mod chat;
 mod error;
 mod http;
+mod memo;
 mod schema;
 mod seeds;
+mod store;
 mod tools;
 
 pub use error::ApiFailure;
 pub use schema::{Unenforceable, check as check_schema};
+pub use store::StoreError;
 
-use crate::engine::EngineHandle;
+use crate::engine::{EngineHandle, PromptEncoder};
 use crate::serve::access::Access;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 /// One model the server answers for.
 pub struct Served {
     /// The name requests give as `model`.
     pub name: String,
     pub handle: EngineHandle,
+    /// Renders, tokenizes and keys its requests as its engine does, on the server's threads.
+    pub encoder: PromptEncoder,
     /// Sequences its engine runs at once: the most choices one request may ask for.
     pub max_seqs: usize,
 }
@@ -48,6 +54,10 @@ pub struct ApiOptions {
     pub queue: usize,
     /// The most tokens a reply may have, and what one without `max_tokens` gets.
     pub max_tokens: usize,
+    /// Where to keep every reply (a decision store), if anywhere.
+    pub store: Option<PathBuf>,
+    /// Earlier stores (runs' or servers') whose replies answer requests of the same input.
+    pub reuse: Vec<PathBuf>,
 }
 
 /// Why the server cannot start.
@@ -74,6 +84,8 @@ pub enum ApiError {
     #[error("two models are served as {0:?}: give each its own name")]
     DuplicateName(String),
     #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 
@@ -89,12 +101,20 @@ struct App {
     /// Sequences finished since start, for `Retry-After`.
     finished: Arc<AtomicUsize>,
     started: std::time::Instant,
+    /// Recent replies, to splice into the conversations that repeat them.
+    memo: memo::Memo,
+    recorder: Option<store::Recorder>,
+    sources: Option<store::Sources>,
+    /// Choices answered from `sources`, and prompts with replies spliced in.
+    reused: AtomicU64,
+    spliced: AtomicU64,
 }
 
 /// A bound server, not yet serving.
 pub struct ApiServer {
     app: Arc<App>,
     listener: std::net::TcpListener,
+    warnings: Vec<String>,
 }
 
 impl ApiServer {
@@ -129,6 +149,22 @@ impl ApiServer {
                 return Err(ApiError::DuplicateName(m.name.clone()));
             }
         }
+        let identities: Vec<(&str, &crate::engine::ModelIdentity)> = models
+            .iter()
+            .map(|m| (m.name.as_str(), m.encoder.identity()))
+            .collect();
+        store::check_sources(&options.reuse, options.store.as_deref())?;
+        let (sources, warnings) = match options.reuse.is_empty() {
+            true => (None, Vec::new()),
+            false => {
+                let opened = store::open_sources(&options.reuse, &identities)?;
+                (Some(std::sync::Mutex::new(opened.reuse)), opened.warnings)
+            }
+        };
+        let recorder = match &options.store {
+            Some(dir) => Some(store::Recorder::open(dir, &identities)?),
+            None => None,
+        };
         listener.set_nonblocking(true)?;
         let key = options.key.unwrap_or_else(|| {
             let bytes: [u8; 24] = rand::random();
@@ -144,10 +180,16 @@ impl ApiServer {
             seeds: seeds::Seeds::default(),
             finished: Arc::default(),
             started: std::time::Instant::now(),
+            memo: memo::Memo::default(),
+            recorder,
+            sources,
+            reused: AtomicU64::new(0),
+            spliced: AtomicU64::new(0),
         };
         Ok(ApiServer {
             app: Arc::new(app),
             listener,
+            warnings,
         })
     }
 
@@ -159,6 +201,11 @@ impl ApiServer {
     pub fn base_url(&self) -> String {
         let addr = self.local_addr().map(|a| a.to_string()).unwrap_or_default();
         format!("http://{addr}/v1")
+    }
+
+    /// What was left out of the `--reuse` stores (missing, damaged, another model's).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The API key clients send.

@@ -42,6 +42,14 @@ pub struct ApiArgs {
     /// The most tokens a reply may have, and what a request without max_tokens gets.
     #[arg(long, default_value_t = 4096, value_parser = super::numbers::at_least_one())]
     pub max_tokens: usize,
+    /// Keep every reply in a decision store in this folder (created; or one an earlier
+    /// `throng api --store` wrote, added to), for a later `--reuse`.
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<std::path::PathBuf>,
+    /// Answer a request whose complete input an earlier run or server (its folder) already
+    /// answered with that reply, without the model; repeatable.
+    #[arg(long, value_name = "DIR")]
+    pub reuse: Vec<std::path::PathBuf>,
 }
 
 pub fn run(args: ApiArgs) -> Result<()> {
@@ -79,12 +87,14 @@ pub fn run(args: ApiArgs) -> Result<()> {
         let (engine, weights) = settings
             .load_engine_described()
             .with_context(|| format!("--model {model}"))?;
+        let encoder = engine.prompt_encoder().clone();
         let (handle, _thread) = EngineHandle::spawn(engine);
         let name = args.served_names.get(i).unwrap_or(model).clone();
         described.push(format!("  {name}: {model} ({weights})"));
         served.push(Served {
             name,
             handle,
+            encoder,
             max_seqs: args.engine.max_seqs,
         });
     }
@@ -102,9 +112,14 @@ pub fn run(args: ApiArgs) -> Result<()> {
                 .queue
                 .unwrap_or(4 * args.engine.max_seqs * args.models.len()),
             max_tokens: args.max_tokens,
+            store: args.store.clone(),
+            reuse: args.reuse.clone(),
         },
         served,
     )?;
+    for warning in server.warnings() {
+        eprintln!("throng api: warning: {warning}");
+    }
     out!(
         "throng api: serving\n{}\nat\n  base_url={}\n  api_key={}\n(Ctrl-C stops the server)",
         described.join("\n"),

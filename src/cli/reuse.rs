@@ -4,9 +4,9 @@
 
 use crate::engine::Engine;
 use crate::model::ModelIdentity;
-use crate::record::store::{Source, Store};
+use crate::record::store::Store;
 use crate::record::{self, ReuseRecord};
-use crate::sim::policy::Reuse;
+use crate::reuse::Reuse;
 use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 
@@ -45,73 +45,13 @@ pub fn check_sources(dirs: &[PathBuf]) -> Result<()> {
 }
 
 /// Opens the stores of `dirs` for a run whose engines are `engines` (each model's name and
-/// engine). A store that is missing or damaged is left out with a warning; one whose replies
-/// another weight format or class of device computed is refused, since none of them would be
-/// this run's.
+/// engine), saying what was left out (see [`crate::reuse::open`]).
 pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)]) -> Result<Reuse> {
-    let ours = identities(engines);
-    let mut sources = Vec::new();
-    for from in dirs {
-        let source = match Source::open(from) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!(
-                    "throng: warning: --reuse {}: {e}; none of its decisions are reused",
-                    from.display()
-                );
-                continue;
-            }
-        };
-        let theirs: Vec<(String, ModelIdentity)> = source
-            .models
-            .iter()
-            .filter_map(|(name, json)| Some((name.clone(), serde_json::from_str(json).ok()?)))
-            .collect();
-        let mut shared = false;
-        for (name, identity) in &theirs {
-            for (mine, own) in &ours {
-                if identity.weights != own.weights {
-                    continue;
-                }
-                // A store from before the KV type was recorded (`kv` empty) has keys of
-                // another scheme, which match nothing.
-                let kv_differs = !identity.kv.is_empty() && identity.kv != own.kv;
-                if identity.format != own.format || identity.device != own.device || kv_differs {
-                    bail!(
-                        "--reuse {}: its decisions by {name} were computed as {} on {} with a {} \
-                         KV cache, and this run's by {mine} would be computed as {} on {} with a \
-                         {} KV cache, which gives other bits: none of them would be this run's \
-                         decisions. Run with the weight format, kind of device and KV format it \
-                         used (--weights, --device, --kv-format), or drop --reuse {}",
-                        from.display(),
-                        identity.format,
-                        identity.device,
-                        identity.kv,
-                        own.format,
-                        own.device,
-                        own.kv,
-                        from.display()
-                    );
-                }
-                shared = true;
-            }
-        }
-        if !shared {
-            eprintln!(
-                "throng: warning: --reuse {}: its decisions were made by other weights ({}) than \
-                 this run's ({}); none of them can be reused",
-                from.display(),
-                theirs
-                    .iter()
-                    .map(|(n, _)| n.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                ours.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-            );
-        }
-        sources.push(source);
+    let opened = crate::reuse::open(dirs, &identities(engines))?;
+    for warning in &opened.warnings {
+        eprintln!("throng: warning: {warning}");
     }
-    Ok(Reuse::new(sources)?)
+    Ok(opened.reuse)
 }
 
 /// The decision store of the run in `dir` (created, or a resumed run's own), marked with the

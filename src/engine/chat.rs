@@ -392,7 +392,7 @@ pub enum ChatError {
 }
 
 /// A compiled chat template with the special tokens it refers to.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,

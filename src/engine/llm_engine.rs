@@ -9,6 +9,7 @@ use super::block_manager::{BlockManager, CacheStats};
 use super::chat::ChatTemplate;
 use super::constraint::Grammars;
 use super::model_runner::ModelRunner;
+use super::prompt_encoder::PromptEncoder;
 use super::request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
 use super::retention::KvPolicy;
 use super::sampler::Sampler;
@@ -148,12 +149,10 @@ pub(super) struct StepOutput {
 }
 
 pub struct Engine {
-    /// The model as its replies depend on it (see [`Engine::request_key`]).
-    identity: crate::model::ModelIdentity,
+    /// The tokenizer, chat template and model identity (see [`Engine::request_key`]).
+    prompts: PromptEncoder,
     runner: ModelRunner,
     pick_on: PickOn,
-    tokenizer: Tokenizer,
-    chat: ChatTemplate,
     grammars: Option<Grammars>,
     scheduler: Scheduler,
     max_context: usize,
@@ -279,12 +278,16 @@ impl Engine {
         } else {
             PickOn::Device
         };
-        Ok(Self {
-            identity,
-            runner: ModelRunner::new(Box::new(model), kv, cfg.profile),
-            pick_on,
+        let prompts = PromptEncoder {
             tokenizer,
             chat: ChatTemplate::new(&chat)?,
+            identity,
+            vocab: model_cfg.vocab_size,
+        };
+        Ok(Self {
+            prompts,
+            runner: ModelRunner::new(Box::new(model), kv, cfg.profile),
+            pick_on,
             grammars: None,
             scheduler,
             max_context,
@@ -305,20 +308,25 @@ impl Engine {
 
     /// What this engine's replies are a function of, beside the request.
     pub fn identity(&self) -> &crate::model::ModelIdentity {
-        &self.identity
+        &self.prompts.identity
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
+        &self.prompts.tokenizer
     }
 
     pub fn chat_template(&self) -> &ChatTemplate {
-        &self.chat
+        &self.prompts.chat
+    }
+
+    /// What renders, tokenizes and keys this engine's prompts, to do so on other threads.
+    pub fn prompt_encoder(&self) -> &PromptEncoder {
+        &self.prompts
     }
 
     /// Replaces the chat template's settings (e.g. a live date).
     pub fn set_chat_template(&mut self, chat: ChatTemplate) {
-        self.chat = chat;
+        self.prompts.chat = chat;
     }
 
     pub fn totals(&self) -> EngineTotals {
@@ -414,62 +422,7 @@ impl Engine {
 
     /// Token ids of a request's prompt.
     pub fn prompt_tokens(&self, prompt: &Prompt) -> Result<Vec<u32>, RequestError> {
-        let tokens = match prompt {
-            Prompt::Tokens(tokens) => tokens.clone(),
-            other => self.encode_prompt(other)?,
-        };
-        self.check_prompt(tokens)
-    }
-
-    /// As [`Engine::prompt_tokens`], keeping given tokens rather than copying them.
-    fn take_prompt_tokens(&self, prompt: Prompt) -> Result<Vec<u32>, RequestError> {
-        let tokens = match prompt {
-            Prompt::Tokens(tokens) => tokens,
-            other => self.encode_prompt(&other)?,
-        };
-        self.check_prompt(tokens)
-    }
-
-    /// Renders and tokenizes a prompt given as messages or text.
-    fn encode_prompt(&self, prompt: &Prompt) -> Result<Vec<u32>, RequestError> {
-        match prompt {
-            Prompt::Messages(messages) => {
-                if messages.is_empty() {
-                    return Err(RequestError::EmptyMessages);
-                }
-                if let Some(role) = self.chat.unknown_role(messages) {
-                    return Err(RequestError::UnknownRole {
-                        role: role.to_string(),
-                        known: self.chat.roles().join(", "),
-                    });
-                }
-                let text = self
-                    .chat
-                    .render(messages, true)
-                    .map_err(|e| RequestError::Template(e.to_string()))?;
-                self.tokenizer
-                    .encode(&text, false)
-                    .map_err(|e| RequestError::Tokenizer(e.to_string()))
-            }
-            Prompt::Text(text) => self
-                .tokenizer
-                .encode(text, true)
-                .map_err(|e| RequestError::Tokenizer(e.to_string())),
-            Prompt::Tokens(tokens) => Ok(tokens.clone()),
-        }
-    }
-
-    fn check_prompt(&self, tokens: Vec<u32>) -> Result<Vec<u32>, RequestError> {
-        if tokens.is_empty() {
-            return Err(RequestError::EmptyPrompt);
-        }
-        let vocab = self.model().config().vocab_size;
-        if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
-            return Err(RequestError::Tokenizer(format!(
-                "token id {bad} is outside the vocabulary of {vocab}"
-            )));
-        }
-        Ok(tokens)
+        self.prompts.tokens(prompt)
     }
 
     /// Validates `request` and queues it; the id names it in [`StepOutput`]. Errors (a bad
@@ -487,7 +440,7 @@ impl Engine {
                 if self.grammars.is_none() {
                     let vocab = self.model().config().vocab_size;
                     self.grammars = Some(
-                        Grammars::new(&self.tokenizer, vocab)
+                        Grammars::new(&self.prompts.tokenizer, vocab)
                             .map_err(RequestError::InvalidSchema)?,
                     );
                 }
@@ -499,7 +452,7 @@ impl Engine {
                 )
             }
         };
-        let tokens = self.take_prompt_tokens(request.prompt)?;
+        let tokens = self.prompts.take_tokens(request.prompt)?;
         if tokens.len() >= self.max_context {
             return Err(RequestError::PromptTooLong {
                 tokens: tokens.len(),
@@ -531,7 +484,7 @@ impl Engine {
                 let forced = c.forced();
                 self.totals.forced_tokens += forced.len() as u64;
                 for t in forced {
-                    push_token(&self.tokenizer, &mut seq, t);
+                    push_token(&self.prompts.tokenizer, &mut seq, t);
                 }
             }
         }
@@ -595,7 +548,7 @@ impl Engine {
         let mut endings = Vec::new();
         let mut prefill_tokens = 0;
         let post = Postprocess {
-            tokenizer: &self.tokenizer,
+            tokenizer: &self.prompts.tokenizer,
             fast_forward: self.fast_forward,
             max_context: self.max_context,
         };
@@ -780,7 +733,8 @@ impl Engine {
         // Decoding the whole reply once gives exactly the tokenizer's text; stop strings
         // were found in the incremental text and cut there.
         let mut text = if seq.stop.is_empty() {
-            self.tokenizer
+            self.prompts
+                .tokenizer
                 .decode(&token_ids, true)
                 .unwrap_or_else(|_| seq.text.clone())
         } else {

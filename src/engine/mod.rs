@@ -9,6 +9,7 @@ mod drive;
 mod handle;
 mod llm_engine;
 mod model_runner;
+mod prompt_encoder;
 mod request;
 mod request_key;
 mod retention;
@@ -16,8 +17,11 @@ pub mod sampler;
 mod scheduler;
 mod sequence;
 mod shared_prefix;
+mod splice;
 pub mod tokenizer;
 
+/// What an engine's replies are a function of, beside the request (its model, as computed).
+pub use crate::model::ModelIdentity;
 pub use block_manager::CacheStats;
 pub use chat::{ChatTemplate, Message};
 pub use constraint::{Schema, SchemaId};
@@ -26,9 +30,11 @@ pub use handle::{EngineHandle, EngineStatus, Pending, Sink};
 pub use llm_engine::{
     Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, default_kv_memory,
 };
+pub use prompt_encoder::PromptEncoder;
 pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
 pub use request_key::RequestKey;
 pub use retention::KvPolicy;
 pub use sampler::SamplingParams;
 pub use shared_prefix::{PromptCost, SharedPrefix};
+pub use splice::Spliced;
 pub use tokenizer::Tokenizer;

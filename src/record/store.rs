@@ -29,6 +29,12 @@ pub struct StoredReply {
     pub stopped: bool,
     pub prompt_tokens: u32,
     pub generated_tokens: u32,
+    /// The reply's token ids, kept where a later prompt may repeat the reply and should do
+    /// so with the ids the model gave (`throng api`'s conversations); a run's replies leave
+    /// them out. Encoded after the rest, only when there are any, so that entries written
+    /// without them (every run's, and those of stores older than this field) read as before.
+    #[serde(skip)]
+    pub token_ids: Vec<u32>,
 }
 
 impl StoredReply {
@@ -37,8 +43,12 @@ impl StoredReply {
     /// whole by a commit it knows of: a byte flipped in place later, or in a store whose last
     /// commit was cut by a kill, is caught by this checksum alone.
     fn encode(&self, key: &[u8; 32]) -> Vec<u8> {
-        let reply =
+        let mut reply =
             postcard::to_stdvec(self).expect("invariant: in-memory postcard encoding cannot fail");
+        if !self.token_ids.is_empty() {
+            reply = postcard::to_extend(&self.token_ids, reply)
+                .expect("invariant: in-memory postcard encoding cannot fail");
+        }
         let mut entry = checksum(key, &reply).to_le_bytes().to_vec();
         entry.extend_from_slice(&reply);
         entry
@@ -48,9 +58,14 @@ impl StoredReply {
     /// decodes.
     fn decode(key: &[u8; 32], bytes: &[u8]) -> Option<Self> {
         let (sum, reply) = bytes.split_first_chunk::<4>()?;
-        (u32::from_le_bytes(*sum) == checksum(key, reply))
-            .then(|| postcard::from_bytes(reply).ok())
-            .flatten()
+        if u32::from_le_bytes(*sum) != checksum(key, reply) {
+            return None;
+        }
+        let (mut stored, ids): (Self, _) = postcard::take_from_bytes(reply).ok()?;
+        if !ids.is_empty() {
+            stored.token_ids = postcard::from_bytes(ids).ok()?;
+        }
+        Some(stored)
     }
 }
 
@@ -228,6 +243,7 @@ mod tests {
             stopped: true,
             prompt_tokens: 100 + i,
             generated_tokens: 7,
+            token_ids: Vec::new(),
         }
     }
 
@@ -252,6 +268,37 @@ mod tests {
         let reader = source.reader().unwrap();
         assert_eq!(reader.get(&key(7)).unwrap(), Lookup::Hit(reply(7)));
         assert_eq!(reader.get(&key(5000)).unwrap(), Lookup::Miss);
+    }
+
+    #[test]
+    fn stored_token_ids_round_trip_and_entries_without_them_read_as_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let with_ids = StoredReply {
+            token_ids: vec![1, 70_000, 3, u32::MAX],
+            ..reply(1)
+        };
+        // An entry as every store wrote it before token ids were kept: the reply alone.
+        let old = reply(2);
+        let old_bytes = {
+            let encoded = postcard::to_stdvec(&old).unwrap();
+            let mut entry = checksum(&key(2), &encoded).to_le_bytes().to_vec();
+            entry.extend_from_slice(&encoded);
+            entry
+        };
+        assert_eq!(
+            old.encode(&key(2)),
+            old_bytes,
+            "a reply without ids is stored as before"
+        );
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .insert(&[(key(1), with_ids.clone()), (key(2), old.clone())])
+            .unwrap();
+        drop(store);
+        let source = Source::open(dir.path()).unwrap();
+        let reader = source.reader().unwrap();
+        assert_eq!(reader.get(&key(1)).unwrap(), Lookup::Hit(with_ids));
+        assert_eq!(reader.get(&key(2)).unwrap(), Lookup::Hit(old));
     }
 
     #[test]

@@ -13,12 +13,12 @@
 //! history is cut to its last `history` turns: past that the previous prompt is no longer a
 //! prefix, and the hints keep blocks that will not be found.
 
-use super::reuse::Reuse;
 use super::{AgentTurn, CellView, Decided, LlmTrace, Policy, PolicyError, PolicyTimes, Transcript};
 use crate::engine::{
     ChatTemplate, Client, Engine, Fill, FinishReason, Message, Prompt, PromptCost, Queue, Refused,
     Request, RequestError, RequestKey, Response, SamplingParams, Schema, SharedPrefix, Tokenizer,
 };
+use crate::reuse::Reuse;
 use crate::sim::population::{PersonaConfig, Population};
 use crate::sim::prompt::PromptBook;
 use crate::sim::scenario::{CellInfo, Scenario};

@@ -4,12 +4,11 @@
 
 mod assign;
 mod llm;
-mod reuse;
 mod scripted;
 
+pub use crate::reuse::Reuse;
 pub use assign::{assign, policies_of, routes};
 pub use llm::{Llm, PromptSizes, template_name};
-pub use reuse::Reuse;
 pub use scripted::Scripted;
 
 use super::config::LlmConfig;
@@ -121,6 +120,7 @@ impl LlmTrace {
                 stopped: self.stopped,
                 prompt_tokens: self.prompt_tokens as u32,
                 generated_tokens: self.generated_tokens as u32,
+                token_ids: Vec::new(),
             },
         ))
     }

@@ -1,6 +1,6 @@
-//! Decisions taken from earlier runs instead of the model (`throng run --reuse`). This run's
-//! own replies reach its store through the decisions' traces, which carry their request keys
-//! (the recorder keeps them, every rank's).
+//! Replies taken from earlier runs' decision stores instead of the model (`throng run
+//! --reuse`, `throng api --reuse`): the stores opened and checked against the engines that
+//! would otherwise compute the replies, and looked up by request key.
 //!
 //! A request's reply is a function of its complete input (the engine's
 //! [`crate::engine::RequestKey`]: model identity, prompt tokens, schema, sampling, seed), so
@@ -9,8 +9,112 @@
 //! stores are the run folders' `decisions.redb` ([`crate::record::store`]).
 
 use crate::engine::{FinishReason, RequestKey, Response, Timings};
+use crate::model::ModelIdentity;
 use crate::record::RecordError;
 use crate::record::store::{Lookup, Reader, Source, StoredReply};
+use std::path::{Path, PathBuf};
+
+/// Why stores cannot be reused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReuseError {
+    #[error(
+        "--reuse {}: its decisions by {theirs} were computed as {} on {} with a {} KV cache, and \
+         this run's by {ours} would be computed as {} on {} with a {} KV cache, which gives other \
+         bits: none of them would be this run's decisions. Run with the weight format, kind of \
+         device and KV format it used (--weights, --device, --kv-format), or drop --reuse {}",
+        dir.display(), stored.format, stored.device, stored.kv, own.format, own.device, own.kv,
+        dir.display()
+    )]
+    OtherComputation {
+        dir: PathBuf,
+        theirs: String,
+        ours: String,
+        stored: Box<ModelIdentity>,
+        own: Box<ModelIdentity>,
+    },
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+/// Stores opened for reuse, and what was left out of them.
+pub struct Opened {
+    pub reuse: Reuse,
+    /// Stores that could not be opened, or whose replies no model here could give.
+    pub warnings: Vec<String>,
+}
+
+/// Opens the stores of `dirs` for engines of `models` (each model's name and identity). A
+/// store that is missing or damaged is left out with a warning; one whose replies another
+/// weight format, class of device or KV format computed is refused, since none of them would
+/// be these engines'.
+pub fn open(dirs: &[PathBuf], models: &[(&str, &ModelIdentity)]) -> Result<Opened, ReuseError> {
+    let mut sources = Vec::new();
+    let mut warnings = Vec::new();
+    for from in dirs {
+        let source = match Source::open(from) {
+            Ok(s) => s,
+            Err(e) => {
+                warnings.push(format!(
+                    "--reuse {}: {e}; none of its decisions are reused",
+                    from.display()
+                ));
+                continue;
+            }
+        };
+        if !shares_a_model(&source, from, models)? {
+            warnings.push(format!(
+                "--reuse {}: its decisions were made by other weights ({}) than this run's \
+                 ({}); none of them can be reused",
+                from.display(),
+                source.models.keys().cloned().collect::<Vec<_>>().join(", "),
+                models
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        sources.push(source);
+    }
+    Ok(Opened {
+        reuse: Reuse::new(sources)?,
+        warnings,
+    })
+}
+
+/// Whether `source` holds replies of one of `models`' weights; an error if it holds them as
+/// another computation (format, device, KV type) made them.
+fn shares_a_model(
+    source: &Source,
+    dir: &Path,
+    models: &[(&str, &ModelIdentity)],
+) -> Result<bool, ReuseError> {
+    let mut shared = false;
+    for (name, json) in &source.models {
+        let Ok(identity) = serde_json::from_str::<ModelIdentity>(json) else {
+            continue;
+        };
+        for (mine, own) in models {
+            if identity.weights != own.weights {
+                continue;
+            }
+            // A store from before the KV type was recorded (`kv` empty) has keys of another
+            // scheme, which match nothing.
+            let kv_differs = !identity.kv.is_empty() && identity.kv != own.kv;
+            if identity.format != own.format || identity.device != own.device || kv_differs {
+                return Err(ReuseError::OtherComputation {
+                    dir: dir.to_path_buf(),
+                    theirs: name.clone(),
+                    ours: mine.to_string(),
+                    stored: Box::new(identity),
+                    own: Box::new((*own).clone()),
+                });
+            }
+            shared = true;
+        }
+    }
+    Ok(shared)
+}
 
 /// The stores a run reads replies from.
 #[derive(Default)]
@@ -122,7 +226,7 @@ fn response(reply: StoredReply) -> Response {
         prompt_tokens: reply.prompt_tokens as usize,
         cached_tokens: reply.prompt_tokens as usize,
         generated_tokens: reply.generated_tokens as usize,
-        token_ids: Vec::new(),
+        token_ids: reply.token_ids,
         timings: Timings::default(),
         tag: None,
         text: reply.text,

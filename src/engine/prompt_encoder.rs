@@ -1,0 +1,131 @@
+//! A request's prompt as token ids, and its complete input as a key, computed apart from the
+//! engine: the tokenizer, the chat template and the model's identity, cloned out of an engine
+//! ([`Engine::prompt_encoder`](super::Engine::prompt_encoder)). A server renders, tokenizes
+//! and keys its requests on its own threads with it, and the engine does the same with its
+//! own copy, so both give the same ids and the same key.
+
+use super::chat::{ChatTemplate, Message};
+use super::request::{Prompt, Request, RequestError};
+use super::request_key::RequestKey;
+use super::tokenizer::Tokenizer;
+use crate::model::ModelIdentity;
+use sha2::{Digest, Sha256};
+
+/// Renders, tokenizes and keys prompts as the engine it came from does.
+#[derive(Debug, Clone)]
+pub struct PromptEncoder {
+    pub(super) tokenizer: Tokenizer,
+    pub(super) chat: ChatTemplate,
+    pub(super) identity: ModelIdentity,
+    /// The model's vocabulary (token ids at or above it are refused).
+    pub(super) vocab: usize,
+}
+
+impl PromptEncoder {
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn chat_template(&self) -> &ChatTemplate {
+        &self.chat
+    }
+
+    /// What the engine's replies are a function of, beside the request.
+    pub fn identity(&self) -> &ModelIdentity {
+        &self.identity
+    }
+
+    /// Token ids of a prompt, checked against the vocabulary.
+    pub fn tokens(&self, prompt: &Prompt) -> Result<Vec<u32>, RequestError> {
+        let tokens = match prompt {
+            Prompt::Tokens(tokens) => tokens.clone(),
+            Prompt::Messages(messages) => self.message_tokens(messages)?,
+            Prompt::Text(text) => self.encode(text, true)?,
+        };
+        self.check(tokens)
+    }
+
+    /// As [`PromptEncoder::tokens`], keeping given tokens rather than copying them.
+    pub fn take_tokens(&self, prompt: Prompt) -> Result<Vec<u32>, RequestError> {
+        match prompt {
+            Prompt::Tokens(tokens) => self.check(tokens),
+            other => self.tokens(&other),
+        }
+    }
+
+    /// The conversation rendered by the chat template (ending with the assistant's header).
+    pub fn render(&self, messages: &[Message]) -> Result<String, RequestError> {
+        if messages.is_empty() {
+            return Err(RequestError::EmptyMessages);
+        }
+        if let Some(role) = self.chat.unknown_role(messages) {
+            return Err(RequestError::UnknownRole {
+                role: role.to_string(),
+                known: self.chat.roles().join(", "),
+            });
+        }
+        self.chat
+            .render(messages, true)
+            .map_err(|e| RequestError::Template(e.to_string()))
+    }
+
+    fn message_tokens(&self, messages: &[Message]) -> Result<Vec<u32>, RequestError> {
+        // A rendered template carries its own special tokens.
+        self.encode(&self.render(messages)?, false)
+    }
+
+    pub(super) fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, RequestError> {
+        self.tokenizer
+            .encode(text, special)
+            .map_err(|e| RequestError::Tokenizer(e.to_string()))
+    }
+
+    fn check(&self, tokens: Vec<u32>) -> Result<Vec<u32>, RequestError> {
+        if tokens.is_empty() {
+            return Err(RequestError::EmptyPrompt);
+        }
+        if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.vocab) {
+            return Err(RequestError::Tokenizer(format!(
+                "token id {bad} is outside the vocabulary of {}",
+                self.vocab
+            )));
+        }
+        Ok(tokens)
+    }
+
+    /// The key of `request` whose prompt is `tokens`: the model's identity (weights, format,
+    /// device class, KV cache type), the prompt's tokens, the schema, the sampling settings
+    /// and seed, the token limit and the stop strings. The tag and the retention key, which
+    /// change no reply, are left out.
+    pub fn key(&self, tokens: &[u32], request: &Request) -> RequestKey {
+        let mut h = Sha256::new();
+        // Each part with its length first, so that no two inputs hash the same bytes.
+        let mut part = |bytes: &[u8]| {
+            h.update((bytes.len() as u64).to_le_bytes());
+            h.update(bytes);
+        };
+        let id = &self.identity;
+        // 2: the KV cache's type joined the identity.
+        part(b"throng request key 2");
+        part(id.weights.as_bytes());
+        part(id.format.as_bytes());
+        part(id.device.as_bytes());
+        part(id.kv.as_bytes());
+        let token_bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+        part(&token_bytes);
+        match &request.json_schema {
+            Some(schema) => part(schema.value().to_string().as_bytes()),
+            None => part(b""),
+        }
+        let s = &request.sampling;
+        part(&s.temperature.to_bits().to_le_bytes());
+        part(&s.top_p.to_bits().to_le_bytes());
+        part(&s.top_k.map_or(u64::MAX, |k| k as u64).to_le_bytes());
+        part(&s.seed.to_le_bytes());
+        part(&(request.max_tokens as u64).to_le_bytes());
+        for stop in &request.stop {
+            part(stop.as_bytes());
+        }
+        h.finalize().into()
+    }
+}
