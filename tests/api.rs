@@ -63,7 +63,15 @@ fn options(queue: usize) -> ApiOptions {
 
 /// The tiny model in `model`, served as "tiny" with `options` (its address not used).
 fn start_on(model: &std::path::Path, options: ApiOptions) -> Result<Api, throng::api::ApiError> {
-    let engine = common::engine(model.to_str().unwrap(), engine_config());
+    start_engine(model, options, engine_config())
+}
+
+fn start_engine(
+    model: &std::path::Path,
+    options: ApiOptions,
+    config: EngineConfig,
+) -> Result<Api, throng::api::ApiError> {
+    let engine = common::engine(model.to_str().unwrap(), config);
     let encoder = engine.prompt_encoder().clone();
     let (handle, _thread) = EngineHandle::spawn(engine);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1040,4 +1048,51 @@ fn a_store_or_source_that_cannot_be_one_is_refused_with_the_fix() {
     );
     let e = refused(Some(&session), &[&session]);
     assert!(e.contains("is also --store"), "{e}");
+}
+
+// Issue 31: a request's `user` was a retention key with no round announced, and under
+// next-call retention a key does nothing without one: a full cache dropped the least recently
+// used histories, which are the next called when agents take turns.
+#[test]
+fn rounds_learned_from_the_callers_keep_the_histories_called_next() {
+    let model = common::tiny_model(&TinyLlama::default());
+    let cached_after_two_rounds = |learn: bool| -> u64 {
+        let config = EngineConfig {
+            // Room for about half of the agents' histories.
+            kv_memory: Some(256 << 10),
+            ..engine_config()
+        };
+        let api = start_engine(model.path(), options(64), config).unwrap();
+        if !learn {
+            // A client that announces its rounds (here: none) is not second-guessed.
+            let (status, _) = post(&api, "/throng/expect_calls", &json!({"users": []}));
+            assert_eq!(status, 200);
+        }
+        let mut cached = 0;
+        for round in 0..5 {
+            for agent in 0..8 {
+                let persona = format!("Agent {agent}: ").repeat(20);
+                let body = json!({"model": "tiny", "messages": [
+                    {"role": "system", "content": persona},
+                    {"role": "user", "content": format!("round {round}")}
+                ], "max_tokens": 4, "seed": 1, "user": format!("agent-{agent}")});
+                let (status, reply) = post(&api, "/chat/completions", &body);
+                assert_eq!(status, 200, "{reply}");
+                if round >= 2 {
+                    cached += reply["usage"]["prompt_tokens_details"]["cached_tokens"]
+                        .as_u64()
+                        .unwrap();
+                }
+            }
+        }
+        cached
+    };
+    let (learned, not) = (
+        cached_after_two_rounds(true),
+        cached_after_two_rounds(false),
+    );
+    assert!(
+        learned > not + 100,
+        "{learned} prompt tokens cached with the rounds learned, {not} without"
+    );
 }

@@ -142,15 +142,16 @@ async fn expect_calls(
         Ok(a) => a,
         Err(f) => return f.into_response(),
     };
-    let models: Vec<&Served> = match &announced.model {
-        Some(name) => match app.find(name) {
+    let models: Vec<usize> = match &announced.model {
+        Some(name) => match app.index(name) {
             Ok(m) => vec![m],
             Err(f) => return f.into_response(),
         },
-        None => app.models.iter().collect(),
+        None => (0..app.models.len()).collect(),
     };
     for m in models {
-        m.handle.expect_calls(announced.users.clone());
+        app.rounds[m].told();
+        app.models[m].handle.expect_calls(announced.users.clone());
     }
     axum::Json(json!({"expected": announced.users.len()})).into_response()
 }
@@ -361,6 +362,11 @@ fn start(
         })
         .collect();
     let mut slots = app.admit(plan.requests.len())?;
+    if let Some(user) = plan.requests[0].retention_key.as_deref()
+        && let Some(round) = app.rounds[model].called(user)
+    {
+        served.handle.expect_calls(round);
+    }
     let (tx, rx) = mpsc::unbounded_channel();
     for (index, request) in plan.requests.iter().enumerate() {
         let slot = slots.one();

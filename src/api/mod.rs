@@ -14,6 +14,7 @@ mod chat;
 mod error;
 mod http;
 mod memo;
+mod rounds;
 mod schema;
 mod seeds;
 mod store;
@@ -92,6 +93,8 @@ pub enum ApiError {
 /// What every handler shares.
 struct App {
     models: Vec<Served>,
+    /// The rounds of calls learned for each model, in order.
+    rounds: Vec<rounds::Rounds>,
     access: Access,
     queue: usize,
     max_tokens: usize,
@@ -171,6 +174,7 @@ impl ApiServer {
             bytes.iter().map(|b| format!("{b:02x}")).collect()
         });
         let app = App {
+            rounds: models.iter().map(|_| rounds::Rounds::default()).collect(),
             models,
             access: Access::new(key, bound, options.public, &options.allowed_hosts)
                 .named("throng api"),
