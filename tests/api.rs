@@ -1096,3 +1096,29 @@ fn rounds_learned_from_the_callers_keep_the_histories_called_next() {
         "{learned} prompt tokens cached with the rounds learned, {not} without"
     );
 }
+
+// A grammar's forced tokens ran past `max_tokens`; with stop strings set, the reply's text
+// kept them (its token count did not), so the text was longer than the reply.
+#[test]
+fn a_reply_cut_at_max_tokens_is_cut_there_whatever_the_grammar_forces() {
+    let api = start(64);
+    let schema = json!({"type": "object", "properties": {
+        "a_long_property_name_the_grammar_forces": {"type": "integer"}},
+        "required": ["a_long_property_name_the_grammar_forces"], "additionalProperties": false});
+    for stop in [None, Some(json!(["zzz"]))] {
+        let mut body = chat("what do you bid?");
+        body["max_tokens"] = json!(3);
+        body["response_format"] =
+            json!({"type": "json_schema", "json_schema": {"name": "bid", "schema": schema}});
+        if let Some(stop) = &stop {
+            body["stop"] = stop.clone();
+        }
+        let (status, reply) = post(&api, "/chat/completions", &body);
+        assert_eq!(status, 200, "{reply}");
+        let choice = &reply["choices"][0];
+        assert_eq!(choice["finish_reason"], "length", "{stop:?}: {reply}");
+        assert_eq!(reply["usage"]["completion_tokens"], 3, "{stop:?}: {reply}");
+        // The byte tokenizer: three tokens are three characters.
+        assert_eq!(choice["message"]["content"], "{\"a", "{stop:?}: {reply}");
+    }
+}

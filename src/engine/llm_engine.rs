@@ -805,21 +805,29 @@ impl Postprocess<'_> {
                 push_token(self.tokenizer, seq, t);
             }
         }
+        // Saturating: `--max-tokens` may be as large as a usize holds.
+        let limit = seq
+            .prompt_len
+            .saturating_add(seq.max_tokens)
+            .min(self.max_context);
+        // Forced tokens may overshoot the limit: the reply is cut at it, its text too (a
+        // stop string or the grammar's end past the cut was never generated).
+        let overshot = seq.tokens.len() > limit;
+        if overshot {
+            seq.tokens.truncate(limit);
+            seq.text = self
+                .tokenizer
+                .decode(seq.generated(), true)
+                .unwrap_or_default();
+        }
         if let Some(at) = find_stop(&seq.text, &seq.stop) {
             seq.text.truncate(at);
             return Some(Ending::Finished(FinishReason::Stop));
         }
-        if seq.constraint.as_ref().is_some_and(|c| c.is_finished()) {
+        if !overshot && seq.constraint.as_ref().is_some_and(|c| c.is_finished()) {
             return Some(Ending::Finished(FinishReason::Stop));
         }
-        if seq.num_generated() >= seq.max_tokens || seq.tokens.len() >= self.max_context {
-            // Forced tokens may overshoot the limit; the reply is cut at it.
-            // Saturating: `--max-tokens` may be as large as a usize holds.
-            let keep = seq
-                .prompt_len
-                .saturating_add(seq.max_tokens)
-                .min(self.max_context);
-            seq.tokens.truncate(keep);
+        if seq.tokens.len() >= limit {
             return Some(Ending::Finished(FinishReason::Length));
         }
         None
