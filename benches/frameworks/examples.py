@@ -3,14 +3,21 @@
 OpenAI client, pointed at throng by its documented setting, making the kind of call its
 simulations make. Prints one line per framework: `ok`, or the error it met.
 
-  examples.py BASE_URL API_KEY MODEL
+  examples.py BASE_URL API_KEY MODEL [FRAMEWORK...]
+
+FRAMEWORK is concordia, mesa-llm, agentscope or oasis (default: all); OASIS runs from a
+virtualenv of its own (see run.sh).
 """
 
 import asyncio
+import contextlib
+import importlib.util
 import json
 import os
 import sys
 import traceback
+import types
+from pathlib import Path
 
 BASE, KEY, MODEL = sys.argv[1:4]
 
@@ -85,8 +92,117 @@ def agentscope():
     return f"structured output {result}"[:120]
 
 
+def _without_torch():
+    # `import oasis` imports its recommender module (oasis/social_platform/recsys.py), which
+    # imports torch, sentence-transformers, scikit-learn and transformers at import time for
+    # the embedding recommenders (twhin-bert, twitter). Each one not installed is replaced by a
+    # module whose attributes raise when used, except the three that module's import itself
+    # runs (torch.cuda.is_available, torch.device, torch.no_grad, TfidfVectorizer()). The
+    # reddit and random recommenders are plain Python and run as OASIS wrote them.
+    def stand_in(name, **attrs):
+        module = types.ModuleType(name)
+
+        def absent(attr):
+            def fail(*args, **kwargs):
+                raise ImportError(f"{name}.{attr}: not installed (an OASIS embedding recommender)")
+            return fail
+
+        module.__getattr__ = absent
+        module.__dict__.update(attrs)
+        sys.modules[name] = module
+
+    if importlib.util.find_spec("torch") is None:
+        stand_in("torch", cuda=types.SimpleNamespace(is_available=lambda: False),
+                 device=lambda name: name, no_grad=lambda: (lambda function: function))
+    for name in ("sentence_transformers", "transformers"):
+        if importlib.util.find_spec(name) is None:
+            stand_in(name)
+    if importlib.util.find_spec("sklearn") is None:
+        for name in ("sklearn", "sklearn.feature_extraction", "sklearn.metrics",
+                     "sklearn.metrics.pairwise"):
+            stand_in(name)
+        stand_in("sklearn.feature_extraction.text", TfidfVectorizer=lambda: None)
+
+
+def oasis():
+    # OASIS's own SocialAgent (a camel ChatAgent whose social actions are tools) on OASIS's own
+    # Platform (sqlite, reddit recommender): oasis.make, env.reset, one env.step with an
+    # LLMAction, the step's tool call executed by camel against the platform. The model is
+    # camel's OpenAI-compatible backend with `url=` and `api_key=`.
+    _without_torch()
+    work = Path(__file__).resolve().parents[2] / "target" / "frameworks" / "oasis"
+    work.mkdir(parents=True, exist_ok=True)
+    os.chdir(work)  # OASIS writes ./log/ at import time and its database where it is told
+    (work / "oasis.db").unlink(missing_ok=True)
+    with contextlib.redirect_stdout(sys.stderr):  # OASIS prints to stdout
+        import logging
+
+        import oasis
+        from camel.models import ModelFactory
+        from camel.types import ModelPlatformType
+        from camel.utils import BaseTokenCounter
+
+        class Utf8Counter(BaseTokenCounter):
+            # camel's default counter for an OpenAI-compatible model is tiktoken's o200k_base,
+            # which tiktoken downloads on first use; this one counts UTF-8 bytes (at least the
+            # tokens) and needs nothing.
+            def count_tokens_from_messages(self, messages):
+                return sum(len(str(m.get("content") or "").encode()) for m in messages)
+
+            def encode(self, text):
+                return list(text.encode())
+
+            def decode(self, token_ids):
+                return bytes(token_ids).decode(errors="replace")
+
+        errors = []  # SocialAgent.perform_action_by_llm logs a failed step and returns
+
+        class Errors(logging.Handler):
+            def emit(self, record):
+                if record.levelno >= logging.ERROR:
+                    errors.append(record.getMessage())
+
+        logging.getLogger("social.agent").addHandler(Errors())
+        model = ModelFactory.create(
+            model_platform=ModelPlatformType.OPENAI_COMPATIBLE_MODEL, model_type=MODEL,
+            url=BASE, api_key=KEY, token_counter=Utf8Counter(),
+            model_config_dict={"tool_choice": "required"},
+        )
+        graph = oasis.AgentGraph()
+        agent = oasis.SocialAgent(
+            agent_id=0, agent_graph=graph, model=model,
+            user_info=oasis.UserInfo(user_name="alice", name="Alice", recsys_type="reddit",
+                                     description="A gardener who posts about tomatoes."),
+            available_actions=oasis.ActionType.get_default_reddit_actions(),
+        )
+        graph.add_agent(agent)
+
+        async def step():
+            env = oasis.make(agent_graph=graph, platform=oasis.DefaultPlatformType.REDDIT,
+                             database_path="oasis.db")
+            await env.reset()
+            await env.step({agent: oasis.LLMAction()})
+            await env.close()
+
+        asyncio.run(step())
+    assert not errors, errors[0]
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(work / "oasis.db")) as db:
+        actions = db.execute("SELECT action, info FROM trace WHERE action != 'sign_up'").fetchall()
+    assert actions, "the step wrote no action to the platform's trace"
+    call = next(m for m in agent.chat_history if m.get("tool_calls"))["tool_calls"][0]["function"]
+    result = next(m for m in agent.chat_history if m["role"] == "tool")["content"]
+    return f"env.step: tool call {call['name']} {call['arguments']} -> {result}, trace {actions}"
+
+
+FRAMEWORKS = {"concordia": concordia, "mesa-llm": mesa_llm, "agentscope": agentscope,
+              "oasis": oasis}
+
+
 def main():
-    for name, run in [("concordia", concordia), ("mesa-llm", mesa_llm), ("agentscope", agentscope)]:
+    for name in sys.argv[4:] or FRAMEWORKS:
+        run = FRAMEWORKS[name]
         try:
             print(f"{name}: ok: {run()}", flush=True)
         except Exception as e:  # noqa: BLE001 - each framework's failure is reported, not raised
