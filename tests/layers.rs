@@ -1,9 +1,10 @@
 //! Guards the layering the README's Architecture section promises, which the compiler does
 //! not: `record` imports nothing of the layers above it, `sim` nothing of the model, of any
 //! scenario, of the reports or of the CLI (it may use the engine's request types), `serve` reads run
-//! folders through `record` alone, and `api` serves the engine knowing nothing of
-//! simulations. A path into a layer above, written in code under `src/sim/`, `src/record/`,
-//! `src/serve/` or `src/api/`, fails here with its file and line.
+//! folders through `record` alone, `api` serves the engine knowing nothing of simulations,
+//! and `bench` measures the engine and the model without the simulation. A path into a layer
+//! above, written in code under `src/sim/`, `src/record/`, `src/serve/`, `src/api/` or
+//! `src/bench/`, fails here with its file and line.
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +37,18 @@ const RULES: &[(&str, &[&str])] = &[
             "bench",
             "quality",
             "cluster",
+            "api",
+        ],
+    ),
+    (
+        "bench",
+        &[
+            "sim",
+            "scenarios",
+            "cli",
+            "analysis",
+            "quality",
+            "serve",
             "api",
         ],
     ),

@@ -8,8 +8,8 @@ pub mod rules;
 pub mod scripted;
 pub mod world;
 
+use crate::host::MemoryPart;
 use crate::sim::config::ScenarioProblem;
-use crate::sim::plan::MemoryPart;
 use crate::sim::population::{Column, Population, PopulationSpec};
 use crate::sim::scenario::{CellInfo, ParseError, Parsed, Scenario, Turn};
 use arrow_array::RecordBatch;

@@ -64,7 +64,7 @@ pub fn turns<S: Scenario>(
             "out of memory: step {} cannot hold the turns of its {agents} agents ({}); run \
              fewer agents, replicates or arms",
             step + 1,
-            crate::sim::plan::human_bytes(agents as f64 * std::mem::size_of::<AgentTurn>() as f64)
+            crate::host::human_bytes(agents as f64 * std::mem::size_of::<AgentTurn>() as f64)
         ))
     })?;
     for (c, (info, world)) in cells.infos.iter().zip(&cells.worlds).enumerate() {
