@@ -4,7 +4,6 @@
 pub mod config;
 pub mod experiment;
 pub mod groups;
-pub mod persona;
 pub mod plan;
 pub mod policy;
 pub mod population;

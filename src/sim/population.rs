@@ -98,7 +98,7 @@ pub struct JointConfig {
     pub rows: Vec<toml::Table>,
 }
 
-/// LLM-written personas (see [`crate::sim::persona`]).
+/// LLM-written personas (see `sim::policy::persona`).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PersonaConfig {
