@@ -668,7 +668,6 @@ const KNOWN_CIRCLES: &[&str] = &[
     "src/scenarios/guess/",
     "src/serve/",
     "src/sim/",
-    "src/sim/runner/",
 ];
 
 #[test]

@@ -1,8 +1,9 @@
 //! One step of every cell: who takes a turn, their decisions (each agent through its
 //! policy), then every cell's world resolved at once.
 
+use super::RunError;
 use super::cells::Cells;
-use super::{AGENT, RESOLVE, RunError};
+use super::streams::{AGENT, RESOLVE};
 use crate::sim::config::PolicyKind;
 use crate::sim::experiment::Experiment;
 use crate::sim::policy::{AgentTurn, Decided, Llm, Policy, PolicyTimes, Scripted};
