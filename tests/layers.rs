@@ -662,7 +662,6 @@ const KNOWN_CIRCLES: &[&str] = &[
     "src/model/",
     "src/model/attention/",
     "src/model/int8/",
-    "src/record/",
     "src/scenarios/energy_market/",
     "src/scenarios/energy_market/report/",
     "src/scenarios/guess/",
