@@ -666,7 +666,6 @@ const KNOWN_CIRCLES: &[&str] = &[
     "src/scenarios/energy_market/report/",
     "src/scenarios/guess/",
     "src/serve/",
-    "src/sim/",
 ];
 
 #[test]

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
+pub use super::column::Column;
 use super::groups::{Groups, LevelConfig, LevelSpec};
 
 /// Shares that sum to within this of 100% (or of 1) are accepted.
@@ -492,7 +493,7 @@ impl PopulationConfig {
         if let Some(personas) = &self.personas {
             let p = personas.get_ref();
             let at = Some(personas.span());
-            let top = crate::sim::config::MAX_TEMPERATURE;
+            let top = super::limits::MAX_TEMPERATURE;
             if !(p.temperature.is_finite() && (0.0..=top).contains(&p.temperature)) {
                 return Err(PopulationProblem::new(
                     at,
@@ -536,19 +537,6 @@ fn known(attributes: &[Attribute]) -> String {
         .map(Attribute::name)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// One attribute of every agent.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Column {
-    /// Category index per agent.
-    Categorical {
-        categories: Arc<[String]>,
-        codes: Vec<u16>,
-    },
-    Numeric {
-        values: Vec<f32>,
-    },
 }
 
 /// The agents of one cell: attribute columns, and personas when written by the LLM.
@@ -689,7 +677,7 @@ impl PopulationSpec {
             groups: Groups::default(),
         };
         if !self.groups.is_empty() {
-            population.groups = Groups::build(&self.groups, &population);
+            population.groups = Groups::build(&self.groups, population.size, &population.columns);
         }
         population
     }
