@@ -5,11 +5,12 @@
 //! requests from every connection join one continuous batch, and the same request gives the
 //! same bits at any concurrency.
 //!
-//! The server owns no model code: each served model is an [`EngineHandle`] (the engine on its
+//! The server owns no model code: each served model is an [`EngineHandle`](crate::engine::EngineHandle) (the engine on its
 //! own thread), and a request becomes one engine request per choice whose text comes back
 //! through a [`Sink`](crate::engine::Sink). A client that goes away drops its sink's receiver,
 //! and the engine drops its sequences before the next step.
 
+mod app;
 mod chat;
 mod error;
 mod http;
@@ -17,23 +18,15 @@ mod schema;
 mod seeds;
 mod tools;
 
+pub use app::Served;
 pub use error::ApiFailure;
+
+use app::App;
 pub use schema::{Unenforceable, check as check_schema};
 
-use crate::engine::EngineHandle;
 use crate::serve::access::Access;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
-
-/// One model the server answers for.
-pub struct Served {
-    /// The name requests give as `model`.
-    pub name: String,
-    pub handle: EngineHandle,
-    /// Sequences its engine runs at once: the most choices one request may ask for.
-    pub max_seqs: usize,
-}
 
 /// How the server is set up.
 pub struct ApiOptions {
@@ -75,20 +68,6 @@ pub enum ApiError {
     DuplicateName(String),
     #[error(transparent)]
     Io(#[from] std::io::Error),
-}
-
-/// What every handler shares.
-struct App {
-    models: Vec<Served>,
-    access: Access,
-    queue: usize,
-    max_tokens: usize,
-    /// Sequences admitted and not yet finished or cancelled, over every model.
-    admitted: Arc<AtomicUsize>,
-    seeds: seeds::Seeds,
-    /// Sequences finished since start, for `Retry-After`.
-    finished: Arc<AtomicUsize>,
-    started: std::time::Instant,
 }
 
 /// A bound server, not yet serving.

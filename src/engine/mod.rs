@@ -1,6 +1,7 @@
 //! The inference engine: requests in, responses out, continuously batched on one device.
 
 mod batch_sampling;
+mod block_hash;
 mod block_manager;
 pub mod chat;
 pub mod constraint;

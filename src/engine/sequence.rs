@@ -1,6 +1,7 @@
 //! A request being served: its tokens, how far the cache has them, and its decoding state.
 
-use super::block_manager::{BlockHash, BlockId};
+use super::block_hash::BlockHash;
+use super::block_manager::BlockId;
 use super::constraint::Constraint;
 use super::sampler::Sampler;
 use super::tokenizer::Detokenizer;
