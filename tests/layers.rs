@@ -658,10 +658,6 @@ const KNOWN_CIRCLES: &[&str] = &[
     "src/model/",
     "src/model/attention/",
     "src/model/int8/",
-    "src/scenarios/energy_market/",
-    "src/scenarios/energy_market/report/",
-    "src/scenarios/guess/",
-    "src/serve/",
 ];
 
 #[test]

@@ -6,6 +6,7 @@ pub mod decision;
 pub mod report;
 pub mod rules;
 pub mod scripted;
+mod settings;
 pub mod world;
 
 use crate::host::MemoryPart;
@@ -554,7 +555,7 @@ impl Scenario for EnergyMarket {
     /// The network, and the arm's settings that the report needs to read the records.
     fn describe(&self, world: &Market) -> Value {
         json!({
-            "market": report::CellSettings::of(&self.cfg),
+            "market": settings::CellSettings::of(&self.cfg),
             "companies": world.companies.iter().enumerate().map(|(i, c)| json!({
                 "id": i,
                 "type": self.type_name(c.kind),

@@ -7,6 +7,8 @@
 //! replicates (one game each). Within round 1 agents decide independently of each other
 //! (nobody has seen a result yet), so group means there get intervals across agents.
 
+use super::records::GROUP_ROUNDS;
+pub use super::records::{Round, RoundRow};
 use super::rules;
 use crate::analysis::caveats;
 use crate::analysis::html::{esc, headline, table, unfinished};
@@ -20,53 +22,11 @@ use crate::record::{self, Manifest, StepRecord};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, UInt64Type};
 use arrow_array::{Array, RecordBatch};
-use arrow_schema::{ArrowError, DataType, FieldRef};
-use serde::{Deserialize, Serialize};
+use arrow_schema::{ArrowError, DataType};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::OnceLock;
-
-/// One cell's round in `aggregates.csv` (after the cell's keys, which the runner writes; the
-/// step is the round, 1-based).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Round {
-    pub players: usize,
-    /// Players who guessed (the others' replies fell back).
-    pub guesses: usize,
-    pub mean: Option<f64>,
-    pub median: Option<f64>,
-    pub std: Option<f64>,
-    pub min: Option<f64>,
-    pub max: Option<f64>,
-    pub target: Option<f64>,
-    /// The guess closest to the target; the lower one when guesses on both sides of the
-    /// target are equally close.
-    pub winning_number: Option<f64>,
-    /// The higher winning guess when guesses on both sides of the target are equally close
-    /// (empty otherwise): those agents win too, and count in `winners`.
-    #[serde(default)]
-    pub tied_winning_number: Option<f64>,
-    /// Agents who guessed a winning number.
-    pub winners: usize,
-    /// The number best responses converge to from any start, when there is one (see
-    /// `TargetRule::equilibrium`; empty for ratio 1 without offset, and for a ratio above 1
-    /// whose unstable crossing splits play between 0 and 100).
-    pub equilibrium: Option<f64>,
-}
-
-/// A round as read back, with its cell's keys.
-pub type RoundRow = record::Keyed<Round>;
-
-pub fn round_batch(rows: &[Round]) -> RecordBatch {
-    use serde_arrow::schema::{SchemaLike, TracingOptions};
-    static FIELDS: OnceLock<Vec<FieldRef>> = OnceLock::new();
-    let fields = FIELDS.get_or_init(|| {
-        Vec::<FieldRef>::from_type::<Round>(TracingOptions::default().allow_null_fields(true))
-            .expect("invariant: the row type traces")
-    });
-    serde_arrow::to_record_batch(fields, &rows).expect("invariant: rows fit their schema")
-}
 
 /// A round's statistics over the replicates of one arm and population.
 #[derive(Debug, Clone, Serialize)]
@@ -837,7 +797,7 @@ fn report_and_text(dir: &Path) -> Result<(Report, String), ReportError> {
         .filter(|s| s.step == last_round)
         .collect();
     let mut notes = notes(&manifest, &gathered.attributes);
-    if let Some(level) = record::read_table(dir, super::GROUP_ROUNDS)
+    if let Some(level) = record::read_table(dir, GROUP_ROUNDS)
         .ok()
         .and_then(|b| b.first().and_then(|b| b.column_by_name("level").cloned()))
         .and_then(|c| arrow_cast::cast(&c, &DataType::Utf8).ok())

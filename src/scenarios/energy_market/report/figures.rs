@@ -2,7 +2,7 @@
 //! in the tables.
 
 use super::data::{Cell, Run};
-use super::{mix, profit, share, weighted};
+use super::quantities::{mix, profit, share, weighted};
 use crate::analysis::plot::{self, Band, Grid, Lines, Network, PlotError};
 use crate::analysis::stats::{Method, Summary};
 use crate::record;

@@ -1,6 +1,6 @@
 //! The report as `report.html` and as terminal text.
 
-use super::{GroupStats, Report, TestRow};
+use super::summary::{GroupStats, Report, TestRow};
 use crate::analysis::html::{
     esc, fmt, fmt_nested, fmt_p, fmt_seconds, headline, table, unfinished,
 };
