@@ -76,7 +76,7 @@ fn persona_grid(run: &Run, title: &str, y: &str, f: fn(&Row) -> f64, method: Met
             title: format!("{title}: {}", title_of(run, &arm, population)),
             x_label: "step".into(),
             y_label: y.into(),
-            series: super::personas_of(&cells)
+            series: super::measures::personas_of(&cells)
                 .into_iter()
                 .map(|p| series(&cells, p.clone(), true, &utilities_of(p), &f, method))
                 .collect(),
@@ -285,7 +285,7 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
         if cells.is_empty() {
             continue;
         }
-        for t in super::type_stats(&cells).0 {
+        for t in super::measures::type_stats(&cells).0 {
             if let Some(s) = t.price.replicates {
                 per_type
                     .entry(t.company_type)
