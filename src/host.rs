@@ -1,5 +1,6 @@
-//! What the host machine offers, as its kernel reports it: a module of its own, below every
-//! layer, since the engine (its KV budget), the simulation (a run's memory check) and the
+//! What the host machine offers, as its kernel reports it, and what a run asks of it in
+//! memory: a module of its own, below every layer, since the engine (its KV budget), the
+//! bench, the simulation (a run's memory check), the scenarios (their parts of it) and the
 //! CLI all ask it.
 
 /// Memory that new allocations can take without swapping (`MemAvailable` in
@@ -181,6 +182,38 @@ impl HostMemory {
         self.limit
             .as_ref()
             .map_or(self.available, |(limit, _)| limit.min(self.available))
+    }
+}
+
+/// One part of what a run holds in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryPart {
+    /// What it is, in words (`every round's guesses`).
+    pub what: String,
+    /// What to lower to shrink it (`steps, agents or replicates`).
+    pub lower: String,
+    pub bytes: f64,
+    /// Whether every cell holds it at once (a world), rather than one cell at a time (what
+    /// building a world needs for a moment); only for a scenario's parts of one cell.
+    pub per_cell: bool,
+}
+
+impl MemoryPart {
+    pub fn new(what: impl Into<String>, lower: impl Into<String>, bytes: f64) -> Self {
+        Self {
+            what: what.into(),
+            lower: lower.into(),
+            bytes,
+            per_cell: true,
+        }
+    }
+
+    /// A part that one cell at a time holds.
+    pub fn once(what: impl Into<String>, lower: impl Into<String>, bytes: f64) -> Self {
+        Self {
+            per_cell: false,
+            ..Self::new(what, lower, bytes)
+        }
     }
 }
 

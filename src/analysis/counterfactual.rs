@@ -8,8 +8,8 @@
 //! `figures/difference_<column>.svg|png`.
 
 use super::ReportError;
+use super::format::{interval_text, number, slug, write_csv};
 use super::html::{self, esc};
-use super::overview::{interval_text, number, slug, write_csv};
 use super::plot::{self, Band, Lines};
 use super::state::{Table, aggregates, flatten};
 use super::stats::Summary;

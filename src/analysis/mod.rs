@@ -3,6 +3,7 @@
 
 pub mod caveats;
 pub mod counterfactual;
+pub mod format;
 pub mod html;
 pub mod overview;
 pub mod plot;

@@ -13,6 +13,7 @@
 use super::ReportError;
 use super::caveats::{ScriptedRules, Study};
 use super::counterfactual;
+use super::format::{interval_text, number, slug, write_csv};
 use super::html::{self, esc};
 use super::plot::{self, Band, HistogramPanel, Histograms, Lines};
 use super::state::{Table, flatten, texts, whole};
@@ -279,20 +280,6 @@ fn notes(m: &Manifest, options: &Options) -> Vec<String> {
     }
 }
 
-pub(super) fn slug(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect()
-}
-
-pub(super) fn number(x: f64) -> String {
-    if x.abs() >= 1000.0 || x == x.trunc() {
-        format!("{x:.0}")
-    } else {
-        format!("{x:.3}")
-    }
-}
-
 /// Writes the base report into `dir` (see the module's documentation).
 pub fn write(dir: &Path, options: &Options) -> Result<Overview, ReportError> {
     write_with(dir, options, Own::default())
@@ -509,37 +496,9 @@ fn histogram(xs: &[f64]) -> Option<Vec<(f64, f64, f64)>> {
     )
 }
 
-pub(super) fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<(), ReportError> {
-    // csv's error becomes an I/O error of the same words, so that every file the report
-    // writes fails the same way.
-    let failed = |e: csv::Error| ReportError::Write {
-        path: path.to_path_buf(),
-        source: e.into(),
-    };
-    let mut w = csv::Writer::from_path(path).map_err(failed)?;
-    for row in rows {
-        w.serialize(row).map_err(failed)?;
-    }
-    w.flush()?;
-    Ok(())
-}
-
 /// `mean [low, high]`, or `mean (1 replicate: no interval)`.
 fn with_interval(m: &Mean) -> String {
     interval_text(m.mean, m.ci_low.zip(m.ci_high), m.replicates)
-}
-
-/// `value [low, high]`, or `value (1 replicate: no interval)`.
-pub(super) fn interval_text(value: f64, interval: Option<(f64, f64)>, replicates: usize) -> String {
-    match interval {
-        Some((lo, hi)) => format!("{} [{}, {}]", number(value), number(lo), number(hi)),
-        None => format!(
-            "{} ({} replicate{}: no interval)",
-            number(value),
-            replicates,
-            if replicates == 1 { "" } else { "s" }
-        ),
-    }
 }
 
 fn headline(means: &[Mean], last_step: usize) -> Vec<&Mean> {

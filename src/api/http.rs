@@ -1,10 +1,10 @@
 //! The routes, the guard every request passes, and the two ways a completion comes back: one
 //! JSON reply, or server-sent events as the engine steps.
 
+use super::app::{App, Served};
 use super::chat::{self, ChatRequest, Limits, Plan, Usage};
 use super::error::ApiFailure;
 use super::tools::ToolMode;
-use super::{App, Served};
 use crate::engine::{Prompt, RequestError, RequestKey, Response as Reply, Sink};
 use axum::Router;
 use axum::body::Bytes;

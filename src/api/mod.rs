@@ -5,11 +5,12 @@
 //! requests from every connection join one continuous batch, and the same request gives the
 //! same bits at any concurrency.
 //!
-//! The server owns no model code: each served model is an [`EngineHandle`] (the engine on its
+//! The server owns no model code: each served model is an [`EngineHandle`](crate::engine::EngineHandle) (the engine on its
 //! own thread), and a request becomes one engine request per choice whose text comes back
 //! through a [`Sink`](crate::engine::Sink). A client that goes away drops its sink's receiver,
 //! and the engine drops its sequences before the next step.
 
+mod app;
 mod chat;
 mod error;
 mod http;
@@ -20,27 +21,18 @@ mod seeds;
 mod store;
 mod tools;
 
+pub use app::Served;
 pub use error::ApiFailure;
+
+use app::App;
 pub use schema::{Unenforceable, check as check_schema};
 pub use store::StoreError;
 
-use crate::engine::{EngineHandle, PromptEncoder};
 use crate::serve::access::Access;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
-
-/// One model the server answers for.
-pub struct Served {
-    /// The name requests give as `model`.
-    pub name: String,
-    pub handle: EngineHandle,
-    /// Renders, tokenizes and keys its requests as its engine does, on the server's threads.
-    pub encoder: PromptEncoder,
-    /// Sequences its engine runs at once: the most choices one request may ask for.
-    pub max_seqs: usize,
-}
+use std::sync::atomic::AtomicU64;
 
 /// How the server is set up.
 pub struct ApiOptions {
@@ -88,29 +80,6 @@ pub enum ApiError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Io(#[from] std::io::Error),
-}
-
-/// What every handler shares.
-struct App {
-    models: Vec<Served>,
-    /// The rounds of calls learned for each model, in order.
-    rounds: Vec<rounds::Rounds>,
-    access: Access,
-    queue: usize,
-    max_tokens: usize,
-    /// Sequences admitted and not yet finished or cancelled, over every model.
-    admitted: Arc<AtomicUsize>,
-    seeds: seeds::Seeds,
-    /// Sequences finished since start, for `Retry-After`.
-    finished: Arc<AtomicUsize>,
-    started: std::time::Instant,
-    /// Recent replies, to splice into the conversations that repeat them.
-    memo: memo::Memo,
-    recorder: Option<store::Recorder>,
-    sources: Option<store::Sources>,
-    /// Choices answered from `sources`, and prompts with replies spliced in.
-    reused: AtomicU64,
-    spliced: AtomicU64,
 }
 
 /// A bound server, not yet serving.

@@ -263,7 +263,7 @@ impl MemoryCheck {
         loaded: &dyn crate::scenarios::Loaded,
     ) -> Result<(), crate::sim::plan::SizeError> {
         let mut footprint = loaded.footprint()?;
-        let Some(host) = crate::sim::plan::HostMemory::here() else {
+        let Some(host) = crate::host::HostMemory::here() else {
             return Ok(());
         };
         if self.model_on_cpu && crate::scenarios::needs_model(loaded.experiment()) {
@@ -271,7 +271,7 @@ impl MemoryCheck {
                 || crate::engine::default_kv_memory(&candle_core::Device::Cpu) as f64,
                 |b| b as f64,
             );
-            footprint.add(crate::sim::plan::MemoryPart::new(
+            footprint.add(crate::host::MemoryPart::new(
                 "the model's KV cache",
                 "--kv-memory",
                 kv,
@@ -345,14 +345,14 @@ impl ModelArgs {
         if let (true, Some(kv), Some(host)) = (
             opts.device.is_cpu(),
             self.engine.kv_memory,
-            crate::sim::plan::HostMemory::here(),
+            crate::host::HostMemory::here(),
         ) && kv.as_u64() as f64 > host.usable()
         {
             bail!(
                 "--kv-memory {kv} is more than the {} this machine has available{}: give less, \
                  or leave it out (on the CPU the default is a quarter of the available memory, \
                  at most 16 GiB)",
-                crate::sim::plan::human_bytes(host.usable()),
+                crate::host::human_bytes(host.usable()),
                 match &host.limit {
                     Some((limit, source)) if *limit < host.available =>
                         format!(" to it ({source})"),
@@ -425,7 +425,7 @@ impl ModelArgs {
                     format!(
                         "model `{name}`: its share of the KV memory ({}) cannot hold a sequence: \
                          give more --kv-memory",
-                        crate::sim::plan::human_bytes(kv as f64)
+                        crate::host::human_bytes(kv as f64)
                     )
                 })?;
                 Ok(LoadedModel {

@@ -2,6 +2,7 @@
 
 use super::ModelArgs;
 use crate::engine::{Engine, EngineConfig};
+use crate::host::human_bytes;
 use crate::model::synthetic::{Shape, random_llama};
 use crate::model::{
     LoadedModel, ModelConfig, ModelSource, Preset, PresetSource, Presets, WeightFormat, loader,
@@ -605,7 +606,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
     let footprint = loaded.footprint()?;
     out!(
         "simulation {} at its largest population ({} agents in each of {} cell{}), the model aside [computed: {}]",
-        plan::human_bytes(footprint.bytes()),
+        human_bytes(footprint.bytes()),
         footprint.population,
         footprint.cells,
         if footprint.cells == 1 { "" } else { "s" },
@@ -613,7 +614,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
             .parts
             .iter()
             .take(2)
-            .map(|p| format!("{} {}", p.what, plan::human_bytes(p.bytes)))
+            .map(|p| format!("{} {}", p.what, human_bytes(p.bytes)))
             .collect::<Vec<_>>()
             .join(", ")
     )?;
@@ -902,7 +903,7 @@ fn scripted(config: &std::path::Path, loaded: &dyn crate::scenarios::Loaded) -> 
         "{}: every agent follows the scripted policy, so there is no model to size; the \
          simulation needs about {} at its largest population ({} agents in each of {} cell{}):",
         config.display(),
-        plan::human_bytes(footprint.bytes()),
+        human_bytes(footprint.bytes()),
         footprint.population,
         footprint.cells,
         if footprint.cells == 1 { "" } else { "s" },
@@ -910,17 +911,17 @@ fn scripted(config: &std::path::Path, loaded: &dyn crate::scenarios::Loaded) -> 
     for part in &footprint.parts {
         out!(
             "  {:>10}  {} (lower {})",
-            plan::human_bytes(part.bytes),
+            human_bytes(part.bytes),
             part.what,
             part.lower
         )?;
     }
-    match crate::sim::plan::HostMemory::here() {
+    match crate::host::HostMemory::here() {
         Some(host) => match footprint.check(&host, 1) {
             Ok(()) => out!(
                 "fits this machine, which lets a run use {} of its {} available",
-                plan::human_bytes(host.usable()),
-                plan::human_bytes(host.available)
+                human_bytes(host.usable()),
+                human_bytes(host.available)
             )?,
             Err(e) => out!("does not fit this machine: {e}")?,
         },

@@ -8,63 +8,20 @@
 //! Plain transport: this module knows nothing of simulations; the runner decides what the
 //! bytes are.
 
+mod error;
 #[cfg(feature = "mpi")]
 mod over_mpi;
+mod transport;
+
+pub use error::ClusterError;
+pub use transport::Topology;
+use transport::Transport;
 
 use std::rc::Rc;
 use std::time::Duration;
 
 /// How long a rank waits for another at an exchange before it stops the job.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
-
-#[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
-    #[error(
-        "this process is one of {size} started by an MPI launcher ({variable} is set), but this throng \
-         was built without MPI, so the {size} copies would each run the whole job and overwrite one \
-         another's run folder: rebuild with `cargo build --release --features mpi` (Open MPI: \
-         `apt-get install libopenmpi-dev openmpi-bin`), or start a single process without mpirun"
-    )]
-    NotBuiltWithMpi { size: usize, variable: &'static str },
-    #[error(
-        "srun started {size} tasks, but they are not connected through MPI{why}: start them with \
-         `srun --mpi=pmix throng ...` (see `srun --mpi=list`) and a throng built with `--features mpi`"
-    )]
-    NotConnected { size: usize, why: &'static str },
-    #[error(
-        "rank {rank} sent nothing for {secs} s while {during}: it died or hangs; stopping the job \
-             (if its steps are really that uneven, raise --rank-timeout)"
-    )]
-    Timeout {
-        rank: usize,
-        secs: u64,
-        during: &'static str,
-    },
-    #[error("a message of {bytes} bytes is over MPI's limit of 2 GiB per message")]
-    TooLarge { bytes: usize },
-    #[error("{0}")]
-    Mpi(String),
-}
-
-/// Where this process sits among the ranks of a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Topology {
-    pub rank: usize,
-    pub size: usize,
-    /// The rank among the processes of this machine: the device it takes (`cuda:LOCAL`).
-    pub local_rank: usize,
-    /// Processes on this machine, which share its cores.
-    pub local_size: usize,
-}
-
-impl Topology {
-    pub const SINGLE: Topology = Topology {
-        rank: 0,
-        size: 1,
-        local_rank: 0,
-        local_size: 1,
-    };
-}
 
 /// How the process was started, read from its environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,21 +75,6 @@ pub fn launcher(env: &dyn Fn(&str) -> Option<String>) -> Launcher {
         }),
         _ => Launcher::Alone,
     }
-}
-
-/// Moves bytes between ranks. Every call is collective: every rank makes the same calls in
-/// the same order.
-trait Transport {
-    /// Every rank's `mine`, at the root, in rank order; `None` elsewhere.
-    fn gather(
-        &self,
-        mine: Vec<u8>,
-        timeout: Duration,
-    ) -> Result<Option<Vec<Vec<u8>>>, ClusterError>;
-    /// The root's `bytes` (ignored elsewhere), at every rank.
-    fn broadcast(&self, bytes: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, ClusterError>;
-    /// Ends every rank of the job now.
-    fn abort(&self, code: i32) -> !;
 }
 
 /// A process alone.

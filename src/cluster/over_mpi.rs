@@ -2,7 +2,8 @@
 //! point-to-point messages polled against a deadline, rather than blocking collectives,
 //! because MPI collectives cannot time out and cannot say which rank is missing.
 
-use super::{ClusterError, Topology, Transport};
+use super::error::ClusterError;
+use super::transport::{Topology, Transport};
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;

@@ -22,40 +22,13 @@
 //! ordered set keyed by eviction priority; each free block remembers its key, so a hint that
 //! changes a block's next use moves it in O(log n).
 
+use super::block_hash::BlockHash;
+#[cfg(test)]
+use super::block_hash::block_hashes;
 use super::retention::{KvPolicy, NextUse, Retention};
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 
 pub type BlockId = u32;
-
-/// A block's content name: 128 bits of SHA-256 over (parent name, tokens), so that two
-/// different prefixes never share a name in practice.
-pub type BlockHash = u128;
-
-/// The names of the full blocks of `tokens`, in order.
-#[cfg(test)]
-pub fn block_hashes(tokens: &[u32], block_size: usize) -> Vec<BlockHash> {
-    let mut hashes = Vec::new();
-    extend_hashes(&mut hashes, tokens, block_size);
-    hashes
-}
-
-/// Appends to `hashes` the names of the full blocks of `tokens` it does not have yet.
-pub fn extend_hashes(hashes: &mut Vec<BlockHash>, tokens: &[u32], block_size: usize) {
-    let full = tokens.len() / block_size;
-    while hashes.len() < full {
-        let i = hashes.len();
-        let mut h = Sha256::new();
-        h.update(hashes.last().copied().unwrap_or(0).to_le_bytes());
-        for t in &tokens[i * block_size..(i + 1) * block_size] {
-            h.update(t.to_le_bytes());
-        }
-        let digest = h.finalize();
-        hashes.push(u128::from_le_bytes(
-            digest[..16].try_into().expect("invariant: 32-byte digest"),
-        ));
-    }
-}
 
 /// A free block's place in the eviction order: the smallest is evicted first.
 /// `(class, order, freed at)`: class 0 holds nothing reusable, 1 has no known next use, 2

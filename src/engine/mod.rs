@@ -1,6 +1,7 @@
 //! The inference engine: requests in, responses out, continuously batched on one device.
 
 mod batch_sampling;
+mod block_hash;
 mod block_manager;
 pub mod chat;
 pub mod constraint;
@@ -30,9 +31,8 @@ pub use handle::{EngineHandle, EngineStatus, Pending, Sink};
 pub use llm_engine::{
     Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, default_kv_memory,
 };
-pub use prompt_encoder::PromptEncoder;
+pub use prompt_encoder::{PromptEncoder, RequestKey};
 pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
-pub use request_key::RequestKey;
 pub use retention::KvPolicy;
 pub use sampler::SamplingParams;
 pub use shared_prefix::{PromptCost, SharedPrefix};

@@ -6,10 +6,13 @@
 
 use super::chat::{ChatTemplate, Message};
 use super::request::{Prompt, Request, RequestError};
-use super::request_key::RequestKey;
 use super::tokenizer::Tokenizer;
 use crate::model::ModelIdentity;
 use sha2::{Digest, Sha256};
+
+/// The sha256 of a request's complete input (see [`PromptEncoder::key`]): what its reply
+/// is a function of.
+pub type RequestKey = [u8; 32];
 
 /// Renders, tokenizes and keys prompts as the engine it came from does.
 #[derive(Debug, Clone)]

@@ -4,10 +4,8 @@
 //! key instead of computing it again.
 
 use super::llm_engine::Engine;
+use super::prompt_encoder::RequestKey;
 use super::request::{Prompt, Request, RequestError};
-
-/// The sha256 of a request's complete input (see [`Engine::request_key`]).
-pub type RequestKey = [u8; 32];
 
 impl Engine {
     /// The key of `request` on this engine (see [`super::PromptEncoder::key`]).

@@ -21,7 +21,7 @@
 //! by every key, so they are needed at the next call of anyone); a block no key holds has no
 //! known next use. Only hints are involved: a wrong one costs hits, never correctness.
 
-use super::block_manager::BlockHash;
+use super::block_hash::BlockHash;
 use std::collections::{BTreeSet, HashMap};
 
 /// Which free cached blocks are evicted first when a fresh block is needed.

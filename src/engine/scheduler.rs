@@ -16,7 +16,8 @@
 //! queue to be recomputed later (mostly from the prefix cache), its tokens, sampler and
 //! grammar state kept so that its output does not change.
 
-use super::block_manager::{BlockHash, BlockManager, extend_hashes};
+use super::block_hash::{BlockHash, extend_hashes};
+use super::block_manager::BlockManager;
 use super::sequence::{SeqId, Sequence};
 use std::collections::{HashMap, VecDeque};
 

@@ -1,6 +1,7 @@
 //! A request being served: its tokens, how far the cache has them, and its decoding state.
 
-use super::block_manager::{BlockHash, BlockId};
+use super::block_hash::BlockHash;
+use super::block_manager::BlockId;
 use super::constraint::Constraint;
 use super::sampler::Sampler;
 use super::tokenizer::Detokenizer;
@@ -81,9 +82,5 @@ impl Sequence {
 
     pub fn generated(&self) -> &[u32] {
         &self.tokens[self.prompt_len..]
-    }
-
-    pub fn num_generated(&self) -> usize {
-        self.tokens.len() - self.prompt_len
     }
 }

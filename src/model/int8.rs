@@ -23,18 +23,13 @@
 //! computed alone, whichever kernel or thread computes it, on every CPU: the AVX-512 VNNI
 //! kernel ([`vnni`]) and the portable one ([`portable`]) give the same bits.
 
+mod panel;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
+pub(crate) use panel::{GROUP, PANEL, Panel, STEPS};
 use rayon::prelude::*;
-
-/// Weights per scale along a channel, and the depth every row is padded to a multiple of.
-pub(crate) const GROUP: usize = 64;
-/// Output channels per packed panel: two 16-lane vectors.
-pub(crate) const PANEL: usize = 32;
-/// 4-byte steps per group: `vpdpbusd` sums four byte products per lane.
-const STEPS: usize = GROUP / 4;
 
 /// Activations are stored as `q + 128` in a byte.
 const ACTIVATION_ZERO_POINT: u8 = 128;
@@ -108,25 +103,6 @@ impl std::fmt::Debug for Int8Matrix {
             .field("in_features", &self.in_features)
             .finish_non_exhaustive()
     }
-}
-
-/// One panel's data, as a kernel reads it.
-#[derive(Clone, Copy)]
-pub(crate) struct Panel<'a> {
-    /// `groups * STEPS * PANEL * 4` bytes.
-    pub weights: &'a [i8],
-    /// `groups * PANEL`.
-    pub scales: &'a [f32],
-    /// `groups * PANEL`.
-    pub zero_points: &'a [i32],
-    pub groups: usize,
-}
-
-/// A group's joined integer sum from the two parts' sums (each carrying the zero point):
-/// `256 * (coarse - zp) + (residual - zp)`, with `zero_point = 257 * zp`.
-#[inline(always)]
-pub(crate) fn join(coarse: i32, residual: i32, zero_point: i32) -> i32 {
-    (coarse << 8) + residual - zero_point
 }
 
 impl Int8Matrix {

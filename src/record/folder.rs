@@ -6,6 +6,7 @@
 //! watcher tells a live writer from a killed one by trying the lock ([`holder`]), never by
 //! the pid the file names, which another process may have by now.
 
+use super::names::CONFIG_ORIGINAL;
 use super::{MANIFEST, Manifest, RecordError};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -21,8 +22,6 @@ pub const LOCK: &str = ".throng.lock";
 const WATCHED: Duration = Duration::from_millis(500);
 /// The manifest's temporary copy, renamed into place once written.
 const MANIFEST_TMP: &str = "manifest.json.tmp";
-/// The config as written, beside the config as run (`config.toml`).
-pub const CONFIG_ORIGINAL: &str = "config.original.toml";
 
 #[derive(Debug, thiserror::Error)]
 pub enum FolderError {
@@ -318,11 +317,11 @@ impl RunFolder {
             MANIFEST,
             super::CONFIG,
             CONFIG_ORIGINAL,
-            super::store::STORE,
+            super::names::STORE,
         ] {
             let _ = std::fs::remove_file(self.dir.join(name));
         }
-        let _ = std::fs::remove_dir_all(self.dir.join(super::inputs::INPUTS));
+        let _ = std::fs::remove_dir_all(self.dir.join(super::names::INPUTS));
         // Removes the lock file as it lets go.
         drop(self._lock);
         // Only folders it made, and only while empty.
@@ -380,7 +379,7 @@ pub fn never_started(dir: &Path) -> Option<Vec<String>> {
             MANIFEST_TMP,
             MANIFEST,
             CONFIG_ORIGINAL,
-            super::inputs::INPUTS,
+            super::names::INPUTS,
         ];
         if !start.contains(&name.as_str()) {
             return None;

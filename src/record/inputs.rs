@@ -7,14 +7,10 @@
 //! middle of the run, silently.
 
 use super::RecordError;
+pub use super::names::{INPUTS, STARTED_CONFIG};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// The folder of the copies, in a run folder.
-pub const INPUTS: &str = "inputs";
-/// The resolved config as the run started, beside the top-level `config.toml` readers use.
-pub const STARTED_CONFIG: &str = "inputs/config.toml";
 
 /// The sha256 of `bytes`, in hex.
 pub fn fingerprint(bytes: &[u8]) -> String {

@@ -7,7 +7,7 @@
 
 use super::{
     AGGREGATES, CELLS, DECISIONS, FileSum, MANIFEST, Manifest, RecordError, STATE_CSV, STEPS,
-    store::STORE,
+    names::STORE,
 };
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};

@@ -10,13 +10,11 @@
 //! is sealed, the manifest's checksum of the file is checked before the store is trusted.
 
 use super::RecordError;
+pub use super::names::STORE;
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// The store's file in a run folder.
-pub const STORE: &str = "decisions.redb";
 
 const REPLIES: TableDefinition<&[u8; 32], &[u8]> = TableDefinition::new("replies");
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");

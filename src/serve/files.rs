@@ -75,16 +75,16 @@ pub fn downloads(dir: &Path) -> Vec<String> {
 pub fn serve(dir: &Path, name: &str) -> Response {
     let record = downloads(dir).iter().any(|d| d == name);
     if !record && !report_files(dir).iter().any(|f| f == name) {
-        return super::http::error(StatusCode::NOT_FOUND, "no such file in this run");
+        return super::json_error::error(StatusCode::NOT_FOUND, "no such file in this run");
     }
     let file = match open::regular(dir, name) {
         Ok(f) => f,
-        Err(e) => return super::http::error(StatusCode::NOT_FOUND, e),
+        Err(e) => return super::json_error::error(StatusCode::NOT_FOUND, e),
     };
     // What the file holds now: a log still growing is sent up to here.
     let len = match file.metadata() {
         Ok(m) => m.len(),
-        Err(e) => return super::http::error(StatusCode::NOT_FOUND, e),
+        Err(e) => return super::json_error::error(StatusCode::NOT_FOUND, e),
     };
     let mut r = Response::new(stream(file, len));
     let h = r.headers_mut();

@@ -9,6 +9,7 @@ use super::decisions::{self, Query};
 use super::detail::{self, RunDetail};
 use super::files;
 use super::folders::{self, Read, RunSummary};
+use super::json_error::error;
 use super::log::Indexes;
 use super::panels::Caches;
 use super::replay;
@@ -272,10 +273,6 @@ async fn guard(State(app): State<Arc<App>>, request: Request, next: Next) -> Res
         HeaderValue::from_static("no-referrer"),
     );
     response
-}
-
-pub fn error(status: StatusCode, words: impl std::fmt::Display) -> Response {
-    (status, Json(json!({ "error": words.to_string() }))).into_response()
 }
 
 /// Blocking work (reading run folders) off the async workers.

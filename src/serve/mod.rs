@@ -15,7 +15,7 @@
 //! - [`files`]: the report files and records served, and the policy they are served under.
 //! - [`control`]: pause (the SIGTERM path), resume (a child `throng run --resume`), delete.
 //! - [`access`]: who may ask: the Host header and the token.
-//! - [`http`]: the routes and the binding rules.
+//! - [`http`]: the routes and the binding rules; `json_error`: the body of a refusal.
 
 pub mod access;
 mod assets;
@@ -25,6 +25,7 @@ pub mod detail;
 pub mod files;
 pub mod folders;
 pub mod http;
+mod json_error;
 pub mod log;
 pub mod panels;
 pub mod replay;

@@ -130,9 +130,7 @@ impl PolicyKind {
     }
 }
 
-/// The most a sampling temperature may be (of decisions and of personas): beyond it replies
-/// are noise.
-pub const MAX_TEMPERATURE: f32 = 10.0;
+pub use super::limits::MAX_TEMPERATURE;
 
 /// Sampling and model settings of the `llm` policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

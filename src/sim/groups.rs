@@ -12,7 +12,7 @@
 //! (the default, checked before a run starts, where sizes alone decide it) or `"smaller"` (the
 //! last group of each run holds what is left).
 
-use super::population::{Column, Population};
+use super::column::Column;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
@@ -282,17 +282,18 @@ pub struct GroupRef<'a> {
 }
 
 impl Groups {
-    /// Builds the levels over `population` (see the module's documentation).
-    pub fn build(levels: &[LevelSpec], population: &Population) -> Self {
-        let n = population.size;
+    /// Builds the levels over the `n` agents whose attributes are `columns` (see the
+    /// module's documentation).
+    pub fn build(levels: &[LevelSpec], n: usize, columns: &[(String, Column)]) -> Self {
+        let column = |name: &str| columns.iter().find(|(c, _)| c == name).map(|(_, c)| c);
         let by_code = |attribute: &str| -> Vec<u16> {
-            match population.column(attribute) {
+            match column(attribute) {
                 Some(Column::Categorical { codes, .. }) => codes.clone(),
                 _ => vec![0; n],
             }
         };
         let by_label = |attribute: &str, code: u16| -> String {
-            match population.column(attribute) {
+            match column(attribute) {
                 Some(Column::Categorical { categories, .. }) => categories[code as usize].clone(),
                 _ => String::new(),
             }
@@ -458,7 +459,6 @@ impl Groups {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::population::Column;
     use std::sync::Arc;
 
     fn sized(name: &str, size: usize, remainder: Remainder) -> LevelSpec {
@@ -473,14 +473,13 @@ mod tests {
     /// team smaller; a region is the parent of its own teams only.
     #[test]
     fn sized_groups_nest_inside_attribute_groups() {
-        let mut population = Population::plain(10);
-        population.columns.push((
-            "region".into(),
+        let columns = [(
+            "region".to_string(),
             Column::Categorical {
                 categories: Arc::from(vec!["north".to_string(), "south".to_string()]),
                 codes: (0..10).map(|i| (i % 2) as u16).collect(),
             },
-        ));
+        )];
         let levels = [
             sized("team", 2, Remainder::Smaller),
             LevelSpec {
@@ -490,7 +489,7 @@ mod tests {
                 },
             },
         ];
-        let g = Groups::build(&levels, &population);
+        let g = Groups::build(&levels, 10, &columns);
         let teams: Vec<&[u32]> = (0..g.levels[0].len()).map(|t| g.members(0, t)).collect();
         assert_eq!(
             teams,
@@ -526,7 +525,7 @@ mod tests {
         );
         let smaller = [sized("team", 5, Remainder::Smaller)];
         assert!(check_divides(&smaller, 7).is_ok());
-        let g = Groups::build(&smaller, &Population::plain(7));
+        let g = Groups::build(&smaller, 7, &[]);
         assert_eq!(g.levels[0].sizes, vec![5, 2]);
     }
 

@@ -1,10 +1,11 @@
 //! The simulation framework: experiment configs, populations, the scenario abstraction,
 //! policies, prompt templates and the runner. It knows nothing of any particular scenario.
 
+pub mod column;
 pub mod config;
 pub mod experiment;
 pub mod groups;
-pub mod persona;
+pub mod limits;
 pub mod plan;
 pub mod policy;
 pub mod population;

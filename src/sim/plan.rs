@@ -475,6 +475,7 @@ impl ModelPlacement {
 // (and `--resume`) before it writes anything, so that a run too large for the machine is
 // refused with its size instead of aborting half-way ("memory allocation of ... failed").
 
+use crate::host::{HostMemory, MemoryPart, human_bytes};
 use crate::sim::experiment::Experiment;
 use crate::sim::policy::{AgentTurn, Decided, LlmTrace};
 use crate::sim::population::Attribute;
@@ -500,38 +501,6 @@ pub const HISTORY_TURN_BYTES: f64 = 4.0 * 1024.0;
 /// small cells is dominated by it.
 pub const CELL_BYTES: f64 = 16.0 * 1024.0;
 
-/// One part of what a run holds in memory.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MemoryPart {
-    /// What it is, in words (`every round's guesses`).
-    pub what: String,
-    /// What to lower to shrink it (`steps, agents or replicates`).
-    pub lower: String,
-    pub bytes: f64,
-    /// Whether every cell holds it at once (a world), rather than one cell at a time (what
-    /// building a world needs for a moment); only for a scenario's parts of one cell.
-    pub per_cell: bool,
-}
-
-impl MemoryPart {
-    pub fn new(what: impl Into<String>, lower: impl Into<String>, bytes: f64) -> Self {
-        Self {
-            what: what.into(),
-            lower: lower.into(),
-            bytes,
-            per_cell: true,
-        }
-    }
-
-    /// A part that one cell at a time holds.
-    pub fn once(what: impl Into<String>, lower: impl Into<String>, bytes: f64) -> Self {
-        Self {
-            per_cell: false,
-            ..Self::new(what, lower, bytes)
-        }
-    }
-}
-
 /// What a run holds in memory at its largest population size, the model aside: the agents'
 /// attributes and personas, every cell's world, and one step's turns, decisions, prompts in
 /// flight and records as they are built. An estimate from the sizes of throng's own types
@@ -545,10 +514,6 @@ pub struct Footprint {
     /// Largest first.
     pub parts: Vec<MemoryPart>,
 }
-
-/// Where the machine's memory is read and bytes are written for people (the engine's bench
-/// uses them too, so they live in [`crate::host`]).
-pub use crate::host::{HostMemory, human_bytes};
 
 /// A run too large to count or to hold, in words that say what to change.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

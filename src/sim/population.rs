@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
+pub use super::column::Column;
 use super::groups::{Groups, LevelConfig, LevelSpec};
 
 /// Shares that sum to within this of 100% (or of 1) are accepted.
@@ -98,7 +99,7 @@ pub struct JointConfig {
     pub rows: Vec<toml::Table>,
 }
 
-/// LLM-written personas (see [`crate::sim::persona`]).
+/// LLM-written personas (see `sim::policy::persona`).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PersonaConfig {
@@ -265,115 +266,36 @@ impl PopulationConfig {
         let mut attributes = Vec::new();
         let mut index: BTreeMap<&str, usize> = BTreeMap::new();
         for (name, spanned) in &self.attributes {
-            let a = spanned.get_ref();
-            let at = spanned.span();
-            let field = format!("population.attributes.{name}");
-            let attribute = match (&a.shares, a.range) {
-                (Some(_), Some(_)) => {
-                    return Err(PopulationProblem::new(
-                        Some(at),
-                        field,
-                        "has both `shares` (categorical) and `range` (numeric): keep one",
-                    ));
-                }
-                (None, None) => {
-                    return Err(PopulationProblem::new(
-                        Some(at),
-                        field,
-                        "needs `shares` (a categorical attribute) or `range` (a numeric one)",
-                    ));
-                }
-                (Some(shares), None) => Attribute::Categorical {
-                    name: name.clone(),
-                    categories: shares.keys().cloned().collect::<Vec<_>>().into(),
-                    shares: fractions(shares, &at, &format!("{field}.shares"))?,
-                },
-                (None, Some([low, high])) => {
-                    if !(low.is_finite() && high.is_finite() && low <= high) {
-                        return Err(PopulationProblem::new(
-                            Some(at),
-                            format!("{field}.range"),
-                            format!(
-                                "[{low}, {high}] is not a range: give [low, high] with low <= high"
-                            ),
-                        ));
-                    }
-                    if low.abs().max(high.abs()) > MAX_NUMERIC {
-                        return Err(PopulationProblem::new(
-                            Some(at),
-                            format!("{field}.range"),
-                            format!(
-                                "[{low}, {high}] reaches beyond +/-10^12, the most an attribute holds (values are kept as 32-bit floats)"
-                            ),
-                        ));
-                    }
-                    if a.integer && low.ceil() > high.floor() {
-                        return Err(PopulationProblem::new(
-                            Some(at),
-                            format!("{field}.range"),
-                            format!(
-                                "[{low}, {high}] holds no whole number, but `integer = true` draws whole numbers: widen the range to take one in (e.g. [{}, {}]) or drop `integer`",
-                                low.floor(),
-                                low.floor() + 1.0
-                            ),
-                        ));
-                    }
-                    if a.integer && low.abs().max(high.abs()) > MAX_WHOLE {
-                        return Err(PopulationProblem::new(
-                            Some(at),
-                            format!("{field}.range"),
-                            format!(
-                                "[{low}, {high}] reaches beyond +/-{MAX_WHOLE}: whole numbers are kept exactly (as 32-bit floats) only up to there; drop `integer` for larger values"
-                            ),
-                        ));
-                    }
-                    if let NumericDistribution::Normal { mean, sd } = a.distribution {
-                        if !(mean.is_finite() && sd.is_finite() && sd > 0.0) {
-                            return Err(PopulationProblem::new(
-                                Some(at),
-                                format!("{field}.distribution"),
-                                format!(
-                                    "normal needs a finite mean and sd > 0, got mean {mean}, sd {sd}"
-                                ),
-                            ));
-                        }
-                        let normal = Normal::new(mean, sd).expect("invariant: checked just above");
-                        if normal.cdf(high) - normal.cdf(low) <= f64::EPSILON {
-                            return Err(PopulationProblem::new(
-                                Some(at),
-                                format!("{field}.distribution"),
-                                format!(
-                                    "normal with mean {mean} and sd {sd} puts no weight in [{low}, {high}]: every agent would sit at a bound; move the mean into the range or widen sd"
-                                ),
-                            ));
-                        }
-                    }
-                    if let Some(bands) = &a.bands
-                        && (bands.len() < 2
-                            || bands.iter().any(|b| !b.is_finite())
-                            || bands
-                                .windows(2)
-                                .any(|w| w[0].partial_cmp(&w[1]) != Some(std::cmp::Ordering::Less)))
-                    {
-                        return Err(PopulationProblem::new(
-                            Some(at),
-                            format!("{field}.bands"),
-                            "band edges must be at least two finite numbers in increasing order",
-                        ));
-                    }
-                    Attribute::Numeric {
-                        name: name.clone(),
-                        low,
-                        high,
-                        distribution: a.distribution,
-                        integer: a.integer,
-                        bands: a.bands.clone(),
-                    }
-                }
-            };
+            let attribute = attribute(name, spanned)?;
             index.insert(name.as_str(), attributes.len());
             attributes.push(attribute);
         }
+        let joints = self.joints(&attributes, &index)?;
+        self.check_personas()?;
+        let _ = span;
+        let categorical: Vec<&str> = attributes
+            .iter()
+            .filter(|a| matches!(a, Attribute::Categorical { .. }))
+            .map(Attribute::name)
+            .collect();
+        let names: Vec<&str> = attributes.iter().map(Attribute::name).collect();
+        let groups = super::groups::validate(&self.groups, &categorical, &names)
+            .map_err(|p| PopulationProblem::new(p.span, p.field, p.message))?;
+        Ok(PopulationSpec {
+            draw: self.draw,
+            attributes,
+            joints,
+            personas: self.personas.as_ref().map(|p| p.get_ref().clone()),
+            groups,
+        })
+    }
+
+    /// The joint tables, checked against the attributes (`index`: each one's place).
+    fn joints(
+        &self,
+        attributes: &[Attribute],
+        index: &BTreeMap<&str, usize>,
+    ) -> Result<Vec<Joint>, PopulationProblem> {
         let mut joints = Vec::new();
         let mut in_joint: BTreeMap<usize, usize> = BTreeMap::new();
         for (j, spanned) in self.joint.iter().enumerate() {
@@ -395,7 +317,7 @@ impl PopulationConfig {
                         format!("{field}.attributes"),
                         format!(
                             "unknown attribute `{name}` (declared: {}); declare it under [population.attributes.{name}] with its categories",
-                            known(&attributes)
+                            known(attributes)
                         ),
                     ));
                 };
@@ -489,10 +411,15 @@ impl PopulationConfig {
                 rows,
             });
         }
+        Ok(joints)
+    }
+
+    /// The LLM-written personas' sampling, checked.
+    fn check_personas(&self) -> Result<(), PopulationProblem> {
         if let Some(personas) = &self.personas {
             let p = personas.get_ref();
             let at = Some(personas.span());
-            let top = crate::sim::config::MAX_TEMPERATURE;
+            let top = super::limits::MAX_TEMPERATURE;
             if !(p.temperature.is_finite() && (0.0..=top).contains(&p.temperature)) {
                 return Err(PopulationProblem::new(
                     at,
@@ -508,23 +435,118 @@ impl PopulationConfig {
                 ));
             }
         }
-        let _ = span;
-        let categorical: Vec<&str> = attributes
-            .iter()
-            .filter(|a| matches!(a, Attribute::Categorical { .. }))
-            .map(Attribute::name)
-            .collect();
-        let names: Vec<&str> = attributes.iter().map(Attribute::name).collect();
-        let groups = super::groups::validate(&self.groups, &categorical, &names)
-            .map_err(|p| PopulationProblem::new(p.span, p.field, p.message))?;
-        Ok(PopulationSpec {
-            draw: self.draw,
-            attributes,
-            joints,
-            personas: self.personas.as_ref().map(|p| p.get_ref().clone()),
-            groups,
-        })
+        Ok(())
     }
+}
+
+/// One attribute of `[population.attributes]`, checked and resolved.
+fn attribute(
+    name: &str,
+    spanned: &toml::Spanned<AttributeConfig>,
+) -> Result<Attribute, PopulationProblem> {
+    let a = spanned.get_ref();
+    let at = spanned.span();
+    let field = format!("population.attributes.{name}");
+    let attribute = match (&a.shares, a.range) {
+        (Some(_), Some(_)) => {
+            return Err(PopulationProblem::new(
+                Some(at),
+                field,
+                "has both `shares` (categorical) and `range` (numeric): keep one",
+            ));
+        }
+        (None, None) => {
+            return Err(PopulationProblem::new(
+                Some(at),
+                field,
+                "needs `shares` (a categorical attribute) or `range` (a numeric one)",
+            ));
+        }
+        (Some(shares), None) => Attribute::Categorical {
+            name: name.to_string(),
+            categories: shares.keys().cloned().collect::<Vec<_>>().into(),
+            shares: fractions(shares, &at, &format!("{field}.shares"))?,
+        },
+        (None, Some([low, high])) => {
+            if !(low.is_finite() && high.is_finite() && low <= high) {
+                return Err(PopulationProblem::new(
+                    Some(at),
+                    format!("{field}.range"),
+                    format!("[{low}, {high}] is not a range: give [low, high] with low <= high"),
+                ));
+            }
+            if low.abs().max(high.abs()) > MAX_NUMERIC {
+                return Err(PopulationProblem::new(
+                    Some(at),
+                    format!("{field}.range"),
+                    format!(
+                        "[{low}, {high}] reaches beyond +/-10^12, the most an attribute holds (values are kept as 32-bit floats)"
+                    ),
+                ));
+            }
+            if a.integer && low.ceil() > high.floor() {
+                return Err(PopulationProblem::new(
+                    Some(at),
+                    format!("{field}.range"),
+                    format!(
+                        "[{low}, {high}] holds no whole number, but `integer = true` draws whole numbers: widen the range to take one in (e.g. [{}, {}]) or drop `integer`",
+                        low.floor(),
+                        low.floor() + 1.0
+                    ),
+                ));
+            }
+            if a.integer && low.abs().max(high.abs()) > MAX_WHOLE {
+                return Err(PopulationProblem::new(
+                    Some(at),
+                    format!("{field}.range"),
+                    format!(
+                        "[{low}, {high}] reaches beyond +/-{MAX_WHOLE}: whole numbers are kept exactly (as 32-bit floats) only up to there; drop `integer` for larger values"
+                    ),
+                ));
+            }
+            if let NumericDistribution::Normal { mean, sd } = a.distribution {
+                if !(mean.is_finite() && sd.is_finite() && sd > 0.0) {
+                    return Err(PopulationProblem::new(
+                        Some(at),
+                        format!("{field}.distribution"),
+                        format!("normal needs a finite mean and sd > 0, got mean {mean}, sd {sd}"),
+                    ));
+                }
+                let normal = Normal::new(mean, sd).expect("invariant: checked just above");
+                if normal.cdf(high) - normal.cdf(low) <= f64::EPSILON {
+                    return Err(PopulationProblem::new(
+                        Some(at),
+                        format!("{field}.distribution"),
+                        format!(
+                            "normal with mean {mean} and sd {sd} puts no weight in [{low}, {high}]: every agent would sit at a bound; move the mean into the range or widen sd"
+                        ),
+                    ));
+                }
+            }
+            if let Some(bands) = &a.bands
+                && (bands.len() < 2
+                    || bands.iter().any(|b| !b.is_finite())
+                    || bands
+                        .windows(2)
+                        .any(|w| w[0].partial_cmp(&w[1]) != Some(std::cmp::Ordering::Less)))
+            {
+                return Err(PopulationProblem::new(
+                    Some(at),
+                    format!("{field}.bands"),
+                    "band edges must be at least two finite numbers in increasing order",
+                ));
+            }
+            Attribute::Numeric {
+                name: name.to_string(),
+                low,
+                high,
+                distribution: a.distribution,
+                integer: a.integer,
+                bands: a.bands.clone(),
+            }
+        }
+    };
+    Ok(attribute)
 }
 
 fn known(attributes: &[Attribute]) -> String {
@@ -536,19 +558,6 @@ fn known(attributes: &[Attribute]) -> String {
         .map(Attribute::name)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// One attribute of every agent.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Column {
-    /// Category index per agent.
-    Categorical {
-        categories: Arc<[String]>,
-        codes: Vec<u16>,
-    },
-    Numeric {
-        values: Vec<f32>,
-    },
 }
 
 /// The agents of one cell: attribute columns, and personas when written by the LLM.
@@ -689,7 +698,7 @@ impl PopulationSpec {
             groups: Groups::default(),
         };
         if !self.groups.is_empty() {
-            population.groups = Groups::build(&self.groups, &population);
+            population.groups = Groups::build(&self.groups, population.size, &population.columns);
         }
         population
     }

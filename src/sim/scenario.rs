@@ -321,7 +321,7 @@ pub trait Scenario: Sized + Send + Sync + 'static {
     /// and the rows one step's records build for it, by part. An estimate (see
     /// [`crate::sim::plan::Footprint`]), which `throng run` checks against the machine's
     /// memory before it writes anything.
-    fn memory(&self, _agents: f64, _steps: f64) -> Vec<crate::sim::plan::MemoryPart> {
+    fn memory(&self, _agents: f64, _steps: f64) -> Vec<crate::host::MemoryPart> {
         Vec::new()
     }
     /// The scenario's name, as this instance gives it. The methods from here to

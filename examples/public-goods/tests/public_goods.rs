@@ -251,7 +251,7 @@ fn two_teams() -> (PublicGoods, Population) {
         },
     ];
     let mut population = Population::plain(4);
-    population.groups = Groups::build(&levels, &population);
+    population.groups = Groups::build(&levels, population.size, &population.columns);
     let scenario = PublicGoods::new(Knobs {
         endowment: 20,
         local_factor: 1.5,

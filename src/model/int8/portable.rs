@@ -2,7 +2,7 @@
 //! and the same float operations in the same order as [`super::vnni`] (a conversion to f32
 //! rounding to nearest even, then a fused multiply-add per group), so the same bits.
 
-use super::{GROUP, PANEL, Panel, STEPS, join};
+use super::panel::{GROUP, PANEL, Panel, STEPS, join};
 
 /// `acc[r][j] = sum_g sw[j, g] * J[r, j, g]` for `rows` rows whose parts are `parts`
 /// (`2 * rows * depth` bytes: row r's coarse part, then its residual).

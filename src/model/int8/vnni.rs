@@ -8,7 +8,7 @@
 //! f32 sum with the group's scale, exactly as [`super::portable`] does one lane at a time,
 //! so both give the same bits.
 
-use super::{GROUP, PANEL, Panel, STEPS};
+use super::panel::{GROUP, PANEL, Panel, STEPS};
 use std::arch::x86_64::*;
 
 /// Whether this CPU runs the kernel.

@@ -6,10 +6,11 @@ pub mod decision;
 pub mod report;
 pub mod rules;
 pub mod scripted;
+mod settings;
 pub mod world;
 
+use crate::host::MemoryPart;
 use crate::sim::config::ScenarioProblem;
-use crate::sim::plan::MemoryPart;
 use crate::sim::population::{Column, Population, PopulationSpec};
 use crate::sim::scenario::{CellInfo, ParseError, Parsed, Scenario, Turn};
 use arrow_array::RecordBatch;
@@ -554,7 +555,7 @@ impl Scenario for EnergyMarket {
     /// The network, and the arm's settings that the report needs to read the records.
     fn describe(&self, world: &Market) -> Value {
         json!({
-            "market": report::CellSettings::of(&self.cfg),
+            "market": settings::CellSettings::of(&self.cfg),
             "companies": world.companies.iter().enumerate().map(|(i, c)| json!({
                 "id": i,
                 "type": self.type_name(c.kind),

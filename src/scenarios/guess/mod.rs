@@ -5,24 +5,28 @@
 //! is a variant of the classic.
 
 pub mod config;
+mod records;
 pub mod report;
 pub mod rules;
 mod scripted;
 pub mod world;
 
+use crate::host::MemoryPart;
 use crate::sim::config::ScenarioProblem;
-use crate::sim::plan::MemoryPart;
 use crate::sim::population::{Population, PopulationSpec};
 use crate::sim::scenario::{CellInfo, ParseError, Parsed, Scenario, Turn};
 use arrow_array::RecordBatch;
 use config::{GuessConfig, PromptStyle};
 use minijinja::context;
 use rand_chacha::ChaCha8Rng;
+use records::{Round, round_batch};
 use rules::{SCALE, to_hundredths};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use world::{Game, Guess};
+
+pub use records::{GROUP_ROUNDS, GroupRound};
 
 pub const NAME: &str = "guess";
 
@@ -95,26 +99,6 @@ pub fn schema(cfg: &GuessConfig) -> Value {
 #[derive(Deserialize)]
 struct Reply {
     guess: f64,
-}
-
-/// The rounds of a grouped game, one row per group: `group_rounds.parquet`.
-pub const GROUP_ROUNDS: &str = "group_rounds";
-
-/// One group's round of a grouped game.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GroupRound {
-    pub arm: String,
-    pub population: usize,
-    pub replicate: usize,
-    pub step: usize,
-    pub level: String,
-    pub group: usize,
-    pub players: usize,
-    pub guesses: usize,
-    pub mean: Option<f64>,
-    pub target: Option<f64>,
-    pub winning_number: Option<f64>,
-    pub winners: usize,
 }
 
 /// A round's result as prompts show it.
@@ -431,12 +415,12 @@ impl Scenario for GuessGame {
     }
 
     fn aggregates_schema() -> Option<arrow_schema::SchemaRef> {
-        Some(report::round_batch(&[]).schema())
+        Some(round_batch(&[]).schema())
     }
 
     fn aggregates(&self, game: &Game, _cell: &CellInfo, step: usize) -> Option<RecordBatch> {
         let result = step.checked_sub(1).and_then(|r| game.results.get(r))?;
-        let mut row = report::Round {
+        let mut row = Round {
             players: game.agents,
             guesses: 0,
             mean: None,
@@ -462,7 +446,7 @@ impl Scenario for GuessGame {
             row.tied_winning_number = r.tied_winning_number;
             row.winners = r.winners as usize;
         }
-        Some(report::round_batch(&[row]))
+        Some(round_batch(&[row]))
     }
 
     fn describe(&self, game: &Game) -> Value {

@@ -202,7 +202,7 @@ impl Llm {
         }
     }
 
-    /// One LLM-written persona per agent of `population` (see [`crate::sim::persona`]).
+    /// One LLM-written persona per agent of `population` (see [`super::persona`]).
     pub fn personas(
         &mut self,
         cfg: &PersonaConfig,
@@ -211,13 +211,13 @@ impl Llm {
         seed: u64,
     ) -> Result<Vec<Box<str>>, PolicyError> {
         let cache_dir = crate::assets::cache_dir().join("personas");
-        let writer = crate::sim::persona::Writer {
+        let writer = super::persona::Writer {
             cfg,
             template: &template_name(&cfg.template),
             model,
             cache_dir: &cache_dir,
         };
-        crate::sim::persona::write(
+        super::persona::write(
             &mut self.engines[0],
             &self.prompts,
             &writer,

@@ -2,7 +2,7 @@
 //! population, its world, which agents use which policy, and which agents' decisions are
 //! logged. Everything but the worlds is drawn from the seed again on resume.
 
-use super::{INIT, LOG_SAMPLE, POLICY, POPULATION};
+use super::streams::{INIT, LOG_SAMPLE, POLICY, POPULATION};
 use crate::sim::config::DecisionLogMode;
 use crate::sim::experiment::Experiment;
 use crate::sim::policy::{CellView, policies_of, routes};

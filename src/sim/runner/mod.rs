@@ -11,69 +11,34 @@
 
 mod arms;
 mod cells;
+mod error;
 pub mod fault;
 mod recorder;
 mod rows;
 mod share;
 mod sizing;
 mod step;
+mod streams;
 
 pub use arms::Arms;
 pub use cells::{Cells, first_population, model_agents, same_start};
+pub use error::RunError;
 pub use recorder::Checkpoint;
 pub use share::{choose as choose_split, model_ranks};
 pub use sizing::{FirstStep, Sample, first_step};
 pub use step::Policies;
 
-use crate::cluster::{ClusterError, Ranks};
-use crate::record::{self, Manifest, RecordError, Status, checkpoint};
+use crate::cluster::Ranks;
+use crate::record::{self, Manifest, Status, checkpoint};
 use crate::sim::config::Split;
 use crate::sim::experiment::Experiment;
-use crate::sim::policy::{Policy, PolicyError};
+use crate::sim::policy::Policy;
 use crate::sim::scenario::Scenario;
 use recorder::{Recorder, StepTiming};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
-
-const INIT: u64 = 1;
-const RESOLVE: u64 = 2;
-const AGENT: u64 = 3;
-const POPULATION: u64 = 4;
-const POLICY: u64 = 5;
-const LOG_SAMPLE: u64 = 6;
-
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error(transparent)]
-    Record(#[from] RecordError),
-    #[error(transparent)]
-    Policy(#[from] PolicyError),
-    #[error("{0}")]
-    Resume(String),
-    #[error("{0}")]
-    Setup(String),
-    #[error(transparent)]
-    Cluster(#[from] ClusterError),
-    #[error("rank {rank}: {message}")]
-    Rank { rank: usize, message: String },
-}
-
-impl RunError {
-    /// The prompt template the run stopped at (a variable it is not given, a filter that
-    /// fails), if that is why it stopped: resuming would render the same template again, so
-    /// the fix is in the template, not in `--resume`.
-    pub fn template(&self) -> Option<&Path> {
-        match self {
-            RunError::Policy(PolicyError::Prompt(crate::sim::prompt::PromptError::Template {
-                path,
-                ..
-            })) => Some(path),
-            _ => None,
-        }
-    }
-}
 
 /// What the runner reports as it goes.
 #[derive(Debug, Clone, Copy)]

@@ -1,8 +1,9 @@
 //! One step of every cell: who takes a turn, their decisions (each agent through its
 //! policy), then every cell's world resolved at once.
 
+use super::RunError;
 use super::cells::Cells;
-use super::{AGENT, RESOLVE, RunError};
+use super::streams::{AGENT, RESOLVE};
 use crate::sim::config::PolicyKind;
 use crate::sim::experiment::Experiment;
 use crate::sim::policy::{AgentTurn, Decided, Llm, Policy, PolicyTimes, Scripted};
@@ -64,7 +65,7 @@ pub fn turns<S: Scenario>(
             "out of memory: step {} cannot hold the turns of its {agents} agents ({}); run \
              fewer agents, replicates or arms",
             step + 1,
-            crate::sim::plan::human_bytes(agents as f64 * std::mem::size_of::<AgentTurn>() as f64)
+            crate::host::human_bytes(agents as f64 * std::mem::size_of::<AgentTurn>() as f64)
         ))
     })?;
     for (c, (info, world)) in cells.infos.iter().zip(&cells.worlds).enumerate() {

@@ -5,44 +5,13 @@
 //! whose loss bankrupted it (the fixed rules mark it bankrupt in that very step): it traded
 //! in step `s` if it was not bankrupt after step `s - 1`.
 
-use super::super::config::{MarketConfig, Role, Rules};
+use super::super::config::{Role, Rules};
+pub use super::super::settings::CellSettings;
 use super::super::{Row, TRADES, Trade};
 use crate::analysis::ReportError;
 use crate::record::{self, Manifest, RecordError};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
-
-/// What the report needs to know of a cell's arm, kept in `cells.jsonl` (older runs, which
-/// lack it, read as the fixed rules with personas).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct CellSettings {
-    pub rules: Rules,
-    pub regulated: bool,
-    /// Step 1 of the records is the reference's hidden round (demand 0).
-    pub hidden_round: bool,
-    pub use_personas: bool,
-    pub max_renewable_mix: f64,
-}
-
-impl Default for CellSettings {
-    fn default() -> Self {
-        Self::of(&MarketConfig::default())
-    }
-}
-
-impl CellSettings {
-    pub fn of(cfg: &MarketConfig) -> Self {
-        Self {
-            rules: cfg.rules,
-            regulated: cfg.regulated,
-            hidden_round: cfg.hidden_round(),
-            use_personas: cfg.use_personas,
-            max_renewable_mix: cfg.max_renewable_mix,
-        }
-    }
-}
 
 /// One cell's records.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! in the tables.
 
 use super::data::{Cell, Run};
-use super::{mix, profit, share, weighted};
+use super::quantities::{mix, profit, share, weighted};
 use crate::analysis::plot::{self, Band, Grid, Lines, Network, PlotError};
 use crate::analysis::stats::{Method, Summary};
 use crate::record;
@@ -76,7 +76,7 @@ fn persona_grid(run: &Run, title: &str, y: &str, f: fn(&Row) -> f64, method: Met
             title: format!("{title}: {}", title_of(run, &arm, population)),
             x_label: "step".into(),
             y_label: y.into(),
-            series: super::personas_of(&cells)
+            series: super::measures::personas_of(&cells)
                 .into_iter()
                 .map(|p| series(&cells, p.clone(), true, &utilities_of(p), &f, method))
                 .collect(),
@@ -110,18 +110,46 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
         names.push(name.to_string());
         Ok::<(), PlotError>(())
     };
-    let grid_columns = run.populations.len().clamp(1, COLUMNS);
-
     // Figure 2: the network of the first cell.
     if let Some(cell) = &run.first_network {
         let fig = network_figure(cell);
         save("fig2_network", &|p| plot::save(&fig, p))?;
     }
+    let fig = consumer_price(run);
+    save("fig3_consumer_price", &|p| plot::save(&fig, p))?;
+    let fig = bankruptcies(run);
+    save("fig3b_bankruptcies", &|p| plot::save(&fig, p))?;
+    let fig = producer_prices(run);
+    save("fig4_producer_prices", &|p| plot::save(&fig, p))?;
+    let fig = step_time(run);
+    save("fig5_step_time", &|p| plot::save(&fig, p))?;
+    let fig = subpopulations(run);
+    save("fig6_subpopulations", &|p| plot::save(&fig, p))?;
+    // Figures 7 to 9: utilities by persona over time, a panel per arm and population.
+    let fig = profit_by_persona(run);
+    save("fig7_profit_by_persona", &|p| plot::save(&fig, p))?;
+    let fig = persona_grid(
+        run,
+        "Figure 8: renewable preference by persona",
+        "adjust_renewable_mix",
+        mix,
+        Method::BootstrapPercentile,
+    );
+    save("fig8_renewable_preference", &|p| plot::save(&fig, p))?;
+    let fig = renewable_fraction(run);
+    save("fig9_renewable_fraction", &|p| plot::save(&fig, p))?;
+    Ok(names)
+}
 
-    // Figure 3: consumer price over time, a panel per population, a line per arm; and
-    // bankruptcies, as their own series.
-    let per_population = |title: &str, y: &str, lines: &dyn Fn(&str, &[&Cell]) -> Vec<Band>| Grid {
-        columns: grid_columns,
+/// A grid of a panel per population, each with `lines` of every arm.
+fn per_population(
+    run: &Run,
+    title: &str,
+    y: &str,
+    lines: &dyn Fn(&str, &[&Cell]) -> Vec<Band>,
+) -> Grid {
+    Grid {
+        columns: run.populations.len().clamp(1, COLUMNS),
         panels: run
             .populations
             .iter()
@@ -137,8 +165,13 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
                 markers: false,
             })
             .collect(),
-    };
-    let fig = per_population(
+    }
+}
+
+/// Figure 3: consumer price over time, a panel per population, a line per arm.
+fn consumer_price(run: &Run) -> Grid {
+    per_population(
+        run,
         "Figure 3: price to consumers, utilities trading (mean, 95% CI over replicates)",
         "price per unit",
         &|arm, cells| {
@@ -151,9 +184,13 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
                 Method::BootstrapPercentile,
             )]
         },
-    );
-    save("fig3_consumer_price", &|p| plot::save(&fig, p))?;
-    let fig = per_population(
+    )
+}
+
+/// Bankruptcies over time, as their own series: the share of each role's companies bankrupt.
+fn bankruptcies(run: &Run) -> Grid {
+    per_population(
+        run,
         "Bankruptcies: share of companies bankrupt",
         "share bankrupt",
         &|arm, cells| {
@@ -193,14 +230,15 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
                 })
                 .collect()
         },
-    );
-    save("fig3b_bankruptcies", &|p| plot::save(&fig, p))?;
+    )
+}
 
-    // Figure 4: every producer's price in the first replicate of the first arm, a panel
-    // per population; a bankrupt producer's line ends at the step that bankrupted it.
+/// Figure 4: every producer's price in the first replicate of the first arm, a panel per
+/// population; a bankrupt producer's line ends at the step that bankrupted it.
+fn producer_prices(run: &Run) -> Grid {
     let first_arm = run.arms.first().cloned().unwrap_or_default();
-    let fig = Grid {
-        columns: grid_columns,
+    Grid {
+        columns: run.populations.len().clamp(1, COLUMNS),
         panels: run
             .populations
             .iter()
@@ -238,10 +276,11 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
                 })
             })
             .collect(),
-    };
-    save("fig4_producer_prices", &|p| plot::save(&fig, p))?;
+    }
+}
 
-    // Figure 5: time per step against population, a line per number of devices.
+/// Figure 5: time per step against population, a line per number of devices.
+fn step_time(run: &Run) -> Lines {
     let mut by_ranks: BTreeMap<usize, BTreeMap<usize, Vec<f64>>> = BTreeMap::new();
     for s in &run.steps {
         by_ranks
@@ -256,7 +295,7 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
         [r] => format!(", {r} devices"),
         _ => String::new(),
     };
-    let fig = Lines {
+    Lines {
         title: format!(
             "Figure 5: time per step ({} policy{devices}; mean, 95% CI over steps)",
             run.manifest.policy
@@ -274,18 +313,20 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
             })
             .collect(),
         markers: true,
-    };
-    save("fig5_step_time", &|p| plot::save(&fig, p))?;
+    }
+}
 
-    // Figure 6: each producer type's mean price (second half of the run) against
-    // population, one line per type, interval over replicates.
+/// Figure 6: each producer type's mean price (second half of the run) against population,
+/// one line per type, interval over replicates.
+fn subpopulations(run: &Run) -> Lines {
+    let first_arm = run.arms.first().cloned().unwrap_or_default();
     let mut per_type: BTreeMap<String, Vec<(f64, f64, f64, f64)>> = BTreeMap::new();
     for &population in &run.populations {
         let cells = run.group(&first_arm, population);
         if cells.is_empty() {
             continue;
         }
-        for t in super::type_stats(&cells).0 {
+        for t in super::measures::type_stats(&cells).0 {
             if let Some(s) = t.price.replicates {
                 per_type
                     .entry(t.company_type)
@@ -294,7 +335,7 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
             }
         }
     }
-    let fig = Lines {
+    Lines {
         title: format!(
             "Figure 6: mean producer price by type against population, arm {first_arm} (95% CI over replicates)"
         ),
@@ -305,22 +346,12 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
             .map(|(name, points)| Band { name, points })
             .collect(),
         markers: true,
-    };
-    save("fig6_subpopulations", &|p| plot::save(&fig, p))?;
+    }
+}
 
-    // Figures 7 to 9: utilities by persona over time, a panel per arm and population.
-    let fig = profit_by_persona(run);
-    save("fig7_profit_by_persona", &|p| plot::save(&fig, p))?;
-    let fig = persona_grid(
-        run,
-        "Figure 8: renewable preference by persona",
-        "adjust_renewable_mix",
-        mix,
-        Method::BootstrapPercentile,
-    );
-    save("fig8_renewable_preference", &|p| plot::save(&fig, p))?;
-    // Figure 9 as the study defines it (the renewable share weighted by the preference),
-    // beside the unweighted share.
+/// Figure 9 as the study defines it (the renewable share weighted by the preference),
+/// beside the unweighted share.
+fn renewable_fraction(run: &Run) -> Grid {
     let weighted_grid = persona_grid(
         run,
         "Figure 9: renewable share x preference",
@@ -335,7 +366,7 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
         share,
         Method::BootstrapPercentile,
     );
-    let fig = Grid {
+    Grid {
         columns: 2,
         panels: weighted_grid
             .panels
@@ -343,9 +374,7 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
             .zip(share_grid.panels)
             .flat_map(|(a, b)| [a, b])
             .collect(),
-    };
-    save("fig9_renewable_fraction", &|p| plot::save(&fig, p))?;
-    Ok(names)
+    }
 }
 
 /// The most companies Figure 2 draws: past a few hundred, a drawn network is a blot (and at

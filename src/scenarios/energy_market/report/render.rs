@@ -1,6 +1,6 @@
 //! The report as `report.html` and as terminal text.
 
-use super::{GroupStats, Report, TestRow};
+use super::summary::{GroupStats, Report, TestRow};
 use crate::analysis::html::{
     esc, fmt, fmt_nested, fmt_p, fmt_seconds, headline, table, unfinished,
 };
@@ -95,6 +95,18 @@ fn share_text(k: usize, n: usize) -> String {
 /// breakdowns below.
 pub fn html(report: &Report) -> String {
     let mut body = String::new();
+    body.push_str(&key_numbers(report));
+    body.push_str(&personas(report));
+    body.push_str(&persona_tests(report));
+    body.push_str(&dynamics(report));
+    body.push_str(&types_and_bankruptcies(report));
+    body.push_str(&step_times(report));
+    body
+}
+
+/// The run's key numbers, after what a reader must know of its rules.
+fn key_numbers(report: &Report) -> String {
+    let mut body = String::new();
     let _ = write!(
         body,
         "<h2>How to read these numbers</h2><p>{}</p>",
@@ -129,7 +141,12 @@ pub fn html(report: &Report) -> String {
             ]
         }),
     ));
+    body
+}
 
+/// Utilities by persona.
+fn personas(report: &Report) -> String {
+    let mut body = String::new();
     body.push_str("<h2>Utilities by persona</h2><p>Per utility, its mean over the steps it traded in; weighted share = renewable share x adjust_renewable_mix (the study's Figure 9).</p>");
     body.push_str(&table(
         &[
@@ -159,7 +176,12 @@ pub fn html(report: &Report) -> String {
             })
         }),
     ));
+    body
+}
 
+/// The tests between personas, and against the control.
+fn persona_tests(report: &Report) -> String {
+    let mut body = String::new();
     body.push_str("<h2>Tests between personas, and against the control</h2><p>Welch's t-tests of replicate means; p adjusted by Holm over all the tests below.</p>");
     body.push_str(&table(
         &[
@@ -186,7 +208,12 @@ pub fn html(report: &Report) -> String {
             ]
         }),
     ));
+    body
+}
 
+/// Experiment 2's dynamics.
+fn dynamics(report: &Report) -> String {
+    let mut body = String::new();
     body.push_str("<h2>Experiment 2's dynamics</h2><p>(a) A price rise whose buyers bought less in the first step that saw it (the same step under the fixed rules, the next under the reference's), walked back if the producer's next price change was a cut; lag = steps from the rise to the cut; to a rival = a utility that bought from it the step before bought from another producer instead (the rest are buyers leaving: bankrupt, or less demand). (b) Steps in which the market's single cheapest producer raised its price and stayed no dearer than any other. (c) Utility-steps with one supplier: how many were profitable, and whether that supplier also sold to others (indirect competition).</p>");
     body.push_str(&table(
         &[
@@ -238,7 +265,12 @@ pub fn html(report: &Report) -> String {
             ]
         }),
     ));
+    body
+}
 
+/// Producer types against population, and the bankruptcies.
+fn types_and_bankruptcies(report: &Report) -> String {
+    let mut body = String::new();
     body.push_str("<h2>Producer types against population</h2><p>Types have identical properties, so their mean prices (second half of the run) should agree once the market is large enough; gap = the largest difference between two types' means in a market.</p>");
     body.push_str(&table(
         &["arm", "companies", "types", "gap between types"],
@@ -302,7 +334,12 @@ pub fn html(report: &Report) -> String {
             );
         }
     }
+    body
+}
 
+/// Time per step.
+fn step_times(report: &Report) -> String {
+    let mut body = String::new();
     body.push_str("<h2>Time per step</h2>");
     body.push_str(&table(
         &[

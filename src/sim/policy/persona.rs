@@ -4,10 +4,10 @@
 //! a hash of (profile, template, model, sampling, the agent's seed), so that later runs of the
 //! same population reuse them instead of asking again.
 
-use super::policy::PolicyError;
-use super::population::{PersonaConfig, Population};
-use super::prompt::PromptBook;
+use super::error::PolicyError;
 use crate::engine::{Engine, Message, Request, SamplingParams};
+use crate::sim::population::{PersonaConfig, Population};
+use crate::sim::prompt::PromptBook;
 use minijinja::context;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
