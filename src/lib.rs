@@ -15,6 +15,7 @@ pub mod host;
 pub mod model;
 pub mod quality;
 pub mod record;
+pub mod run;
 pub mod scenarios;
 pub mod seed;
 pub mod serve;

@@ -382,18 +382,23 @@ fn size_model(model: &ModelArgs, profile: Option<DeviceProfile>) -> Result<Sized
         });
     }
     let before = resident_bytes();
-    let (engine, weights) = model.load_engine_described().map_err(|e| match &preset {
-        Some(_) if profile.is_none() && !weights_here(&model.model) => anyhow!(
-            "{e:#}. Or plan it without the weights: with --device-profile NAME ({}) throng \
+    let (engine, weights) =
+        model
+            .settings()
+            .load_engine_described()
+            .map_err(|e| match &preset {
+                Some(_) if profile.is_none() && !weights_here(&model.model) => anyhow!(
+                    "{}. Or plan it without the weights: with --device-profile NAME ({}) throng \
              sizes it from the preset's stated config",
-            plan::PROFILES
-                .iter()
-                .map(|p| p.name)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        _ => e,
-    })?;
+                    e.one_line(),
+                    plan::PROFILES
+                        .iter()
+                        .map(|p| p.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                _ => e.into(),
+            })?;
     let after = resident_bytes();
     let cfg = engine.model().config().clone();
     let dtype_bytes = engine.model().dtype().size_in_bytes();
@@ -486,7 +491,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
         steps: args.steps,
         policy: args.policy,
         model: model_given.then(|| args.model.model.clone()),
-        default_model: super::default_model(),
+        default_model: crate::run::default_model(),
     };
     let loaded = registry.load(&args.config, &overrides)?;
     let exp = loaded.experiment();
@@ -506,7 +511,7 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
         check_devices(args.devices, size, agents)?;
     }
     // The plan builds every cell's first step here, as the run would.
-    let memory = super::MemoryCheck {
+    let memory = crate::run::MemoryCheck {
         processes: 1,
         model_on_cpu: false,
         kv_memory: None,
@@ -518,12 +523,12 @@ pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
         )
     })?;
     // With several models, the first names the figures below; the placement sizes each.
-    let names = super::models_of(exp)?;
+    let names = crate::run::models_of(exp)?;
     let model = ModelArgs {
         model: names
             .first()
             .cloned()
-            .unwrap_or_else(|| super::model_of(exp)),
+            .unwrap_or_else(|| crate::run::model_of(exp)),
         ..args.model.clone()
     };
     let shares: Vec<u64> = crate::sim::runner::model_agents(exp)

@@ -2,12 +2,12 @@
 //! asking the model, checked before the run starts, and the run's own store (which its
 //! recorder fills).
 
+use super::error::{RunError, refuse};
 use crate::engine::Engine;
 use crate::model::ModelIdentity;
 use crate::record::store::{Source, Store};
 use crate::record::{self, ReuseRecord};
 use crate::sim::policy::Reuse;
-use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 
 /// Each model's name and identity.
@@ -21,7 +21,7 @@ fn identities<'a>(engines: &'a [(String, &Engine)]) -> Vec<(&'a str, &'a ModelId
 /// Refuses `--reuse` of what cannot be a source of decisions, before anything is written: a
 /// path that is not there, a file, a folder that is not a run, a run that asked no model
 /// (a damaged store of a run is found when it is opened, and left out with a warning).
-pub fn check_sources(dirs: &[PathBuf]) -> Result<()> {
+pub fn check_sources(dirs: &[PathBuf]) -> Result<(), RunError> {
     for dir in dirs {
         let why = match std::fs::metadata(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => "there is nothing there",
@@ -35,7 +35,7 @@ pub fn check_sources(dirs: &[PathBuf]) -> Result<()> {
             }
             Ok(_) => continue,
         };
-        bail!(
+        refuse!(
             "--reuse {}: {why}. Give the folder of an earlier run that asked the model (its \
              decisions.redb holds the replies), or drop --reuse",
             dir.display()
@@ -48,7 +48,7 @@ pub fn check_sources(dirs: &[PathBuf]) -> Result<()> {
 /// engine). A store that is missing or damaged is left out with a warning; one whose replies
 /// another weight format or class of device computed is refused, since none of them would be
 /// this run's.
-pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)]) -> Result<Reuse> {
+pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)]) -> Result<Reuse, RunError> {
     let ours = identities(engines);
     let mut sources = Vec::new();
     for from in dirs {
@@ -77,7 +77,7 @@ pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)]) -> Result<Reuse> {
                 // another scheme, which match nothing.
                 let kv_differs = !identity.kv.is_empty() && identity.kv != own.kv;
                 if identity.format != own.format || identity.device != own.device || kv_differs {
-                    bail!(
+                    refuse!(
                         "--reuse {}: its decisions by {name} were computed as {} on {} with a {} \
                          KV cache, and this run's by {mine} would be computed as {} on {} with a \
                          {} KV cache, which gives other bits: none of them would be this run's \
@@ -116,7 +116,7 @@ pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)]) -> Result<Reuse> {
 
 /// The decision store of the run in `dir` (created, or a resumed run's own), marked with the
 /// identities of the models of `engines`, so that later runs know whose replies it holds.
-pub fn store(dir: &Path, engines: &[(String, &Engine)]) -> Result<Store> {
+pub fn store(dir: &Path, engines: &[(String, &Engine)]) -> Result<Store, RunError> {
     let store = Store::open(dir)?;
     for (name, identity) in identities(engines) {
         store.set_model(name, &serde_json::to_string(identity)?)?;

@@ -2,15 +2,15 @@
 //! run starts. The run then reads the base's decision store as `--reuse` would, and its report
 //! sets each of its arms beside the base's arm, step by step (`analysis::counterfactual`).
 
+use super::error::RunError;
 use crate::record::{self, CounterfactualRecord, Manifest, Status};
 use crate::sim::config::find_field;
 use crate::sim::experiment::Experiment;
-use anyhow::Result;
 use std::path::PathBuf;
 
 /// The base run of `exp`, if it names one, checked: a finished run of the same scenario, with
 /// the arm to compare against (the one named, or the base's only arm).
-pub fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>> {
+pub fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>, RunError> {
     let Some(cf) = &exp.config.counterfactual else {
         return Ok(None);
     };
