@@ -84,6 +84,7 @@ failed_from!(
     crate::record::FolderError,
     crate::sim::runner::RunError,
     crate::sim::plan::SizeError,
+    crate::sim::plan::PlacementError,
     crate::cluster::ClusterError,
     crate::serve::ServeError,
     crate::engine::EngineError,
