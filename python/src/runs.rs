@@ -1,6 +1,6 @@
-//! Runs from Python: `throng.run` runs a config through the library, as the command line does (Python scenarios
-//! registered beside the built-in ones), and a run folder's tables read as throng reads them
-//! (checksums verified), handed to pyarrow without a copy.
+//! Runs from Python: `throng.run` runs a config through the library's run, as the command
+//! line does (Python scenarios registered beside the built-in ones), and a run folder's
+//! tables read as throng reads them (checksums verified), handed to pyarrow without a copy.
 
 use crate::errors;
 use crate::scenario::{PyKind, Raised};

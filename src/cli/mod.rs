@@ -103,8 +103,8 @@ impl ModelArgs {
 }
 
 /// The arguments given on the command line (not defaulted), by clap id (`model`, `device`):
-/// of the process's one command line, or of the command an embedding program (the Python
-/// package) parsed last.
+/// a setting with a default reaches the library's options only when it was given (a resumed
+/// or extended run takes the others from its manifest).
 static GIVEN: RwLock<BTreeSet<String>> = RwLock::new(BTreeSet::new());
 
 /// Remembers which arguments of the command line `matches` (and its subcommand) were given.

@@ -274,6 +274,63 @@ pub struct Figures {
     pub stated: Option<String>,
 }
 
+/// The figures of `cfg` on a device of `profile` in `format`: its memory, the weights, how
+/// they were computed, and the KV cache per token.
+fn on_profile(
+    p: DeviceProfile,
+    f: DeviceFormat,
+    cfg: &ModelConfig,
+    stated: bool,
+) -> (Figure, Figure, String, Figure) {
+    let source = if stated {
+        "computed from the preset's stated config"
+    } else {
+        "computed"
+    };
+    (
+        Figure::new(p.memory_bytes, Source::Assumed),
+        Figure::new(f.weight_bytes(cfg), Source::Computed),
+        format!("{source}: {}", f.how()),
+        Figure::new(
+            cfg.kv_bytes_per_token(f.activation_bytes()) as f64,
+            Source::Computed,
+        ),
+    )
+}
+
+/// `preset` sized without its weights: its stated config on a device of `p` in `f`, its
+/// prompts counted by a stand-in engine (see [`tokenizer_engine`]).
+fn stated(
+    preset: &Preset,
+    model: &ModelSettings,
+    p: DeviceProfile,
+    f: DeviceFormat,
+) -> Result<Sized, RunError> {
+    let (engine, counted) = tokenizer_engine(preset, model)?;
+    let cfg = preset.config.clone();
+    let (memory, weight_bytes, weight_how, kv_token) = on_profile(p, f, &cfg, true);
+    Ok(Sized {
+        engine,
+        figures: Figures {
+            cfg,
+            memory,
+            weight_bytes,
+            weight_how,
+            kv_token,
+            format: Some(f),
+            where_: format!(
+                "{} (stated figures), {} weights; the model's weights are not on this machine: \
+                 sized from the preset's stated config",
+                p.name,
+                f.name()
+            ),
+            stated: Some(counted),
+        },
+    })
+}
+
+/// `model` as the plan sizes it: loaded here and measured (on a device profile, its figures
+/// computed for that device), or from its preset's stated config when its weights are not here.
 pub fn size_model(
     model: &ModelSettings,
     profile: Option<DeviceProfile>,
@@ -282,47 +339,11 @@ pub fn size_model(
     let format = profile
         .map(|_| DeviceFormat::on_gpu(model.engine.weights))
         .transpose()?;
-    let on_profile = |p: DeviceProfile, f: DeviceFormat, cfg: &ModelConfig, stated: bool| {
-        let source = if stated {
-            "computed from the preset's stated config"
-        } else {
-            "computed"
-        };
-        (
-            Figure::new(p.memory_bytes, Source::Assumed),
-            Figure::new(f.weight_bytes(cfg), Source::Computed),
-            format!("{source}: {}", f.how()),
-            Figure::new(
-                cfg.kv_bytes_per_token(f.activation_bytes()) as f64,
-                Source::Computed,
-            ),
-        )
-    };
     if let (Some(p), Some(f), Some(preset)) = (profile, format, &preset)
         && !weights_here(&model.model)
     {
         // Planning without the weights: the preset's stated shape, the device's figures.
-        let (engine, counted) = tokenizer_engine(preset, model)?;
-        let cfg = preset.config.clone();
-        let (memory, weight_bytes, weight_how, kv_token) = on_profile(p, f, &cfg, true);
-        return Ok(Sized {
-            engine,
-            figures: Figures {
-                cfg,
-                memory,
-                weight_bytes,
-                weight_how,
-                kv_token,
-                format,
-                where_: format!(
-                    "{} (stated figures), {} weights; the model's weights are not on this machine: \
-                 sized from the preset's stated config",
-                    p.name,
-                    f.name()
-                ),
-                stated: Some(counted),
-            },
-        });
+        return stated(preset, model, p, f);
     }
     let before = resident_bytes();
     let (engine, weights) = model.load_engine_described().map_err(|e| match &preset {

@@ -45,53 +45,7 @@ pub(crate) fn plan(
 ) -> Result<Plan, RunError> {
     let dir = args.resume.clone().expect("invariant: `asked` holds");
     let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
-    if ranks > 1 {
-        refuse!(
-            "extending a run (--resume with --steps or --replicates) runs in one process: extend \
-             {} without mpirun or srun",
-            dir.display()
-        );
-    }
-    if args.policy.is_some() || args.agents.is_some() || given.model {
-        refuse!(
-            "extending {} adds steps or replicates to the run as it was configured: drop \
-             --policy/--agents/--model",
-            dir.display()
-        );
-    }
-    if !args.reuse.is_empty() {
-        refuse!(
-            "extending {} reads the decision stores the run was made with (its own, and its \
-             manifest's `reuse`): drop --reuse",
-            dir.display()
-        );
-    }
-    if manifest.status != Status::Finished {
-        refuse!(
-            "--steps and --replicates with --resume extend a finished run, and {} is {}: finish \
-             it first ({}), then extend it",
-            dir.display(),
-            manifest.status,
-            crate::host::resume_command(&dir)
-        );
-    }
-    let steps = args.steps.unwrap_or(manifest.steps as i64);
-    let replicates = args.replicates.unwrap_or(manifest.replicates as i64);
-    if steps < manifest.steps as i64 || replicates < manifest.replicates as i64 {
-        refuse!(
-            "{} has {} steps and {} replicates; extending adds to them (--steps {steps}, \
-             --replicates {replicates} would take some away: make a new run for fewer)",
-            dir.display(),
-            manifest.steps,
-            manifest.replicates
-        );
-    }
-    if steps == manifest.steps as i64 && replicates == manifest.replicates as i64 {
-        refuse!(
-            "{} already has {steps} steps and {replicates} replicates: nothing to extend",
-            dir.display()
-        );
-    }
+    check(args, given, ranks, &dir, &manifest)?;
     let previous = previous_of(&dir);
     if previous.exists() {
         refuse!(
@@ -142,6 +96,66 @@ pub(crate) fn plan(
         previous,
         config_file: manifest.config_file,
     })
+}
+
+/// Refuses what cannot extend the finished run in `dir` (its `manifest`): several ranks,
+/// options that change what the run was, a run not finished, fewer steps or replicates, or
+/// the same numbers.
+fn check(
+    args: &RunOptions,
+    given: Given,
+    ranks: usize,
+    dir: &Path,
+    manifest: &Manifest,
+) -> Result<(), RunError> {
+    if ranks > 1 {
+        refuse!(
+            "extending a run (--resume with --steps or --replicates) runs in one process: extend \
+             {} without mpirun or srun",
+            dir.display()
+        );
+    }
+    if args.policy.is_some() || args.agents.is_some() || given.model {
+        refuse!(
+            "extending {} adds steps or replicates to the run as it was configured: drop \
+             --policy/--agents/--model",
+            dir.display()
+        );
+    }
+    if !args.reuse.is_empty() {
+        refuse!(
+            "extending {} reads the decision stores the run was made with (its own, and its \
+             manifest's `reuse`): drop --reuse",
+            dir.display()
+        );
+    }
+    if manifest.status != Status::Finished {
+        refuse!(
+            "--steps and --replicates with --resume extend a finished run, and {} is {}: finish \
+             it first ({}), then extend it",
+            dir.display(),
+            manifest.status,
+            crate::host::resume_command(dir)
+        );
+    }
+    let steps = args.steps.unwrap_or(manifest.steps as i64);
+    let replicates = args.replicates.unwrap_or(manifest.replicates as i64);
+    if steps < manifest.steps as i64 || replicates < manifest.replicates as i64 {
+        refuse!(
+            "{} has {} steps and {} replicates; extending adds to them (--steps {steps}, \
+             --replicates {replicates} would take some away: make a new run for fewer)",
+            dir.display(),
+            manifest.steps,
+            manifest.replicates
+        );
+    }
+    if steps == manifest.steps as i64 && replicates == manifest.replicates as i64 {
+        refuse!(
+            "{} already has {steps} steps and {replicates} replicates: nothing to extend",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 impl Plan {
