@@ -764,3 +764,77 @@ fn the_circle_scan_sees_every_way_of_naming_a_sibling() {
         ]
     );
 }
+
+/// Where the Python package's Rust code names the command line (`throng::cli`), as
+/// `file:line: what`: it calls the library with typed arguments, and only the `throng`
+/// console script runs the command line itself (`throng::cli::main_with_args`).
+fn python_cli_imports(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let text = code(&std::fs::read_to_string(&file).unwrap());
+        for (at, _) in text.match_indices("throng::") {
+            let rest = &text[at + "throng::".len()..];
+            let names_cli = identifier(rest) == "cli"
+                || rest.strip_prefix('{').is_some_and(|group| {
+                    group
+                        .split([',', '}'])
+                        .any(|i| identifier(i.trim()) == "cli")
+                });
+            if names_cli && !rest.starts_with("cli::main_with_args") {
+                out.push(format!(
+                    "{}:{}: {}",
+                    file.display(),
+                    text[..at].matches('\n').count() + 1,
+                    text[at..].lines().next().unwrap_or_default().trim()
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+// Guards against the Python package going through the command line (clap, `--flag` strings)
+// instead of the library: the CLI and the Python package are both thin adapters over it.
+fn the_python_package_calls_the_library_not_the_command_line() {
+    let python = src().parent().unwrap().join("python").join("src");
+    let found = python_cli_imports(&python);
+    assert!(
+        found.is_empty(),
+        "the Python package names throng::cli (only `main_with_args`, the `throng` console \
+         script, may):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+// Guards the guard above: it sees a path, a `use` of the module and a group naming it, and
+// lets the console script's one call through.
+fn the_python_scan_sees_the_command_line_however_it_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("lib.rs"),
+        "use throng::cli::run::RunArgs;\n\
+         use throng::{cli, engine};\n\
+         // throng::cli::parse_run in a comment is no import\n\
+         let code = throng::cli::main_with_args(&registry, argv);\n\
+         let x = throng::cli::parse_run(args);\n",
+    )
+    .unwrap();
+    let found = python_cli_imports(dir.path());
+    let lines: Vec<&str> = found
+        .iter()
+        .map(|f| f.rsplit_once(".rs:").unwrap().1)
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "1: throng::cli::run::RunArgs;",
+            "2: throng::{cli, engine};",
+            "5: throng::cli::parse_run(args);"
+        ]
+    );
+}

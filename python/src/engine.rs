@@ -6,12 +6,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use throng::cli::{EngineArgs, ModelArgs};
 use throng::engine::{
     Client, Engine, Fill, FinishReason, KvPolicy, Message, Prompt, Queue, Request, RequestError,
     Response, SamplingParams, Schema,
 };
 use throng::model::{KvFormat, WeightFormat};
+use throng::run::{EngineSettings, ModelSettings};
 
 /// A model loaded once, deciding lists of prompts as one continuous batch.
 #[pyclass(name = "Engine", module = "throng")]
@@ -261,12 +261,14 @@ fn is_device(spec: &str) -> bool {
 }
 
 /// A keyword argument given, and not None.
-fn present<'py>(value: Option<&Bound<'py, PyAny>>) -> Option<Bound<'py, PyAny>> {
+pub(crate) fn present<'py>(value: Option<&Bound<'py, PyAny>>) -> Option<Bound<'py, PyAny>> {
     value.filter(|v| !v.is_none()).cloned()
 }
 
 /// `kv_memory`: bytes as an int, or a size as text (`"2GiB"`).
-fn kv_memory_of(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<bytesize::ByteSize>> {
+pub(crate) fn kv_memory_of(
+    value: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<bytesize::ByteSize>> {
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
@@ -364,16 +366,16 @@ impl PyEngine {
             }
             None => KvFormat::Auto,
         };
-        let settings = ModelArgs {
+        let settings = ModelSettings {
             model: model.clone(),
-            engine: EngineArgs {
+            engine: EngineSettings {
                 device,
                 weights,
                 tokenizer: match present(tokenizer) {
                     Some(t) => Some(args::path(&t, "tokenizer", "a tokenizer.json")?),
                     None => None,
                 },
-                kv_memory: kv_memory_of(kv_memory)?,
+                kv_memory: kv_memory_of(kv_memory)?.map(|b| b.as_u64()),
                 kv_format,
                 max_batch_tokens: args::optional_count(
                     max_batch_tokens,
@@ -382,9 +384,9 @@ impl PyEngine {
                 )?,
                 max_seqs: args::optional_count(max_seqs, "max_seqs", "sequences running at once")?
                     .unwrap_or(256),
-                no_prefix_cache: match present(prefix_cache) {
-                    Some(p) => !args::flag(&p, "prefix_cache")?,
-                    None => false,
+                prefix_caching: match present(prefix_cache) {
+                    Some(p) => args::flag(&p, "prefix_cache")?,
+                    None => true,
                 },
                 kv_policy: KvPolicy::default(),
             },
@@ -630,7 +632,7 @@ impl PyEngine {
                 false => json.call_method1("dumps", (&item,))?.extract()?,
             };
             let at = format!("request {i}");
-            match throng::cli::generate::request_from_json(&text, i, &at, max_tokens, sampling) {
+            match throng::engine::jsonl::request_from_json(&text, i, &at, max_tokens, sampling) {
                 Ok(request) => {
                     places.push((i, request.sampling.seed));
                     valid.push(request);
@@ -640,7 +642,7 @@ impl PyEngine {
                     let tag = serde_json::from_str::<serde_json::Value>(&text)
                         .ok()
                         .and_then(|v| v.get("tag").and_then(|t| t.as_str()).map(String::from));
-                    lines.push(Some(throng::cli::generate::response_line(
+                    lines.push(Some(throng::engine::jsonl::response_line(
                         i,
                         None,
                         Err((e, tag.as_deref())),
@@ -654,7 +656,7 @@ impl PyEngine {
                 Ok(r) => Ok(r),
                 Err(e) => Err((e.to_string(), None)),
             };
-            lines[i] = Some(throng::cli::generate::response_line(i, Some(seed), result));
+            lines[i] = Some(throng::engine::jsonl::response_line(i, Some(seed), result));
         }
         let out = PyList::empty(py);
         for line in lines.into_iter().flatten() {

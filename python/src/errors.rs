@@ -101,33 +101,40 @@ pub fn argument(py: Python<'_>, message: String) -> PyErr {
 
 /// `e`'s message with its chain of causes, as the command line prints it: a cause whose words
 /// the message above already gave is not repeated.
-pub fn message(e: &anyhow::Error) -> String {
+pub fn message(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut said = text.clone();
-    for cause in e.chain().skip(1) {
-        let cause = cause.to_string();
-        if !said.contains(&cause) {
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let words = c.to_string();
+        if !said.contains(&words) {
             text.push_str("\n  caused by: ");
-            text.push_str(&cause);
+            text.push_str(&words);
         }
-        said = cause;
+        said = words;
+        cause = c.source();
     }
     text
 }
 
+/// Whether `e` or one of its causes is an `E`.
+fn caused_by<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.is::<E>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// A failed run or load as the exception of its kind.
-pub fn from_anyhow(e: anyhow::Error) -> PyErr {
-    let text = message(&e);
-    let config = e.chain().any(|c| {
-        c.downcast_ref::<throng::sim::config::ConfigError>()
-            .is_some()
-    });
-    let model = e
-        .chain()
-        .any(|c| c.downcast_ref::<throng::model::ModelError>().is_some());
-    if config {
+pub fn from_run(e: &throng::run::RunError) -> PyErr {
+    let text = message(e);
+    if caused_by::<throng::sim::config::ConfigError>(e) {
         ConfigError::new_err(text)
-    } else if model {
+    } else if caused_by::<throng::model::ModelError>(e) {
         ModelError::new_err(text)
     } else {
         RunError::new_err(text)

@@ -7,6 +7,7 @@ mod args;
 mod columns;
 mod engine;
 mod errors;
+mod run_options;
 mod runs;
 mod scenario;
 

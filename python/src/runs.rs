@@ -1,15 +1,16 @@
-//! Runs from Python: `throng.run` as the command line runs a config (Python scenarios
-//! registered beside the built-in ones), and a run folder's tables read as throng reads them
-//! (checksums verified), handed to pyarrow without a copy.
+//! Runs from Python: `throng.run` runs a config through the library's run, as the command
+//! line does (Python scenarios registered beside the built-in ones), and a run folder's
+//! tables read as throng reads them (checksums verified), handed to pyarrow without a copy.
 
 use crate::errors;
 use crate::scenario::{PyKind, Raised};
 use arrow_pyarrow::IntoPyArrow;
 use pyo3::prelude::*;
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use throng::run::{Bar, Observer};
 use throng::scenarios::Registry;
+use throng::sim::runner::Progress;
 use throng::sim::scenario::Halt;
 
 /// The built-in scenarios and the Python `classes`.
@@ -21,48 +22,127 @@ fn registry(classes: &[Bound<'_, PyAny>]) -> PyResult<Registry> {
     Ok(registry)
 }
 
-/// Runs `throng run ARGS` (as the command line parses them), with the scenario `classes`
-/// registered. Returns the run folder and whether the run finished (`False`: paused, by
-/// `--stop-after` or a Ctrl-C, and resumable). The interpreter's lock is released while the
-/// run works, and taken back briefly to call a Python scenario and to look for a Ctrl-C,
-/// which pauses the run after the current step, then raises `KeyboardInterrupt`.
+/// Runs the experiment `config` (or continues the run folder `resume`) with the scenario
+/// `classes` registered, as `throng run` does, from keyword arguments checked here (a bad one
+/// is a `ConfigError` naming it). Returns the run folder and whether the run finished
+/// (`False`: paused, by `stop_after` or a Ctrl-C, and resumable). The interpreter's lock is
+/// released while the run works, and taken back briefly to call a Python scenario and to look
+/// for a Ctrl-C, which pauses the run after the current step, then raises
+/// `KeyboardInterrupt`.
 #[pyfunction]
-#[pyo3(signature = (args, classes))]
-pub fn run(
-    py: Python<'_>,
-    args: Vec<OsString>,
-    classes: Vec<Bound<'_, PyAny>>,
+#[pyo3(signature = (
+    config,
+    classes,
+    *,
+    resume=None,
+    out=None,
+    policy=None,
+    steps=None,
+    replicates=None,
+    agents=None,
+    model=None,
+    device=None,
+    weights=None,
+    no_report=None,
+    stop_after=None,
+    reuse=None,
+    split=None,
+    devices=None,
+    rank_timeout=None,
+    stop_timeout=None,
+    serve=None,
+    public=None,
+    tokenizer=None,
+    kv_memory=None,
+    kv_format=None,
+    max_batch_tokens=None,
+    max_seqs=None,
+    no_prefix_cache=None,
+    kv_policy=None,
+    threads=None,
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn run<'py>(
+    py: Python<'py>,
+    config: Option<PathBuf>,
+    classes: Vec<Bound<'py, PyAny>>,
+    resume: Option<Bound<'py, PyAny>>,
+    out: Option<Bound<'py, PyAny>>,
+    policy: Option<Bound<'py, PyAny>>,
+    steps: Option<Bound<'py, PyAny>>,
+    replicates: Option<Bound<'py, PyAny>>,
+    agents: Option<Bound<'py, PyAny>>,
+    model: Option<Bound<'py, PyAny>>,
+    device: Option<Bound<'py, PyAny>>,
+    weights: Option<Bound<'py, PyAny>>,
+    no_report: Option<Bound<'py, PyAny>>,
+    stop_after: Option<Bound<'py, PyAny>>,
+    reuse: Option<Bound<'py, PyAny>>,
+    split: Option<Bound<'py, PyAny>>,
+    devices: Option<Bound<'py, PyAny>>,
+    rank_timeout: Option<Bound<'py, PyAny>>,
+    stop_timeout: Option<Bound<'py, PyAny>>,
+    serve: Option<Bound<'py, PyAny>>,
+    public: Option<Bound<'py, PyAny>>,
+    tokenizer: Option<Bound<'py, PyAny>>,
+    kv_memory: Option<Bound<'py, PyAny>>,
+    kv_format: Option<Bound<'py, PyAny>>,
+    max_batch_tokens: Option<Bound<'py, PyAny>>,
+    max_seqs: Option<Bound<'py, PyAny>>,
+    no_prefix_cache: Option<Bound<'py, PyAny>>,
+    kv_policy: Option<Bound<'py, PyAny>>,
+    threads: Option<Bound<'py, PyAny>>,
 ) -> PyResult<(PathBuf, bool)> {
     let registry = registry(&classes)?;
+    let kwargs = crate::run_options::Kwargs {
+        resume,
+        out,
+        policy,
+        steps,
+        replicates,
+        agents,
+        model,
+        device,
+        weights,
+        no_report,
+        stop_after,
+        reuse,
+        split,
+        devices,
+        rank_timeout,
+        stop_timeout,
+        serve,
+        public,
+        tokenizer,
+        kv_memory,
+        kv_format,
+        max_batch_tokens,
+        max_seqs,
+        no_prefix_cache,
+        kv_policy,
+        threads,
+    };
+    let mut options = crate::run_options::of(py, config, kwargs)?;
     // Messages name how to go on from Python (`throng.run(resume=...)`), not the command.
     throng::host::set_program(throng::host::Program::Python);
-    let args = throng::cli::parse_run(args)
-        .map_err(|e| errors::ConfigError::new_err(errors::message(&e)))?;
+    // The interpreter owns the signal handlers: a Ctrl-C is looked for between steps.
+    options.catch_signals = false;
     let mut interrupted: Option<PyErr> = None;
     let outcome = py.detach(|| {
-        let mut watch = || {
-            Python::attach(|py| match py.check_signals() {
-                Ok(()) => false,
-                Err(e) => {
-                    interrupted.get_or_insert(e);
-                    true
-                }
-            })
+        let mut watch = Interrupt {
+            bar: Bar::default(),
+            interrupted: &mut interrupted,
         };
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            throng::cli::run::run_with(
-                &registry,
-                args,
-                None,
-                throng::cli::run::Signals::Watch(&mut watch),
-            )
+            throng::run::run(&registry, options, &mut watch)
         }))
     });
     let outcome = match outcome {
         Ok(Ok(outcome)) => outcome,
-        Ok(Err(e)) => return Err(errors::from_anyhow(e)),
+        Ok(Err(e)) => return Err(errors::from_run(&e)),
         Err(payload) => return Err(stopped(py, payload)?),
     };
+    say(&outcome)?;
     let finished = outcome.ended == throng::sim::runner::Ended::Finished;
     if let Some(e) = interrupted {
         match finished {
@@ -77,6 +157,52 @@ pub fn run(
         return Err(e);
     }
     Ok((outcome.dir, finished))
+}
+
+/// The run's progress bar, and a Ctrl-C looked for in the interpreter, which stops the run
+/// after the current step and is raised once the run has paused.
+struct Interrupt<'a> {
+    bar: Bar,
+    interrupted: &'a mut Option<PyErr>,
+}
+
+impl Observer for Interrupt<'_> {
+    fn started(&mut self, planned: u64, root: bool) {
+        self.bar.started(planned, root);
+    }
+
+    fn progress(&mut self, progress: &Progress) {
+        self.bar.progress(progress);
+    }
+
+    fn stop_requested(&mut self) -> bool {
+        Python::attach(|py| match py.check_signals() {
+            Ok(()) => false,
+            Err(e) => {
+                self.interrupted.get_or_insert(e);
+                true
+            }
+        })
+    }
+
+    fn stopping(&mut self) {
+        self.bar.stopping();
+    }
+
+    fn ended(&mut self, finished: bool) {
+        self.bar.ended(finished);
+    }
+}
+
+/// What the run says at its end (the report's key numbers, or how to resume), on standard
+/// output as the command prints it.
+fn say(outcome: &throng::run::Outcome) -> PyResult<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout();
+    for line in outcome.lines() {
+        writeln!(out, "{line}").map_err(|e| errors::ThrongError::new_err(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// `throng.run(resume=...)` of the run in `dir`, as Python writes it.

@@ -108,7 +108,37 @@ class Rng:
     def integers(self, low: int, high: int) -> int: ...
     def bernoulli(self, p: float) -> bool: ...
 
-def run(args: Sequence[StrPath], classes: Sequence[type]) -> tuple[str, bool]: ...
+def run(
+    config: StrPath | None,
+    classes: Sequence[type],
+    *,
+    resume: StrPath | None = None,
+    out: StrPath | None = None,
+    policy: str | None = None,
+    steps: int | None = None,
+    replicates: int | None = None,
+    agents: int | Sequence[int] | None = None,
+    model: str | None = None,
+    device: str | None = None,
+    weights: str | None = None,
+    no_report: bool | None = None,
+    stop_after: int | None = None,
+    reuse: StrPath | Sequence[StrPath] | None = None,
+    split: str | None = None,
+    devices: str | Sequence[str] | None = None,
+    rank_timeout: int | None = None,
+    stop_timeout: int | None = None,
+    serve: bool | str | None = None,
+    public: bool | None = None,
+    tokenizer: StrPath | None = None,
+    kv_memory: int | str | None = None,
+    kv_format: str | None = None,
+    max_batch_tokens: int | None = None,
+    max_seqs: int | None = None,
+    no_prefix_cache: bool | None = None,
+    kv_policy: str | None = None,
+    threads: int | None = None,
+) -> tuple[str, bool]: ...
 def read_table(dir: StrPath, name: str) -> pyarrow.Table: ...
 def has_table(dir: StrPath, name: str) -> bool: ...
 def verify(dir: StrPath, name: str) -> None: ...

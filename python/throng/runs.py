@@ -1,4 +1,4 @@
-"""Runs: ``throng.run`` runs a config as the command line does, and ``throng.open_run`` reads a
+"""Runs: ``throng.run`` runs a config through the library, as the command line does, and ``throng.open_run`` reads a
 run folder's records. Parquet tables come from throng's own reader (checksums verified) as
 pyarrow Tables that share its buffers; CSV and JSON Lines files are checked against the
 manifest's checksums before they are read."""
@@ -8,10 +8,6 @@ import os
 
 from . import _throng
 from .scenario import registered
-
-
-def _flag(name):
-    return "--" + name.replace("_", "-")
 
 
 def run(
@@ -28,16 +24,31 @@ def run(
     weights=None,
     no_report=False,
     stop_after=None,
+    reuse=None,
+    split=None,
+    devices=None,
+    rank_timeout=None,
+    stop_timeout=None,
+    serve=None,
+    public=False,
+    tokenizer=None,
+    kv_memory=None,
+    kv_format=None,
+    max_batch_tokens=None,
+    max_seqs=None,
+    no_prefix_cache=False,
+    kv_policy=None,
+    threads=None,
     scenarios=(),
-    **flags,
 ):
     """Runs the experiment ``config`` (or resumes the run folder ``resume``), as
     ``throng run`` does, with its overrides; returns the ``Run``.
 
-    Keyword arguments are the command's flags: ``policy="scripted"``, ``steps=5``,
-    ``agents=[20, 100]``, ``out="runs/x"``, ``model=...``, ``stop_after=3``, and any other as
-    its name with ``_`` for ``-`` (``kv_memory="2GiB"``; ``True`` for a flag without a value).
-    ``scenarios`` adds Python scenario classes to those registered with ``@throng.scenario``.
+    Keyword arguments are the command's options, by name with ``_`` for ``-``:
+    ``policy="scripted"``, ``steps=5``, ``agents=[20, 100]``, ``out="runs/x"``, ``model=...``,
+    ``stop_after=3``, ``reuse=["runs/a"]``, ``kv_memory="2GiB"``, ``serve=True``. A bad one
+    raises ``ConfigError`` naming it. ``scenarios`` adds Python scenario classes to those
+    registered with ``@throng.scenario``.
 
     Progress is shown on standard error. A Ctrl-C pauses the run after the current step
     (resumable with ``resume=``) and raises ``KeyboardInterrupt``, whose message says how to
@@ -45,10 +56,10 @@ def run(
     ``failed`` in its manifest, with the error, and raises it (``RunError``, with ``folder``,
     for an exception of a Python scenario).
     """
-    args = []
-    if config is not None:
-        args.append(os.fspath(config))
-    named = dict(
+    classes = registered() + [c for c in scenarios if c not in registered()]
+    folder, _finished = _throng.run(
+        None if config is None else os.fspath(config),
+        classes,
         resume=resume,
         out=out,
         policy=policy,
@@ -60,21 +71,22 @@ def run(
         weights=weights,
         no_report=no_report,
         stop_after=stop_after,
+        reuse=reuse,
+        split=split,
+        devices=devices,
+        rank_timeout=rank_timeout,
+        stop_timeout=stop_timeout,
+        serve=serve,
+        public=public,
+        tokenizer=tokenizer,
+        kv_memory=kv_memory,
+        kv_format=kv_format,
+        max_batch_tokens=max_batch_tokens,
+        max_seqs=max_seqs,
+        no_prefix_cache=no_prefix_cache,
+        kv_policy=kv_policy,
+        threads=threads,
     )
-    named.update(flags)
-    for name, value in named.items():
-        if value is None or value is False:
-            continue
-        if value is True:
-            args.append(_flag(name))
-        elif isinstance(value, (list, tuple)):
-            # A flag given once per value: `agents=[20, 100]`, `reuse=["runs/a", "runs/b"]`.
-            for v in value:
-                args += [_flag(name), os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
-        else:
-            args += [_flag(name), os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
-    classes = registered() + [c for c in scenarios if c not in registered()]
-    folder, _finished = _throng.run(args, classes)
     return Run(folder, scenarios=classes)
 
 

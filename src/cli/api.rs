@@ -67,11 +67,13 @@ pub fn run(args: ApiArgs) -> Result<()> {
             let total = match total {
                 Some(b) => b.as_u64(),
                 None => {
-                    let device = super::parse_device(&args.engine.device)?;
+                    let device = crate::run::parse_device(&args.engine.device)?;
                     crate::engine::default_kv_memory(&device) as u64
                 }
             };
-            Some(bytesize::ByteSize(super::kv_shares(total, &vec![1; n])[0]))
+            Some(bytesize::ByteSize(
+                crate::run::kv_shares(total, &vec![1; n])[0],
+            ))
         }
     };
     let mut served = Vec::with_capacity(args.models.len());
@@ -85,6 +87,7 @@ pub fn run(args: ApiArgs) -> Result<()> {
             },
         };
         let (engine, weights) = settings
+            .settings()
             .load_engine_described()
             .with_context(|| format!("--model {model}"))?;
         let encoder = engine.prompt_encoder().clone();

@@ -3,11 +3,11 @@
 
 use super::choice::{AttentionArg, KvFormatArg, KvPolicyArg, ShapeArg, WeightsArg};
 use super::numbers::{at_least_one, temperature, top_p};
-use super::parse_device;
 use crate::bench::{Bench, BenchSpec};
 use crate::engine::{EngineConfig, KvPolicy};
 use crate::model::synthetic::Shape;
 use crate::model::{AttentionBackend, KvFormat, WeightFormat};
+use crate::run::parse_device;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 

@@ -1,8 +1,8 @@
 //! `throng eval`: the quality gate of weight formats on a model (see `crate::quality`).
 
-use super::parse_device;
 use crate::model::WeightFormat;
 use crate::quality::{self, EvalSpec};
+use crate::run::parse_device;
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
 

@@ -3,12 +3,13 @@
 
 use super::ModelArgs;
 use super::numbers::{at_least_one, temperature, top_p};
+use crate::engine::jsonl::{request_from_json, response_line};
+use crate::engine::summary;
 use crate::engine::{
     Client, Engine, Fill, Message, Prompt, Queue, Request, RequestError, Response, SamplingParams,
     Schema,
 };
 use anyhow::{Context, Result, bail};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -64,39 +65,6 @@ pub struct GenerateArgs {
     /// table on stderr (matmuls by layer type, attention, norms, RoPE, copies, the rest).
     #[arg(long)]
     pub profile: bool,
-}
-
-/// One line of a `--requests` file. `messages` go through the model's chat template;
-/// `prompt` is raw text, tokenized as it is (no template), unlike `--prompt`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RequestLine {
-    messages: Option<Vec<Message>>,
-    prompt: Option<String>,
-    json_schema: Option<serde_json::Value>,
-    max_tokens: Option<usize>,
-    temperature: Option<f32>,
-    top_p: Option<f32>,
-    top_k: Option<usize>,
-    seed: Option<u64>,
-    #[serde(default)]
-    stop: Vec<String>,
-    tag: Option<String>,
-}
-
-/// One line of output.
-#[derive(Serialize)]
-struct ResponseLine<'a> {
-    index: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    seed: Option<u64>,
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    response: Option<&'a Response>,
-    /// The request's tag, on error lines (a response carries its own).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tag: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
 }
 
 /// A request to run, or why its line could not become one.
@@ -289,61 +257,6 @@ fn parse_line(
     }
 }
 
-/// A request from one line of a `--requests` file, as `throng generate` reads it (also for
-/// programs that embed throng, such as the Python package). `index` is its place: a request
-/// without a `seed` gets `derive(sampling.seed, index)`. `at` names it in errors
-/// (`requests.jsonl line 3`); `max_tokens` and `sampling` are the defaults.
-pub fn request_from_json(
-    text: &str,
-    index: usize,
-    at: &str,
-    max_tokens: usize,
-    sampling: SamplingParams,
-) -> Result<Request, String> {
-    let r: RequestLine =
-        serde_json::from_str(text).map_err(|e| format!("{at}: not a valid request: {e}"))?;
-    let prompt = match (r.messages, r.prompt) {
-        (Some(messages), None) => Prompt::Messages(messages),
-        (None, Some(text)) => Prompt::Text(text),
-        _ => return Err(format!("{at}: give either `messages` or `prompt`")),
-    };
-    let mut request = Request::new(prompt)
-        .with_max_tokens(r.max_tokens.unwrap_or(max_tokens))
-        .with_sampling(SamplingParams {
-            temperature: r.temperature.unwrap_or(sampling.temperature),
-            top_p: r.top_p.unwrap_or(sampling.top_p),
-            top_k: r.top_k.or(sampling.top_k),
-            seed: r
-                .seed
-                .unwrap_or_else(|| crate::seed::derive(sampling.seed, &[index as u64])),
-        });
-    request.json_schema = r.json_schema.map(Schema::new);
-    request.stop = r.stop;
-    request.tag = r.tag;
-    Ok(request)
-}
-
-/// The output line of request `index`, as `throng generate --requests` writes it: its seed
-/// (once it became a request) and its response, or its error with the request's tag.
-pub fn response_line(
-    index: usize,
-    seed: Option<u64>,
-    result: Result<&Response, (String, Option<&str>)>,
-) -> String {
-    let (response, error, tag) = match result {
-        Ok(r) => (Some(r), None, None),
-        Err((e, tag)) => (None, Some(e), tag),
-    };
-    serde_json::to_string(&ResponseLine {
-        index,
-        seed,
-        response,
-        tag,
-        error,
-    })
-    .expect("invariant: response lines serialise")
-}
-
 pub fn run(args: GenerateArgs) -> Result<()> {
     let sampling = SamplingParams {
         temperature: args.temperature,
@@ -410,7 +323,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             }
         }
     };
-    let (mut engine, _) = args.model.load_engine_with(args.profile)?;
+    let (mut engine, _) = args.model.settings().load_engine_with(args.profile)?;
     let json_lines = schema.is_some() || args.n > 1 || args.requests.is_some();
     let started = Instant::now();
     if !json_lines {
@@ -629,42 +542,4 @@ impl Client for Batch<'_> {
     fn stepped(&mut self, _finished: usize) -> Result<()> {
         self.flush()
     }
-}
-
-/// One line on what the engine did: throughput, prefix cache, where the time went.
-pub fn summary(engine: &Engine, requests: usize, wall: Duration) -> String {
-    let t = engine.totals();
-    let secs = wall.as_secs_f64().max(1e-9);
-    let busy = (t.forward + t.masks + t.sampling).as_secs_f64().max(1e-9);
-    let masks = match (
-        engine.mask_time_quantile(0.5),
-        engine.mask_time_quantile(0.99),
-    ) {
-        (Some(p50), Some(p99)) => format!(
-            ", p50 {:.0}us, p99 {:.0}us",
-            p50.as_secs_f64() * 1e6,
-            p99.as_secs_f64() * 1e6
-        ),
-        _ => String::new(),
-    };
-    format!(
-        "throng: {requests} requests in {secs:.2}s ({:.1}/s); prompt {} tokens, prefix-cache hits {:.0}%; \
-         generated {} tokens ({:.1}/s, {} forced by grammars); {} steps, {:.1} tokens/step; \
-         forward {:.2}s, masks {:.3}s ({} masks{masks}), sampling {:.3}s ({:.1}% of step time on masks and \
-         sampling); {} preemptions",
-        requests as f64 / secs,
-        t.prompt_tokens,
-        100.0 * t.prefix_hit_rate(),
-        t.generated_tokens + t.forced_tokens,
-        (t.generated_tokens + t.forced_tokens) as f64 / secs,
-        t.forced_tokens,
-        t.steps,
-        (t.prefill_tokens + t.generated_tokens) as f64 / t.steps.max(1) as f64,
-        t.forward.as_secs_f64(),
-        t.masks.as_secs_f64(),
-        t.num_masks,
-        t.sampling.as_secs_f64(),
-        100.0 * (t.masks + t.sampling).as_secs_f64() / busy,
-        t.preemptions,
-    )
 }

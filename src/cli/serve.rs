@@ -1,12 +1,12 @@
-//! `throng serve` and `throng run --serve`: the live pages of run folders.
+//! `throng serve`: the live pages of run folders.
 
 use crate::serve::{ServeOptions, Server};
 use anyhow::{Context, Result};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The address served when none is given.
-pub const DEFAULT_ADDR: &str = "127.0.0.1:8787";
+pub const DEFAULT_ADDR: &str = crate::run::DEFAULT_LIVE_ADDR;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
@@ -55,42 +55,5 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
     )?;
     server.serve()?;
-    Ok(())
-}
-
-/// Serves the page of the run in `dir`, and nothing beside it, from a thread of its own while
-/// this process runs it.
-pub fn serve_run(dir: &Path, listener: std::net::TcpListener, public: bool) -> Result<()> {
-    let addr = listener.local_addr()?;
-    // The run's id is the one `throng serve` of its parent folder gives it.
-    let root = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let server = Server::on(
-        listener,
-        ServeOptions {
-            root,
-            only: Some(dir.to_path_buf()),
-            addr,
-            public,
-            allowed_hosts: Vec::new(),
-            read_only: false,
-            token: None,
-            exe: exe()?,
-        },
-    )?;
-    eprintln!(
-        "throng: this run's live page (it stops with the run; `throng serve` shows it after):\n  {}",
-        server.run_url(dir)
-    );
-    std::thread::Builder::new()
-        .name("throng-serve".into())
-        .spawn(move || {
-            if let Err(e) = server.serve_until(std::future::pending()) {
-                eprintln!("throng: the live page stopped: {e}");
-            }
-        })
-        .context("starting the live page's thread")?;
     Ok(())
 }

@@ -8,6 +8,7 @@ pub mod constraint;
 pub mod device_sampling;
 mod drive;
 mod handle;
+pub mod jsonl;
 mod llm_engine;
 mod model_runner;
 mod prompt_encoder;
@@ -19,6 +20,7 @@ mod scheduler;
 mod sequence;
 mod shared_prefix;
 mod splice;
+mod summary;
 pub mod tokenizer;
 
 /// What an engine's replies are a function of, beside the request (its model, as computed).
@@ -37,4 +39,5 @@ pub use retention::KvPolicy;
 pub use sampler::SamplingParams;
 pub use shared_prefix::{PromptCost, SharedPrefix};
 pub use splice::Spliced;
+pub use summary::summary;
 pub use tokenizer::Tokenizer;

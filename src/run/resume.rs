@@ -4,11 +4,12 @@
 //! A run that differs in any of them would go on with decisions its uninterrupted self would
 //! not have made, and nothing in its records would say so.
 
-use super::ModelArgs;
+use super::error::{RunError, refuse};
+use super::options::Given;
+use super::settings::ModelSettings;
 use crate::engine::Engine;
 use crate::model::{KvFormat, ModelIdentity, WeightFormat, loader::ModelSource};
 use crate::record::{self, EngineRecord, LoadedModelRecord, Manifest};
-use anyhow::{Result, bail};
 use std::path::Path;
 
 /// What a resumed run takes from its manifest rather than the command line.
@@ -21,15 +22,15 @@ pub struct StartedWith {
 }
 
 impl StartedWith {
-    pub fn read(dir: &Path) -> Result<Self> {
+    pub fn read(dir: &Path) -> Result<Self, RunError> {
         let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
         let weights = match manifest.weight_format.as_deref() {
             Some(name) => Some(WeightFormat::from_name(name).ok_or_else(|| {
-                anyhow::anyhow!(
+                RunError::Refused(format!(
                     "{}: unknown weight format `{name}` (this throng knows {})",
                     dir.join(record::MANIFEST).display(),
                     WeightFormat::ALL.map(WeightFormat::name).join(", ")
-                )
+                ))
             })?),
             None => None,
         };
@@ -43,7 +44,12 @@ impl StartedWith {
     /// `model` as the run started with it: the KV format and tokenizer of its manifest. A
     /// flag given for either is refused when the manifest records it (a resume computes what
     /// the run started with), and used with a warning when the run predates the record.
-    pub fn apply(&self, model: &mut ModelArgs, dir: &Path) -> Result<()> {
+    pub(crate) fn apply(
+        &self,
+        model: &mut ModelSettings,
+        given: Given,
+        dir: &Path,
+    ) -> Result<(), RunError> {
         let Some(engine) = &self.engine else {
             eprintln!(
                 "throng: warning: {} does not record the KV format and tokenizer it started with \
@@ -62,32 +68,32 @@ impl StartedWith {
         };
         let manifest = dir.join(record::MANIFEST);
         let kv_format = KvFormat::from_name(&engine.kv_format).ok_or_else(|| {
-            anyhow::anyhow!(
+            RunError::Refused(format!(
                 "{}: unknown KV format `{}` (this throng knows {})",
                 manifest.display(),
                 engine.kv_format,
                 KvFormat::ALL.map(KvFormat::name).join(", ")
-            )
+            ))
         })?;
-        let refuse = |flag: &str, started: &str| {
-            anyhow::anyhow!(
+        let refused = |flag: &str, started: &str| {
+            RunError::Refused(format!(
                 "--resume continues a run with the {flag} it started with ({started}, in {}): \
                  drop --{flag}; another computes other bits, so the resumed steps would not be \
                  the run's. To use another, start a new run",
                 manifest.display()
-            )
+            ))
         };
-        if super::given("kv_format") && model.engine.kv_format != kv_format {
-            return Err(refuse("kv-format", &engine.kv_format));
+        if given.kv_format && model.engine.kv_format != kv_format {
+            return Err(refused("kv-format", &engine.kv_format));
         }
         let tokenizer = engine.tokenizer.as_deref().map(std::path::PathBuf::from);
-        let given = match &model.engine.tokenizer {
+        let asked = match &model.engine.tokenizer {
             Some(path) => Some(std::path::absolute(path)?),
             None => None,
         };
-        if super::given("tokenizer") && given != tokenizer {
+        if given.tokenizer && asked != tokenizer {
             let started = engine.tokenizer.as_deref().unwrap_or("the model's own");
-            return Err(refuse("tokenizer", started));
+            return Err(refused("tokenizer", started));
         }
         model.engine.kv_format = kv_format;
         model.engine.tokenizer = tokenizer;
@@ -97,7 +103,7 @@ impl StartedWith {
     /// Refuses to go on when a model loaded for the resume is not the one the run started
     /// with: other weights (replaced in place, or a relative path found from another
     /// folder), or another class of device.
-    pub fn check_models(&self, dir: &Path, engines: &[(String, &Engine)]) -> Result<()> {
+    pub fn check_models(&self, dir: &Path, engines: &[(String, &Engine)]) -> Result<(), RunError> {
         let Some(started) = &self.engine else {
             return Ok(());
         };
@@ -128,7 +134,7 @@ impl StartedWith {
             } else {
                 continue;
             };
-            bail!(
+            refuse!(
                 "cannot resume {}: model `{name}` is not the one the run started with: {differs}. \
                  It started with {}, and this resume loads {}. Put the model it started with \
                  back (or resume from the folder the run was started in, if the model's path is \
@@ -172,7 +178,10 @@ fn loaded_record(name: &str, identity: &ModelIdentity) -> LoadedModelRecord {
 
 /// The record of the engine settings `model` asked for and of `engines` as loaded (each
 /// model's name and engine).
-pub fn engine_record(model: &ModelArgs, engines: &[(String, &Engine)]) -> Result<EngineRecord> {
+pub fn engine_record(
+    model: &ModelSettings,
+    engines: &[(String, &Engine)],
+) -> Result<EngineRecord, RunError> {
     let tokenizer = match &model.engine.tokenizer {
         Some(path) => Some(std::path::absolute(path)?.display().to_string()),
         None => None,
@@ -192,9 +201,9 @@ pub fn engine_record(model: &ModelArgs, engines: &[(String, &Engine)]) -> Result
 /// device of the same kind computes the same bits), `--kv-format` and `--tokenizer` by
 /// [`StartedWith::apply`]; `--threads` changes no bits (see the README, "Seeds") and is
 /// allowed.
-pub fn refuse_flags() -> Result<()> {
-    if super::given("weights") {
-        bail!(
+pub(crate) fn refuse_flags(given: Given) -> Result<(), RunError> {
+    if given.weights {
+        refuse!(
             "--resume continues a run with the weight format it started with (its manifest's \
              `weight_format`): drop --weights; another format computes other bits, so the \
              resumed steps would not be the run's. To use another format, start a new run"

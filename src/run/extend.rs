@@ -7,9 +7,10 @@
 //! the folder (`DIR.before-extension`) until the extended one finishes; an extension that
 //! stops before then is resumed as any run is (`--resume DIR`), reading it still.
 
-use super::run::RunArgs;
+use super::error::{RunError, refuse};
+use super::options::{Given, RunOptions};
+use super::settings::EngineSettings;
 use crate::record::{self, Manifest, Status};
-use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 
 /// Where a run waits while it is extended.
@@ -20,7 +21,7 @@ pub fn previous_of(dir: &Path) -> PathBuf {
 }
 
 /// Whether `args` extend a finished run rather than resume one.
-pub fn asked(args: &RunArgs) -> bool {
+pub fn asked(args: &RunOptions) -> bool {
     args.resume.is_some() && (args.steps.is_some() || args.replicates.is_some())
 }
 
@@ -36,59 +37,18 @@ pub struct Plan {
 /// and turns them into a new run of its config into `DIR`, with its numbers changed, reusing
 /// its decisions and computing on its weight format, kind of device, KV format and tokenizer.
 /// Nothing is moved yet: the new run's own checks come first (see [`Plan::move_aside`]).
-pub fn plan(args: &mut RunArgs, ranks: usize) -> Result<Plan> {
+pub(crate) fn plan(
+    args: &mut RunOptions,
+    engine: &mut EngineSettings,
+    given: Given,
+    ranks: usize,
+) -> Result<Plan, RunError> {
     let dir = args.resume.clone().expect("invariant: `asked` holds");
     let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
-    if ranks > 1 {
-        bail!(
-            "extending a run (--resume with --steps or --replicates) runs in one process: extend \
-             {} without mpirun or srun",
-            dir.display()
-        );
-    }
-    if args.policy.is_some() || args.agents.is_some() || super::given("model") {
-        bail!(
-            "extending {} adds steps or replicates to the run as it was configured: drop \
-             --policy/--agents/--model",
-            dir.display()
-        );
-    }
-    if !args.reuse.is_empty() {
-        bail!(
-            "extending {} reads the decision stores the run was made with (its own, and its \
-             manifest's `reuse`): drop --reuse",
-            dir.display()
-        );
-    }
-    if manifest.status != Status::Finished {
-        bail!(
-            "--steps and --replicates with --resume extend a finished run, and {} is {}: finish \
-             it first ({}), then extend it",
-            dir.display(),
-            manifest.status,
-            crate::host::resume_command(&dir)
-        );
-    }
-    let steps = args.steps.unwrap_or(manifest.steps as i64);
-    let replicates = args.replicates.unwrap_or(manifest.replicates as i64);
-    if steps < manifest.steps as i64 || replicates < manifest.replicates as i64 {
-        bail!(
-            "{} has {} steps and {} replicates; extending adds to them (--steps {steps}, \
-             --replicates {replicates} would take some away: make a new run for fewer)",
-            dir.display(),
-            manifest.steps,
-            manifest.replicates
-        );
-    }
-    if steps == manifest.steps as i64 && replicates == manifest.replicates as i64 {
-        bail!(
-            "{} already has {steps} steps and {replicates} replicates: nothing to extend",
-            dir.display()
-        );
-    }
+    check(args, given, ranks, &dir, &manifest)?;
     let previous = previous_of(&dir);
     if previous.exists() {
-        bail!(
+        refuse!(
             "{} is there from an extension of {} that did not clean up: it is the run as it \
              was before; remove it if {} holds what you need, or move it back in its place",
             previous.display(),
@@ -104,26 +64,26 @@ pub fn plan(args: &mut RunArgs, ranks: usize) -> Result<Plan> {
     if let Some(r) = &manifest.reuse {
         sources.extend(r.sources.iter().map(PathBuf::from));
     }
-    if !super::given("weights")
+    if !given.weights
         && let Some(format) = manifest.weight_format.as_deref()
         && let Some(weights) = crate::model::WeightFormat::from_name(format)
     {
-        args.model.engine.weights = weights;
+        engine.weights = weights;
     }
-    if !super::given("device")
+    if !given.device
         && let Some(device) = &manifest.device
     {
-        args.model.engine.device = device.clone();
+        engine.device = device.clone();
     }
     // The KV format and tokenizer it ran with, or its decisions would not be reused.
-    if let Some(engine) = &manifest.engine {
-        if !super::given("kv_format")
-            && let Some(kv) = crate::model::KvFormat::from_name(&engine.kv_format)
+    if let Some(record) = &manifest.engine {
+        if !given.kv_format
+            && let Some(kv) = crate::model::KvFormat::from_name(&record.kv_format)
         {
-            args.model.engine.kv_format = kv;
+            engine.kv_format = kv;
         }
-        if !super::given("tokenizer") {
-            args.model.engine.tokenizer = engine.tokenizer.as_ref().map(PathBuf::from);
+        if !given.tokenizer {
+            engine.tokenizer = record.tokenizer.as_ref().map(PathBuf::from);
         }
     }
     // Read from where the run is until it is moved.
@@ -138,13 +98,73 @@ pub fn plan(args: &mut RunArgs, ranks: usize) -> Result<Plan> {
     })
 }
 
+/// Refuses what cannot extend the finished run in `dir` (its `manifest`): several ranks,
+/// options that change what the run was, a run not finished, fewer steps or replicates, or
+/// the same numbers.
+fn check(
+    args: &RunOptions,
+    given: Given,
+    ranks: usize,
+    dir: &Path,
+    manifest: &Manifest,
+) -> Result<(), RunError> {
+    if ranks > 1 {
+        refuse!(
+            "extending a run (--resume with --steps or --replicates) runs in one process: extend \
+             {} without mpirun or srun",
+            dir.display()
+        );
+    }
+    if args.policy.is_some() || args.agents.is_some() || given.model {
+        refuse!(
+            "extending {} adds steps or replicates to the run as it was configured: drop \
+             --policy/--agents/--model",
+            dir.display()
+        );
+    }
+    if !args.reuse.is_empty() {
+        refuse!(
+            "extending {} reads the decision stores the run was made with (its own, and its \
+             manifest's `reuse`): drop --reuse",
+            dir.display()
+        );
+    }
+    if manifest.status != Status::Finished {
+        refuse!(
+            "--steps and --replicates with --resume extend a finished run, and {} is {}: finish \
+             it first ({}), then extend it",
+            dir.display(),
+            manifest.status,
+            crate::host::resume_command(dir)
+        );
+    }
+    let steps = args.steps.unwrap_or(manifest.steps as i64);
+    let replicates = args.replicates.unwrap_or(manifest.replicates as i64);
+    if steps < manifest.steps as i64 || replicates < manifest.replicates as i64 {
+        refuse!(
+            "{} has {} steps and {} replicates; extending adds to them (--steps {steps}, \
+             --replicates {replicates} would take some away: make a new run for fewer)",
+            dir.display(),
+            manifest.steps,
+            manifest.replicates
+        );
+    }
+    if steps == manifest.steps as i64 && replicates == manifest.replicates as i64 {
+        refuse!(
+            "{} already has {steps} steps and {replicates} replicates: nothing to extend",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 impl Plan {
     /// Moves the finished run aside, once the extended run's checks have passed, and points
     /// `args` at it. The run is moved back if the extension fails before its first step.
-    pub fn move_aside(self, args: &mut RunArgs) -> Result<MovedAside> {
-        std::fs::rename(&self.dir, &self.previous).map_err(|e| {
-            anyhow::anyhow!("cannot move {} aside to extend it: {e}", self.dir.display())
-        })?;
+    pub fn move_aside(self, args: &mut RunOptions) -> Result<MovedAside, RunError> {
+        if let Err(e) = std::fs::rename(&self.dir, &self.previous) {
+            refuse!("cannot move {} aside to extend it: {e}", self.dir.display());
+        }
         eprintln!(
             "throng: extending {} to {} steps and {} replicates, reusing its decisions (the run \
              as it was waits in {} until the extension finishes)",

@@ -2,12 +2,12 @@
 //! asking the model, checked before the run starts, and the run's own store (which its
 //! recorder fills).
 
+use super::error::{RunError, refuse};
 use crate::engine::Engine;
 use crate::model::ModelIdentity;
 use crate::record::store::Store;
 use crate::record::{self, ReuseRecord};
 use crate::reuse::Reuse;
-use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 
 /// Each model's name and identity.
@@ -21,7 +21,7 @@ fn identities<'a>(engines: &'a [(String, &Engine)]) -> Vec<(&'a str, &'a ModelId
 /// Refuses `--reuse` of what cannot be a source of decisions, before anything is written: a
 /// path that is not there, a file, a folder that is not a run, a run that asked no model
 /// (a damaged store of a run is found when it is opened, and left out with a warning).
-pub fn check_sources(dirs: &[PathBuf]) -> Result<()> {
+pub fn check_sources(dirs: &[PathBuf]) -> Result<(), RunError> {
     for dir in dirs {
         let why = match std::fs::metadata(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => "there is nothing there",
@@ -35,7 +35,7 @@ pub fn check_sources(dirs: &[PathBuf]) -> Result<()> {
             }
             Ok(_) => continue,
         };
-        bail!(
+        refuse!(
             "--reuse {}: {why}. Give the folder of an earlier run that asked the model (its \
              decisions.redb holds the replies), or drop --reuse",
             dir.display()
@@ -46,8 +46,11 @@ pub fn check_sources(dirs: &[PathBuf]) -> Result<()> {
 
 /// Opens the stores of `dirs` for a run whose engines are `engines` (each model's name and
 /// engine), saying what was left out (see [`crate::reuse::open`]).
-pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)]) -> Result<Reuse> {
-    let opened = crate::reuse::open(dirs, &identities(engines))?;
+pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)]) -> Result<Reuse, RunError> {
+    let opened = crate::reuse::open(dirs, &identities(engines)).map_err(|e| match e {
+        crate::reuse::ReuseError::Record(e) => RunError::from(e),
+        refused => RunError::Refused(refused.to_string()),
+    })?;
     for warning in &opened.warnings {
         eprintln!("throng: warning: {warning}");
     }
@@ -56,7 +59,7 @@ pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)]) -> Result<Reuse> {
 
 /// The decision store of the run in `dir` (created, or a resumed run's own), marked with the
 /// identities of the models of `engines`, so that later runs know whose replies it holds.
-pub fn store(dir: &Path, engines: &[(String, &Engine)]) -> Result<Store> {
+pub fn store(dir: &Path, engines: &[(String, &Engine)]) -> Result<Store, RunError> {
     let store = Store::open(dir)?;
     for (name, identity) in identities(engines) {
         store.set_model(name, &serde_json::to_string(identity)?)?;

@@ -2,15 +2,15 @@
 //! run starts. The run then reads the base's decision store as `--reuse` would, and its report
 //! sets each of its arms beside the base's arm, step by step (`analysis::counterfactual`).
 
+use super::error::RunError;
 use crate::record::{self, CounterfactualRecord, Manifest, Status};
-use crate::sim::config::find_field;
+use crate::sim::config::{CounterfactualConfig, find_field};
 use crate::sim::experiment::Experiment;
-use anyhow::Result;
 use std::path::PathBuf;
 
 /// The base run of `exp`, if it names one, checked: a finished run of the same scenario, with
 /// the arm to compare against (the one named, or the base's only arm).
-pub fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>> {
+pub fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>, RunError> {
     let Some(cf) = &exp.config.counterfactual else {
         return Ok(None);
     };
@@ -77,6 +77,44 @@ pub fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>> {
             )
             .into());
     }
+    let arm = arm_of(exp, cf, &manifest, &shown.to_string())?;
+    // Cells are set beside the base's of the same population size, replicate and step: with
+    // no size in common, nothing could be (and a report said "does not diverge in the 0 steps
+    // both ran").
+    let sizes = &exp.config.agents.0;
+    if !sizes.iter().any(|n| manifest.populations.contains(n)) {
+        return Err(source
+            .error(
+                at("base"),
+                format!(
+                    "field `counterfactual.base`: {shown} ran populations of {} agents and this \
+                     config runs {}: no size in common, so no cell of this run could be set \
+                     beside one of the base; run a size the base ran (agents = {})",
+                    numbers(&manifest.populations),
+                    numbers(sizes),
+                    manifest.populations.first().copied().unwrap_or_default()
+                ),
+            )
+            .into());
+    }
+    warn_of_differences(&manifest, exp, &shown.to_string());
+    Ok(Some(CounterfactualRecord {
+        base: base.display().to_string(),
+        arm,
+    }))
+}
+
+/// The base's arm to compare with: the one the config names, or the base's only arm.
+fn arm_of(
+    exp: &Experiment,
+    cf: &toml::Spanned<CounterfactualConfig>,
+    manifest: &Manifest,
+    shown: &str,
+) -> Result<String, RunError> {
+    let source = &exp.source;
+    let at = |field: &str| {
+        find_field(&source.text, cf.span(), field, "counterfactual.").or(Some(cf.span()))
+    };
     let arm = match &cf.get_ref().arm {
         Some(arm) if manifest.arms.contains(arm) => arm.clone(),
         Some(arm) => {
@@ -108,40 +146,23 @@ pub fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>> {
             }
         },
     };
-    // Cells are set beside the base's of the same population size, replicate and step: with
-    // no size in common, nothing could be (and a report said "does not diverge in the 0 steps
-    // both ran").
-    let sizes = &exp.config.agents.0;
-    if !sizes.iter().any(|n| manifest.populations.contains(n)) {
-        return Err(source
-            .error(
-                at("base"),
-                format!(
-                    "field `counterfactual.base`: {shown} ran populations of {} agents and this \
-                     config runs {}: no size in common, so no cell of this run could be set \
-                     beside one of the base; run a size the base ran (agents = {})",
-                    numbers(&manifest.populations),
-                    numbers(sizes),
-                    manifest.populations.first().copied().unwrap_or_default()
-                ),
-            )
-            .into());
-    }
-    for line in uncompared(&manifest, exp) {
+    Ok(arm)
+}
+
+/// Warns of what of the run will not be set beside its base `shown` (its `base` manifest):
+/// cells, replicates or steps it lacks, and another seed.
+fn warn_of_differences(base: &Manifest, exp: &Experiment, shown: &str) {
+    for line in uncompared(base, exp) {
         eprintln!("throng: warning: [counterfactual] base {shown}: {line}");
     }
-    if manifest.seed != exp.config.seed {
+    if base.seed != exp.config.seed {
         eprintln!(
             "throng: warning: [counterfactual] base {shown} ran with seed {}, and this run with \
              seed {}: no decision of it can be reused, and each replicate is compared with one of \
              other draws. Give this config seed = {} to change only the knobs",
-            manifest.seed, exp.config.seed, manifest.seed
+            base.seed, exp.config.seed, base.seed
         );
     }
-    Ok(Some(CounterfactualRecord {
-        base: base.display().to_string(),
-        arm,
-    }))
 }
 
 /// What of the run `exp` configures has no counterpart in its base (`base`'s manifest), and
