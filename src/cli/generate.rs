@@ -264,7 +264,37 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         top_p: args.top_p,
         seed: args.seed,
     };
-    let schema = match &args.schema {
+    let schema = schema_of(&args)?;
+    let mut source = source_of(&args, sampling, &schema)?;
+    let (mut engine, _) = args.model.settings().load_engine_with(args.profile)?;
+    let json_lines = schema.is_some() || args.n > 1 || args.requests.is_some();
+    let started = Instant::now();
+    if !json_lines {
+        stream_one(&mut engine, &mut source)?;
+        eprintln!("{}", summary(&engine, 1, started.elapsed()));
+    } else {
+        let counts = stream(&mut engine, &mut source, args.unordered)?;
+        eprintln!("{}", summary(&engine, counts.total, started.elapsed()));
+        if counts.failed > 0 {
+            if let Some(profile) = engine.model().profile() {
+                eprintln!("throng: forward pass profile\n{}", profile.table());
+            }
+            bail!(
+                "{} of {} requests failed (their lines carry `error`)",
+                counts.failed,
+                counts.total
+            );
+        }
+    }
+    if let Some(profile) = engine.model().profile() {
+        eprintln!("throng: forward pass profile\n{}", profile.table());
+    }
+    Ok(())
+}
+
+/// The JSON schema of `--schema`, read.
+fn schema_of(args: &GenerateArgs) -> Result<Option<serde_json::Value>> {
+    Ok(match &args.schema {
         None => None,
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -278,8 +308,17 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 })?,
             )
         }
-    };
-    let mut source = match &args.requests {
+    })
+}
+
+/// Where the requests come from: a `--requests` file (or standard input), else copies of
+/// `--prompt`.
+fn source_of(
+    args: &GenerateArgs,
+    sampling: SamplingParams,
+    schema: &Option<serde_json::Value>,
+) -> Result<Source> {
+    Ok(match &args.requests {
         Some(path) => {
             let (name, lines) = if path.as_os_str() == "-" {
                 ("stdin".to_string(), Lines::stdin(STDIN_AHEAD))
@@ -322,64 +361,46 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 seed: args.seed,
             }
         }
+    })
+}
+
+/// The one request of `--prompt`, its reply streamed to standard output as it is generated.
+fn stream_one(engine: &mut Engine, source: &mut Source) -> Result<()> {
+    let Pull::Item(item) = source.next_item(true)? else {
+        bail!("nothing to generate");
     };
-    let (mut engine, _) = args.model.settings().load_engine_with(args.profile)?;
-    let json_lines = schema.is_some() || args.n > 1 || args.requests.is_some();
-    let started = Instant::now();
-    if !json_lines {
-        let Pull::Item(item) = source.next_item(true)? else {
-            bail!("nothing to generate");
-        };
-        let request = item.request.map_err(anyhow::Error::msg)?;
-        let mut stdout = std::io::stdout();
-        let mut write_error = None;
-        let results = engine.generate_with(vec![request], |_, text| {
-            if write_error.is_none()
-                && let Err(e) = stdout
-                    .write_all(text.as_bytes())
-                    .and_then(|_| stdout.flush())
-            {
-                write_error = Some(e);
-            }
-        });
-        if let Some(e) = write_error {
-            return Err(e.into());
+    let request = item.request.map_err(anyhow::Error::msg)?;
+    let mut stdout = std::io::stdout();
+    let mut write_error = None;
+    let results = engine.generate_with(vec![request], |_, text| {
+        if write_error.is_none()
+            && let Err(e) = stdout
+                .write_all(text.as_bytes())
+                .and_then(|_| stdout.flush())
+        {
+            write_error = Some(e);
         }
-        out!()?;
-        match results.into_iter().next() {
-            Some(Ok(r)) => {
-                let rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
-                eprintln!(
-                    "throng: prefill {} tokens in {:.3}s ({:.1} tokens/s), decode {} tokens in {:.3}s ({:.1} tokens/s), finish: {:?}",
-                    r.prompt_tokens,
-                    r.timings.prefill.as_secs_f64(),
-                    rate(r.prompt_tokens, r.timings.prefill),
-                    r.generated_tokens,
-                    r.timings.decode.as_secs_f64(),
-                    rate(r.generated_tokens.saturating_sub(1), r.timings.decode),
-                    r.finish_reason,
-                );
-            }
-            Some(Err(e)) => bail!("the request failed: {e}"),
-            None => {}
-        }
-        eprintln!("{}", summary(&engine, 1, started.elapsed()));
-    } else {
-        let counts = stream(&mut engine, &mut source, args.unordered)?;
-        eprintln!("{}", summary(&engine, counts.total, started.elapsed()));
-        if counts.failed > 0 {
-            if let Some(profile) = engine.model().profile() {
-                eprintln!("throng: forward pass profile\n{}", profile.table());
-            }
-            bail!(
-                "{} of {} requests failed (their lines carry `error`)",
-                counts.failed,
-                counts.total
+    });
+    if let Some(e) = write_error {
+        return Err(e.into());
+    }
+    out!()?;
+    match results.into_iter().next() {
+        Some(Ok(r)) => {
+            let rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
+            eprintln!(
+                "throng: prefill {} tokens in {:.3}s ({:.1} tokens/s), decode {} tokens in {:.3}s ({:.1} tokens/s), finish: {:?}",
+                r.prompt_tokens,
+                r.timings.prefill.as_secs_f64(),
+                rate(r.prompt_tokens, r.timings.prefill),
+                r.generated_tokens,
+                r.timings.decode.as_secs_f64(),
+                rate(r.generated_tokens.saturating_sub(1), r.timings.decode),
+                r.finish_reason,
             );
         }
-    }
-    if let Some(profile) = engine.model().profile() {
-        eprintln!("throng: forward pass profile\n{}", profile.table());
+        Some(Err(e)) => bail!("the request failed: {e}"),
+        None => {}
     }
     Ok(())
 }
