@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod engine;
 pub mod host;
 pub mod model;
+pub mod prelude;
 pub mod quality;
 pub mod record;
 pub mod scenarios;
