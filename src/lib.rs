@@ -14,6 +14,7 @@ pub mod engine;
 pub mod host;
 pub mod model;
 pub mod plan;
+pub mod prelude;
 pub mod quality;
 pub mod record;
 pub mod reuse;

@@ -3,8 +3,9 @@
 //! their file and line.
 
 use statrs::distribution::{ChiSquared, ContinuousCDF};
+use throng::sim::draw::quota_counts;
 use throng::sim::experiment::{Experiment, Overrides};
-use throng::sim::population::{Column, Draw, PopulationSpec, quota_counts};
+use throng::sim::population::{Column, Draw, PopulationSpec};
 
 fn spec(body: &str) -> PopulationSpec {
     load(body).unwrap().population

@@ -3,6 +3,7 @@
 
 pub mod column;
 pub mod config;
+pub mod draw;
 pub mod experiment;
 pub mod groups;
 pub mod limits;

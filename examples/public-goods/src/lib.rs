@@ -23,14 +23,8 @@
 
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use throng::rand::Rng;
-use throng::rand_chacha::ChaCha8Rng;
-use throng::serde_json::{self, Value, json};
-use throng::sim::config::ScenarioProblem;
-use throng::sim::groups::GroupRef;
-use throng::sim::population::{Population, PopulationSpec};
-use throng::sim::scenario::{ParseError, Parsed, Scenario, Turn};
-use throng::{minijinja, toml};
+use throng::prelude::*;
+use throng::{minijinja, serde_json, toml};
 
 /// The scenario's knobs (`[scenario]` of a config).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

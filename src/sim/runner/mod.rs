@@ -120,38 +120,8 @@ pub fn run<S: Scenario>(
     let arms = phases.start();
     let cfg = &exp.config;
     let ranks = &options.ranks;
-    let root = ranks.is_root();
-    if ranks.size() > 1 && cfg.history > 0 && policies.llm.is_some() {
-        return Err(RunError::Setup(format!(
-            "history = {} keeps each agent's chat on the rank that decided it, which several ranks \
-             do not share yet: run it as one process, or with history = 0",
-            cfg.history
-        )));
-    }
+    let mut recorder = start_run(plan, policies, manifest, start.as_ref(), options)?;
     let mut budget = options.stop_after.unwrap_or(usize::MAX);
-    let state_csv = exp.records.state_csv(exp.largest_step_rows());
-    // The checksums of a paused run's records no longer hold once a resume cuts or appends
-    // to them: they go from the manifest before any record is touched.
-    if root && manifest.checksums.take().is_some() {
-        record::write_json_atomic(&dir.join(record::MANIFEST), manifest)?;
-    }
-    // Rank 0 alone writes the run folder.
-    let mut recorder = match root {
-        true => Some(Recorder::open(
-            dir,
-            state_csv,
-            arms.first()
-                .and_then(|s| s.aggregates_columns())
-                .map(|own| rows::keyed_schema(&own))
-                .as_deref(),
-            start.as_ref(),
-            options.store.clone(),
-        )?),
-        false => None,
-    };
-    if let (Some(cp), Some(llm)) = (&start, policies.llm.as_deref_mut()) {
-        Policy::<S>::restore(llm, &cp.policy)?;
-    }
     let groups = cfg.agents.0.len();
     let first_group = start.as_ref().map_or(0, |c| c.group);
     // The checkpoint, not the manifest, says how far the run got: a kill can fall between
@@ -164,50 +134,9 @@ pub fn run<S: Scenario>(
     let mut paused = false;
     for (group, &size) in cfg.agents.0.iter().enumerate().skip(first_group) {
         let mut agents = Cells::<S>::draw_agents(exp, size);
-        if let Some(personas) = &exp.population.personas {
-            let llm = policies.llm.as_deref_mut().ok_or_else(|| {
-                RunError::Setup("LLM-written personas need a model: load one for this run".into())
-            })?;
-            // The cache is keyed by the model's name, which only the config or the program
-            // running it (`Overrides::default_model`) knows.
-            // The model that writes them: the first engine's (of several, the first model the
-            // config's agents ask).
-            let model = llm.first_model().map(str::to_string);
-            let model = model
-                .as_deref()
-                .or(exp.config.llm.model.as_deref())
-                .ok_or_else(|| {
-                    RunError::Setup(
-                        "LLM-written personas are cached by model name: name the model \
-                     ([llm] model, or Overrides::default_model)"
-                            .into(),
-                    )
-                })?;
-            for (replicate, a) in agents.iter_mut().enumerate() {
-                let seed = cells::population_seed(exp, size, replicate);
-                let written = llm.personas(personas, model, &a.population, seed)?;
-                Arc::make_mut(&mut a.population).personas = Some(written);
-            }
-        }
+        write_personas(exp, size, &mut agents, policies)?;
         let (mut cells, first_step) = match start.take().filter(|c| c.group == group) {
-            Some(cp) => {
-                let (infos, arm_of) = Cells::<S>::layout(exp, size);
-                if infos != cp.cells {
-                    return Err(RunError::Resume(format!(
-                        "the checkpoint's cells do not match the config in {}: was config.toml edited?",
-                        dir.display()
-                    )));
-                }
-                (
-                    Cells {
-                        infos,
-                        arm_of,
-                        worlds: cp.worlds,
-                        agents,
-                    },
-                    cp.steps_done,
-                )
-            }
+            Some(cp) => resumed_cells(exp, dir, size, agents, cp)?,
             None => {
                 let cells = Cells::setup(exp, arms, size, agents);
                 if group == 0 {
@@ -245,71 +174,37 @@ pub fn run<S: Scenario>(
             fault::pace();
             let started = Instant::now();
             let mut decided = |n| progress(Progress::Decided(n));
-            let (decisions, resolve_time, exchange, rank_seconds) = if ranks.size() == 1 {
-                let turns = step::turns(exp, arms, &cells, step)?;
-                let decisions =
-                    step::decide(exp, arms, &cells, step, turns, policies, &mut decided)?;
-                let resolve = step::resolve(exp, arms, &mut cells, step, &decisions, |_| true);
-                (
-                    Some(decisions),
-                    resolve,
-                    std::time::Duration::ZERO,
-                    Vec::new(),
-                )
-            } else {
-                let stepped = share::step(
-                    exp,
-                    arms,
-                    &mut cells,
-                    step,
-                    &share,
-                    ranks,
-                    policies,
-                    asked,
-                    &mut decided,
-                )?;
+            let stepped = decide_and_resolve(
+                exp,
+                arms,
+                &mut cells,
+                step,
+                &share,
+                ranks,
+                policies,
+                asked,
+                &mut decided,
+            )?;
+            if ranks.size() > 1 {
                 paused = stepped.stop;
-                (
-                    stepped.decisions,
-                    stepped.resolve,
-                    stepped.exchange,
-                    stepped.rank_seconds,
-                )
-            };
+            }
+            let decisions = stepped.decisions;
             let global_step = group * cfg.steps.0 + step + 1;
             fault::point(global_step, "decided");
             let timing = StepTiming {
                 seconds: started.elapsed().as_secs_f64(),
-                resolve_seconds: resolve_time.as_secs_f64(),
-                exchange_seconds: exchange.as_secs_f64(),
+                resolve_seconds: stepped.resolve.as_secs_f64(),
+                exchange_seconds: stepped.exchange.as_secs_f64(),
                 ranks: ranks.size(),
-                rank_seconds,
+                rank_seconds: stepped.rank_seconds,
             };
             let recorded = match (recorder.as_mut(), &decisions) {
                 (Some(recorder), Some(decisions)) => {
-                    let policy_state = policies
-                        .llm
-                        .as_deref()
-                        .map(Policy::<S>::checkpoint)
-                        .unwrap_or_default();
-                    recorder
-                        .step(
-                            exp,
-                            arms,
-                            &cells,
-                            group,
-                            step,
-                            decisions,
-                            timing.clone(),
-                            policy_state,
-                        )
-                        .and_then(|_| {
-                            fault::point(global_step, "checkpoint");
-                            manifest.steps_done = global_step;
-                            manifest.status = Status::Running;
-                            recorder.manifest(manifest)
-                        })
-                        .map(|_| paused)
+                    let at = (group, step, global_step);
+                    record_step(
+                        recorder, plan, arms, &cells, at, decisions, &timing, policies, manifest,
+                    )
+                    .map(|_| paused)
                 }
                 _ => Ok(paused),
             };
@@ -338,6 +233,187 @@ pub fn run<S: Scenario>(
         manifest.checksums = Some(record::checksums(dir)?);
     }
     Ok(Ended::Finished)
+}
+
+/// What a run checks and does before its first step: refuses what several ranks cannot
+/// run, takes a resumed run's checksums from its manifest, opens the recorder (rank 0 alone
+/// writes the run folder) and restores the policy from the checkpoint.
+fn start_run<S: Scenario>(
+    plan: &Plan<'_, S>,
+    policies: &mut Policies<'_>,
+    manifest: &mut Manifest,
+    start: Option<&Checkpoint<S::World>>,
+    options: &RunOptions,
+) -> Result<Option<Recorder>, RunError> {
+    let Plan { exp, arms, dir } = *plan;
+    let arms = arms.start();
+    let cfg = &exp.config;
+    let ranks = &options.ranks;
+    let root = ranks.is_root();
+    if ranks.size() > 1 && cfg.history > 0 && policies.llm.is_some() {
+        return Err(RunError::Setup(format!(
+            "history = {} keeps each agent's chat on the rank that decided it, which several ranks \
+             do not share yet: run it as one process, or with history = 0",
+            cfg.history
+        )));
+    }
+    let state_csv = exp.records.state_csv(exp.largest_step_rows());
+    // The checksums of a paused run's records no longer hold once a resume cuts or appends
+    // to them: they go from the manifest before any record is touched.
+    if root && manifest.checksums.take().is_some() {
+        record::write_json_atomic(&dir.join(record::MANIFEST), manifest)?;
+    }
+    // Rank 0 alone writes the run folder.
+    let recorder = match root {
+        true => Some(Recorder::open(
+            dir,
+            state_csv,
+            arms.first()
+                .and_then(|s| s.aggregates_columns())
+                .map(|own| rows::keyed_schema(&own))
+                .as_deref(),
+            start,
+            options.store.clone(),
+        )?),
+        false => None,
+    };
+    if let (Some(cp), Some(llm)) = (start, policies.llm.as_deref_mut()) {
+        Policy::<S>::restore(llm, &cp.policy)?;
+    }
+    Ok(recorder)
+}
+
+/// Decides and resolves `step`: alone, every cell here; shared, this rank's part, then the
+/// parts exchanged (see [`share::step`]).
+#[allow(clippy::too_many_arguments)]
+fn decide_and_resolve<S: Scenario>(
+    exp: &Experiment,
+    arms: &[S],
+    cells: &mut Cells<S>,
+    step: usize,
+    share: &share::Share,
+    ranks: &Ranks,
+    policies: &mut Policies<'_>,
+    asked: bool,
+    decided: &mut dyn FnMut(usize),
+) -> Result<share::Stepped<S::Decision>, RunError> {
+    if ranks.size() > 1 {
+        return share::step(
+            exp, arms, cells, step, share, ranks, policies, asked, decided,
+        );
+    }
+    let turns = step::turns(exp, arms, cells, step)?;
+    let decisions = step::decide(exp, arms, cells, step, turns, policies, decided)?;
+    let resolve = step::resolve(exp, arms, cells, step, &decisions, |_| true);
+    Ok(share::Stepped {
+        decisions: Some(decisions),
+        resolve,
+        exchange: std::time::Duration::ZERO,
+        stop: false,
+        rank_seconds: Vec::new(),
+    })
+}
+
+/// Has the model write a persona for every agent of every replicate of population `size`,
+/// when the config asks for LLM-written personas.
+fn write_personas(
+    exp: &Experiment,
+    size: usize,
+    agents: &mut [cells::Agents],
+    policies: &mut Policies<'_>,
+) -> Result<(), RunError> {
+    let Some(personas) = &exp.population.personas else {
+        return Ok(());
+    };
+    let llm = policies.llm.as_deref_mut().ok_or_else(|| {
+        RunError::Setup("LLM-written personas need a model: load one for this run".into())
+    })?;
+    // The cache is keyed by the model's name, which only the config or the program
+    // running it (`Overrides::default_model`) knows.
+    // The model that writes them: the first engine's (of several, the first model the
+    // config's agents ask).
+    let model = llm.first_model().map(str::to_string);
+    let model = model
+        .as_deref()
+        .or(exp.config.llm.model.as_deref())
+        .ok_or_else(|| {
+            RunError::Setup(
+                "LLM-written personas are cached by model name: name the model \
+             ([llm] model, or Overrides::default_model)"
+                    .into(),
+            )
+        })?;
+    for (replicate, a) in agents.iter_mut().enumerate() {
+        let seed = cells::population_seed(exp, size, replicate);
+        let written = llm.personas(personas, model, &a.population, seed)?;
+        Arc::make_mut(&mut a.population).personas = Some(written);
+    }
+    Ok(())
+}
+
+/// The cells of population `size` as the checkpoint `cp` left them, and the step to go on
+/// from; refused when the config no longer lays them out the same way.
+fn resumed_cells<S: Scenario>(
+    exp: &Experiment,
+    dir: &Path,
+    size: usize,
+    agents: Vec<cells::Agents>,
+    cp: Checkpoint<S::World>,
+) -> Result<(Cells<S>, usize), RunError> {
+    let (infos, arm_of) = Cells::<S>::layout(exp, size);
+    if infos != cp.cells {
+        return Err(RunError::Resume(format!(
+            "the checkpoint's cells do not match the config in {}: was config.toml edited?",
+            dir.display()
+        )));
+    }
+    Ok((
+        Cells {
+            infos,
+            arm_of,
+            worlds: cp.worlds,
+            agents,
+        },
+        cp.steps_done,
+    ))
+}
+
+/// Records a decided step (rank 0): its rows and checkpoint, then the manifest that says
+/// the run got this far. `at` is (population group, step, steps done over all groups).
+#[allow(clippy::too_many_arguments)]
+fn record_step<S: Scenario>(
+    recorder: &mut Recorder,
+    plan: &Plan<'_, S>,
+    arms: &[S],
+    cells: &Cells<S>,
+    (group, step, global_step): (usize, usize, usize),
+    decisions: &step::Decisions<S::Decision>,
+    timing: &StepTiming,
+    policies: &Policies<'_>,
+    manifest: &mut Manifest,
+) -> Result<(), RunError> {
+    let policy_state = policies
+        .llm
+        .as_deref()
+        .map(Policy::<S>::checkpoint)
+        .unwrap_or_default();
+    recorder
+        .step(
+            plan.exp,
+            arms,
+            cells,
+            group,
+            step,
+            decisions,
+            timing.clone(),
+            policy_state,
+        )
+        .and_then(|_| {
+            fault::point(global_step, "checkpoint");
+            manifest.steps_done = global_step;
+            manifest.status = Status::Running;
+            recorder.manifest(manifest)
+        })
 }
 
 /// Refuses an arm whose changes from a later step would have made other worlds at the start

@@ -79,7 +79,7 @@ fn coded(column: &dyn Array, edges: Option<&Vec<f64>>) -> Result<Coded, ArrowErr
 
 /// The band label of `x` for the population's edges.
 fn band(x: f64, edges: &[f64]) -> String {
-    crate::sim::population::band_label(x, edges)
+    crate::sim::draw::band_label(x, edges)
 }
 
 /// Reads the state's guesses, by round and by every population attribute; the runner's keys
