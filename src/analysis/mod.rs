@@ -2,9 +2,12 @@
 //! reports live with their scenario.
 
 pub mod caveats;
+mod column_figures;
 pub mod counterfactual;
 pub mod format;
 pub mod html;
+mod levels;
+mod means;
 pub mod overview;
 pub mod plot;
 mod state;

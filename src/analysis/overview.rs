@@ -12,19 +12,18 @@
 
 use super::ReportError;
 use super::caveats::{ScriptedRules, Study};
+use super::column_figures;
 use super::counterfactual;
-use super::format::{interval_text, number, slug, write_csv};
+use super::format::{interval_text, write_csv};
 use super::html::{self, esc};
-use super::plot::{self, Band, HistogramPanel, Histograms, Lines};
-use super::state::{Table, flatten, texts, whole};
-use super::stats::{Bounds, Summary};
+use super::levels::level_spreads_html;
+pub use super::levels::{LevelSpread, level_names, level_spreads};
+pub use super::means::Mean;
+use super::means::means;
+use super::state::flatten;
 use crate::record::{self, Manifest};
-use arrow_array::cast::AsArray;
-use arrow_array::types::Float64Type;
-use arrow_array::{Array, RecordBatch};
-use arrow_schema::DataType;
+use arrow_array::RecordBatch;
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -37,24 +36,6 @@ pub struct Options {
     pub scripted: Option<ScriptedRules<'static>>,
     /// A title for the page (default: the run's name and scenario).
     pub title: Option<String>,
-}
-
-/// One mean at one step: over the replicates' means of the agents in the slice.
-#[derive(Debug, Clone, Serialize)]
-pub struct Mean {
-    pub arm: String,
-    pub population: usize,
-    /// What the agents are broken down by (`all`, `role`, an attribute, `policy`).
-    pub by: String,
-    /// The value of `by` (`all` for the whole cell).
-    pub value: String,
-    pub step: usize,
-    pub column: String,
-    pub replicates: usize,
-    pub mean: f64,
-    /// The 95% interval over replicates; none with a single replicate.
-    pub ci_low: Option<f64>,
-    pub ci_high: Option<f64>,
 }
 
 /// What the base report found: the means, and the text printed at the end of a run.
@@ -118,111 +99,6 @@ pub struct Timing {
     pub cached_tokens: usize,
     /// Of prompt tokens, the share served from the prefix cache.
     pub prefix_hit_rate: f64,
-}
-
-/// Means per (arm, population, breakdown, value, step, column), each over its replicates,
-/// with an interval that keeps to what the column's values can be (see [`interval_of`]);
-/// and the columns whose Student's t intervals were cut at 0.
-fn means(t: &Table) -> (Vec<Mean>, Vec<String>) {
-    let bounds: Vec<Bounds> = t
-        .numbers
-        .iter()
-        .map(|(_, values)| Bounds::of(values.iter().copied()))
-        .collect();
-    let mut cut = std::collections::BTreeSet::new();
-    // (arm, population, breakdown, value, step, column) -> replicate -> (sum, count), all as
-    // codes: the rows of a million agents build no string.
-    type Key = (u32, u32, u32, u32, u32, u32);
-    let mut acc: BTreeMap<Key, BTreeMap<u32, (f64, usize)>> = BTreeMap::new();
-    for row in 0..t.arm.codes.len() {
-        // Breakdown 0 is the whole cell.
-        let labels = std::iter::once(0).chain(t.by.iter().map(|(_, c)| c.codes[row]));
-        for (b, value) in labels.enumerate() {
-            for (c, (_, values)) in t.numbers.iter().enumerate() {
-                let v = values[row];
-                if v.is_nan() {
-                    continue;
-                }
-                let e = acc
-                    .entry((
-                        t.arm.codes[row],
-                        t.population[row],
-                        b as u32,
-                        value,
-                        t.step[row],
-                        c as u32,
-                    ))
-                    .or_default()
-                    .entry(t.replicate[row])
-                    .or_default();
-                e.0 += v;
-                e.1 += 1;
-            }
-        }
-    }
-    let mut means: Vec<Mean> = acc
-        .into_iter()
-        .filter_map(|((arm, population, b, value, step, c), reps)| {
-            let per: Vec<f64> = reps.values().map(|(s, n)| s / *n as f64).collect();
-            let observations = reps.values().map(|(_, n)| n).sum();
-            let (s, clipped) = interval_of(bounds[c as usize], &per, observations)?;
-            if clipped {
-                cut.insert(c);
-            }
-            let (ci_low, ci_high) = s.interval().unzip();
-            let (by, value) = match b {
-                0 => ("all".to_string(), "all".to_string()),
-                b => {
-                    let (name, coded) = &t.by[b as usize - 1];
-                    (name.clone(), coded.labels[value as usize].clone())
-                }
-            };
-            Some(Mean {
-                arm: t.arm.labels[arm as usize].clone(),
-                population: population as usize,
-                by,
-                value,
-                step: step as usize,
-                column: t.numbers[c as usize].0.clone(),
-                replicates: per.len(),
-                mean: s.mean,
-                ci_low,
-                ci_high,
-            })
-        })
-        .collect();
-    // In the order a reader scans them: arm, size, breakdown and value by name, step, column.
-    means.sort_by(|a, b| {
-        (&a.arm, a.population, &a.by, &a.value, a.step).cmp(&(
-            &b.arm,
-            b.population,
-            &b.by,
-            &b.value,
-            b.step,
-        ))
-    });
-    let cut = cut
-        .into_iter()
-        .map(|c| t.numbers[c as usize].0.clone())
-        .collect();
-    (means, cut)
-}
-
-/// The mean of replicate means `per` (over `observations` agent values in all) with its 95%
-/// interval, as the column's `bounds` allow: Wilson's for a share, which stays in [0, 1];
-/// Student's t cut at 0 for a column that is never negative (with `true` when it was cut);
-/// Student's t otherwise.
-fn interval_of(bounds: Bounds, per: &[f64], observations: usize) -> Option<(Summary, bool)> {
-    match bounds {
-        Bounds::Share => Summary::of_share(per, observations).map(|s| (s, false)),
-        Bounds::NonNegative => {
-            let mut s = Summary::of(per)?;
-            let cut = s.n >= 2 && s.ci_low < 0.0;
-            s.ci_low = s.ci_low.max(0.0);
-            Some((s, cut))
-        }
-        Bounds::Unbounded => Summary::of(per).map(|s| (s, false)),
-    }
 }
 
 /// The note on intervals cut at 0, naming their columns.
@@ -315,80 +191,8 @@ pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, R
         },
     };
     let timing = timing(dir);
-    let figures_dir = dir.join("figures");
-    std::fs::create_dir_all(&figures_dir)?;
-    let mut figures = Vec::new();
     let last_step = table.step.iter().copied().max().unwrap_or(0) as usize;
-    for column in &columns {
-        let mut series: BTreeMap<String, Vec<(f64, f64, f64, f64)>> = BTreeMap::new();
-        for m in means
-            .iter()
-            .filter(|m| &m.column == column && m.by == "all")
-        {
-            series
-                .entry(format!("{} (n={})", m.arm, m.population))
-                .or_default()
-                .push((
-                    m.step as f64,
-                    m.mean,
-                    m.ci_low.unwrap_or(m.mean),
-                    m.ci_high.unwrap_or(m.mean),
-                ));
-        }
-        let name = format!("mean_{}", slug(column));
-        plot::save(
-            &Lines {
-                title: format!("{column}: mean per step, 95% interval over replicates"),
-                x_label: "step".into(),
-                y_label: column.clone(),
-                series: series
-                    .into_iter()
-                    .map(|(name, points)| Band { name, points })
-                    .collect(),
-                markers: last_step <= 12,
-            },
-            &figures_dir.join(&name),
-        )?;
-        figures.push(format!("figures/{name}"));
-        // The distribution over agents at the last step, one panel per arm.
-        let mut panels = Vec::new();
-        let values = &table
-            .numbers
-            .iter()
-            .find(|(n, _)| n == column)
-            .expect("a column")
-            .1;
-        let mut arms: Vec<(usize, &String)> = table.arm.labels.iter().enumerate().collect();
-        arms.sort_by_key(|(_, label)| *label);
-        for (code, arm) in arms {
-            let xs: Vec<f64> = (0..table.arm.codes.len())
-                .filter(|&r| {
-                    table.arm.codes[r] as usize == code && table.step[r] as usize == last_step
-                })
-                .map(|r| values[r])
-                .filter(|v| v.is_finite())
-                .collect();
-            if let Some(bins) = histogram(&xs) {
-                panels.push(HistogramPanel {
-                    title: arm.clone(),
-                    bins,
-                    mark: Some(xs.iter().sum::<f64>() / xs.len() as f64),
-                });
-            }
-        }
-        if !panels.is_empty() {
-            let name = format!("distribution_{}", slug(column));
-            plot::save(
-                &Histograms {
-                    title: format!("{column} at step {last_step}, over agents (line: mean)"),
-                    x_label: column.clone(),
-                    panels,
-                },
-                &figures_dir.join(&name),
-            )?;
-            figures.push(format!("figures/{name}"));
-        }
-    }
+    let figures = column_figures::draw(dir, &table, &means, &columns, last_step)?;
     write_csv(&dir.join("means.csv"), &means)?;
     let base_figures = figures.len();
     let figures: Vec<String> = own.figures.into_iter().chain(figures).collect();
@@ -446,54 +250,6 @@ struct Sections<'a> {
     /// The run beside its base, for a counterfactual run.
     counterfactual: &'a str,
     base_figures: &'a [String],
-}
-
-/// The group levels of a run, innermost first, from its `groups.parquet` batches.
-pub fn level_names(groups: &[RecordBatch]) -> Vec<String> {
-    let mut names = Vec::new();
-    for b in groups {
-        if let Some(levels) = b.column_by_name("level").and_then(|c| texts(c.as_ref())) {
-            for l in levels {
-                if !names.contains(&l) {
-                    names.push(l);
-                }
-            }
-        }
-    }
-    names
-}
-
-/// Up to 20 equal bins over the values' range, as shares.
-fn histogram(xs: &[f64]) -> Option<Vec<(f64, f64, f64)>> {
-    if xs.is_empty() {
-        return None;
-    }
-    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let bins = 20usize;
-    let width = if hi > lo {
-        (hi - lo) / bins as f64
-    } else {
-        1.0
-    };
-    let mut counts = vec![0usize; bins];
-    for &x in xs {
-        let i = (((x - lo) / width) as usize).min(bins - 1);
-        counts[i] += 1;
-    }
-    Some(
-        counts
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| {
-                (
-                    lo + i as f64 * width,
-                    lo + (i + 1) as f64 * width,
-                    c as f64 / xs.len() as f64,
-                )
-            })
-            .collect(),
-    )
 }
 
 /// `mean [low, high]`, or `mean (1 replicate: no interval)`.
@@ -699,122 +455,4 @@ fn columns_html(o: &Overview, last_step: usize) -> String {
         ));
     }
     body
-}
-
-/// How the groups of one level differ at one step: the spread of their members' means of one
-/// column, over every arm and replicate.
-#[derive(Debug, Clone, Serialize)]
-pub struct LevelSpread {
-    pub level: String,
-    pub column: String,
-    pub step: usize,
-    pub groups: usize,
-    /// The mean of the groups' means.
-    pub mean: f64,
-    /// Their standard deviation between groups.
-    pub sd: f64,
-    pub lowest: f64,
-    pub highest: f64,
-}
-
-/// Every level's spread of every numeric column at every step, from `groups.parquet` (empty
-/// for a run without group levels).
-pub fn level_spreads(groups: &[RecordBatch]) -> Vec<LevelSpread> {
-    let mut per: BTreeMap<(usize, String, String), Vec<f64>> = BTreeMap::new();
-    let mut order: Vec<String> = Vec::new();
-    for b in groups {
-        let (Some(level), Some(step)) = (
-            b.column_by_name("level").and_then(|c| texts(c.as_ref())),
-            b.column_by_name("step").and_then(|c| whole(c.as_ref())),
-        ) else {
-            continue;
-        };
-        for l in &level {
-            if !order.contains(l) {
-                order.push(l.clone());
-            }
-        }
-        for (field, column) in b.schema().fields().iter().zip(b.columns()) {
-            let Some(name) = field.name().strip_prefix("mean_") else {
-                continue;
-            };
-            let Ok(c) = arrow_cast::cast(column, &DataType::Float64) else {
-                continue;
-            };
-            let c = c.as_primitive::<Float64Type>();
-            for r in 0..b.num_rows() {
-                if c.is_valid(r) {
-                    per.entry((step[r], level[r].clone(), name.to_string()))
-                        .or_default()
-                        .push(c.value(r));
-                }
-            }
-        }
-    }
-    let mut spreads: Vec<LevelSpread> = per
-        .into_iter()
-        .map(|((step, level, column), xs)| {
-            let n = xs.len() as f64;
-            let mean = xs.iter().sum::<f64>() / n;
-            let sd =
-                (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)).sqrt();
-            LevelSpread {
-                level,
-                column,
-                step,
-                groups: xs.len(),
-                mean,
-                sd,
-                lowest: xs.iter().copied().fold(f64::INFINITY, f64::min),
-                highest: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            }
-        })
-        .collect();
-    // Innermost level first, as the config lists them.
-    spreads.sort_by_key(|s| {
-        (
-            s.step,
-            order
-                .iter()
-                .position(|l| l == &s.level)
-                .unwrap_or(usize::MAX),
-        )
-    });
-    spreads
-}
-
-/// The levels' spreads at `step` as an HTML section (empty without levels).
-pub fn level_spreads_html(spreads: &[LevelSpread], step: usize) -> String {
-    let at: Vec<&LevelSpread> = spreads.iter().filter(|s| s.step == step).collect();
-    if at.is_empty() {
-        return String::new();
-    }
-    let mut out = format!(
-        "<h2>Group levels at step {step}</h2><p>Each group's mean over its members, then \
-         across the level's groups (every arm and replicate): <code>groups.parquet</code> has \
-         each group at each step.</p>"
-    );
-    out.push_str(&html::table(
-        &[
-            "level",
-            "column",
-            "groups",
-            "mean",
-            "sd between groups",
-            "lowest",
-            "highest",
-        ],
-        at.iter().map(|s| {
-            vec![
-                esc(&s.level),
-                esc(&s.column),
-                s.groups.to_string(),
-                number(s.mean),
-                number(s.sd),
-                number(s.lowest),
-                number(s.highest),
-            ]
-        }),
-    ));
-    out
 }
