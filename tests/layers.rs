@@ -1,9 +1,9 @@
-//! Guards the layering the README's Architecture section promises, which the compiler does
-//! not: `record` imports nothing of the layers above it, `sim` nothing of the model, of any
-//! scenario, of the reports or of the CLI (it may use the engine's request types), `serve` reads run
-//! folders through `record` alone, `api` serves the engine knowing nothing of simulations,
-//! and `bench` measures the engine and the model without the simulation. A path into a layer
-//! above, written in code under `src/sim/`, `src/record/`, `src/serve/`, `src/api/` or
+//! Guards the layering the book's Architecture chapter (docs/src/architecture.md) promises, which
+//! the compiler does not: `record` imports nothing of the layers above it, `sim` nothing of the
+//! model, of any scenario, of the reports or of the CLI (it may use the engine's request types),
+//! `serve` reads run folders through `record` alone, `api` serves the engine knowing nothing of
+//! simulations, and `bench` measures the engine and the model without the simulation. A path into a
+//! layer above, written in code under `src/sim/`, `src/record/`, `src/serve/`, `src/api/` or
 //! `src/bench/`, fails here with its file and line.
 
 use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
@@ -188,7 +188,7 @@ fn lower_layers_import_nothing_above_them() {
     }
     assert!(
         all.is_empty(),
-        "layers import upwards (see the README's Architecture):\n{}",
+        "layers import upwards (see docs/src/architecture.md):\n{}",
         all.join("\n")
     );
 }

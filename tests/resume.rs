@@ -300,8 +300,9 @@ fn a_resume_keeps_the_weight_format_and_device_kind_it_started_with() {
     }
 }
 
-// The README says a resume may change the number of threads because no kernel's result
-// depends on it; this holds it to that, for every CPU format `auto` chooses.
+// The book's Run folder chapter (docs/src/run-folder.md) says a resume may change the number
+// of threads because no kernel's result depends on it; this holds it to that, for every CPU
+// format `auto` chooses.
 #[test]
 fn a_resume_on_another_number_of_threads_gives_the_same_records() {
     let model = common::tiny_model(&TinyLlama::default());

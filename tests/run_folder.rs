@@ -1,7 +1,8 @@
 //! Run folders as users meet them, through the built `throng` binary: a folder is a new run,
 //! an empty folder, or a run to resume, never anything else; one process writes it at a
 //! time; a run killed anywhere resumes to exactly the records of a run never interrupted;
-//! and the report reads what the README says it reads.
+//! and the report reads what the book's Run folder chapter (docs/src/run-folder.md) says it
+//! reads.
 
 mod common;
 

@@ -156,7 +156,7 @@ mod tests {
 
     // The packaged SmolLM2 (Q4_1 matrices, f32 vectors), read and checked tensor by tensor as
     // the loader does: every value is finite, and the check's cost, printed beside the
-    // reading's, is what the README states.
+    // reading's, is what the book's Models chapter (docs/src/models.md) states.
     #[test]
     fn smollm2s_tensors_are_all_finite_and_checked_at_a_small_cost() {
         use candle_core::quantized::gguf_file::Content;

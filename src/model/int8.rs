@@ -14,7 +14,7 @@
 //! shared 8-bit scale, and a channel's largest weight sets too coarse a step for the rest of
 //! the channel. Two 8-bit parts per activation row hold it to about 16 bits; a scale per 64
 //! weights follows the weights' local range, as llama.cpp's q8_0 does with 32. Measured by
-//! `throng eval` (the README, "Weight formats").
+//! `throng eval` (docs/src/models.md, "Weight formats").
 //!
 //! **Batch invariance by construction.** Each group's integer sum is exact, and every kernel
 //! joins the groups of one output with the same float operations in the same order (one

@@ -3,10 +3,11 @@
 //! A GGUF file may store weights in types that a device runs slowly (candle has no x86 SIMD
 //! kernel for Q4_1, so it decodes 4x slower than Q8_0). The loader therefore converts every
 //! weight once, at load, to the format the device runs fastest; `WeightFormat::Auto` encodes
-//! that choice, measured by `benches/engine.rs` (see the README's "models" section): on a CPU
-//! with a SIMD int8 kernel, [`int8`](super::int8) weights are fastest for a single stream and
-//! for batches alike, and batch invariant by construction. A format is among `Auto`'s choices
-//! only while it passes the quality gate against f32 (`throng eval`, [`crate::quality`]).
+//! that choice, measured by `benches/engine.rs` (see the book's Models chapter,
+//! docs/src/models.md): on a CPU with a SIMD int8 kernel, [`int8`](super::int8) weights are
+//! fastest for a single stream and for batches alike, and batch invariant by construction. A
+//! format is among `Auto`'s choices only while it passes the quality gate against f32
+//! (`throng eval`, [`crate::quality`]).
 
 use super::ModelError;
 use super::int8::{self, Int8Matrix};

@@ -15,8 +15,8 @@
 //!   one-sided excess, like int8's 7 of 64 looping replies where f32 had none, is a loss).
 //!
 //! The bounds ([`Bounds::EIGHT_BIT`]) come from llama.cpp's published measurements of its
-//! own formats on Llama 3 8B (see the README, "Weight formats"). `throng eval` runs the gate
-//! on any model; `tests/quality.rs` runs it on the default model.
+//! own formats on Llama 3 8B (see docs/src/models.md, "Weight formats"). `throng eval` runs
+//! the gate on any model; `tests/quality.rs` runs it on the default model.
 
 pub mod divergence;
 pub mod workload;

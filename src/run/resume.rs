@@ -199,8 +199,8 @@ pub fn engine_record(
 /// `--resume` runs exactly what the run started with: flags that would change its bits are
 /// refused, as the config overrides are. `--device` is checked once the manifest is read (a
 /// device of the same kind computes the same bits), `--kv-format` and `--tokenizer` by
-/// [`StartedWith::apply`]; `--threads` changes no bits (see the README, "Seeds") and is
-/// allowed.
+/// [`StartedWith::apply`]; `--threads` changes no bits (see docs/src/experiments.md, "Seeds")
+/// and is allowed.
 pub(crate) fn refuse_flags(given: Given) -> Result<(), RunError> {
     if given.weights {
         refuse!(

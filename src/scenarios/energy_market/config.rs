@@ -5,7 +5,7 @@ use crate::sim::config::ScenarioProblem;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// How the market clears (see the README, "Energy market rules").
+/// How the market clears (see docs/src/energy-market-rules.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Rules {

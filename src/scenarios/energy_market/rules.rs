@@ -1,5 +1,6 @@
 //! How a step's decisions change the market: the fixed rules (throng's default) and the
-//! reference code's rules, side by side. The README lists the differences rule by rule.
+//! reference code's rules, side by side. docs/src/energy-market-rules.md lists the
+//! differences rule by rule.
 
 use super::config::{MarketConfig, REFERENCE_MIX_CLIP, Role, Rules};
 use super::decision::{Decision, ProducerDecision};
