@@ -329,31 +329,7 @@ fn prompt_messages(
                 "a refusal cannot be sent back as history",
             ));
         }
-        let text = match m.content {
-            None => String::new(),
-            Some(Content::Text(t)) => t,
-            Some(Content::Parts(parts)) => {
-                let mut text = String::new();
-                for (j, part) in parts.iter().enumerate() {
-                    match (
-                        part.get("type").and_then(Value::as_str),
-                        part.get("text").and_then(Value::as_str),
-                    ) {
-                        (Some("text"), Some(t)) => text.push_str(t),
-                        (kind, _) => {
-                            return Err(ApiFailure::invalid(
-                                format!("messages[{i}].content[{j}].type"),
-                                format!(
-                                    "content part {:?}: throng's models read text only; send text parts",
-                                    kind.unwrap_or("(none)")
-                                ),
-                            ));
-                        }
-                    }
-                }
-                text
-            }
-        };
+        let text = content_text(i, m.content)?;
         match m.role.as_str() {
             "system" | "developer" => out.push(Message::system(text)),
             "user" => out.push(Message::user(text)),
@@ -419,6 +395,37 @@ fn prompt_messages(
         }
     }
     Ok((out, seen))
+}
+
+/// The text of message `i`'s content: a string, or text parts joined (throng's models read
+/// nothing else).
+fn content_text(i: usize, content: Option<Content>) -> Result<String, ApiFailure> {
+    let text = match content {
+        None => String::new(),
+        Some(Content::Text(t)) => t,
+        Some(Content::Parts(parts)) => {
+            let mut text = String::new();
+            for (j, part) in parts.iter().enumerate() {
+                match (
+                    part.get("type").and_then(Value::as_str),
+                    part.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("text"), Some(t)) => text.push_str(t),
+                    (kind, _) => {
+                        return Err(ApiFailure::invalid(
+                            format!("messages[{i}].content[{j}].type"),
+                            format!(
+                                "content part {:?}: throng's models read text only; send text parts",
+                                kind.unwrap_or("(none)")
+                            ),
+                        ));
+                    }
+                }
+            }
+            text
+        }
+    };
+    Ok(text)
 }
 
 /// What a client sees of `response`, a reply of `model` held to `tools`.

@@ -238,29 +238,7 @@ impl Bench {
         // Agents are submitted in order, every step: the engine's retention hints.
         self.engine
             .expect_calls((0..self.spec.agents).map(Workload::agent_key));
-        let schema = self
-            .spec
-            .constrained
-            .then(|| Schema::new(BenchSpec::decision_schema()));
-        let requests: Vec<Request> = prompts
-            .into_iter()
-            .enumerate()
-            .map(|(a, prompt)| {
-                let mut r = Request::new(Prompt::Tokens(prompt))
-                    .with_retention_key(Workload::agent_key(a))
-                    .with_max_tokens(self.spec.reply)
-                    .with_sampling(SamplingParams {
-                        temperature: self.spec.temperature,
-                        top_k: self.spec.top_k,
-                        top_p: self.spec.top_p,
-                        seed: self.workload.sampling_seed(a, step),
-                    });
-                if let Some(schema) = &schema {
-                    r = r.with_schema(schema.clone());
-                }
-                r
-            })
-            .collect();
+        let requests = self.requests(step, prompts);
         let prompt_tokens: u64 = requests
             .iter()
             .map(|r| match &r.prompt {
@@ -333,6 +311,34 @@ impl Bench {
             phases,
         });
         Ok(self.steps.last().expect("invariant: just pushed"))
+    }
+
+    /// The requests of step `step`: each agent's prompt, kept under its retention key and
+    /// sampled with its own seed, under the decision schema when the spec is constrained.
+    fn requests(&self, step: usize, prompts: Vec<Vec<u32>>) -> Vec<Request> {
+        let schema = self
+            .spec
+            .constrained
+            .then(|| Schema::new(BenchSpec::decision_schema()));
+        prompts
+            .into_iter()
+            .enumerate()
+            .map(|(a, prompt)| {
+                let mut r = Request::new(Prompt::Tokens(prompt))
+                    .with_retention_key(Workload::agent_key(a))
+                    .with_max_tokens(self.spec.reply)
+                    .with_sampling(SamplingParams {
+                        temperature: self.spec.temperature,
+                        top_k: self.spec.top_k,
+                        top_p: self.spec.top_p,
+                        seed: self.workload.sampling_seed(a, step),
+                    });
+                if let Some(schema) = &schema {
+                    r = r.with_schema(schema.clone());
+                }
+                r
+            })
+            .collect()
     }
 
     /// Everything measured so far.

@@ -97,10 +97,31 @@ pub fn mirror(logits: &[f32], row: &DeviceRow<'_>) -> Option<u32> {
         }
         _ => candidates,
     };
-    // top-p: the highest key at which the weight of keys at or above it reaches the goal.
-    let p_key = if p.top_p < 1.0 {
+    let p_key = top_p_key(&kept_k, max, p.top_p);
+    let kept: Vec<(u32, u64)> = kept_k
+        .iter()
+        .filter(|c| order_key(c.1) >= p_key)
+        .map(|c| (c.0, weight(c.1, max)))
+        .collect();
+    let total: u64 = kept.iter().map(|c| c.1).sum();
+    let target = ((row.uniform as f64 * total as f64) as u64).min(total - 1);
+    let mut running = 0u64;
+    for &(id, w) in &kept {
+        running += w;
+        if running > target {
+            return Some(id);
+        }
+    }
+    kept.last().map(|c| c.0)
+}
+
+/// The highest order key at which the weight of the candidates at or above it reaches the
+/// `top_p` share of the total (0, keeping every candidate, when `top_p` is 1).
+fn top_p_key(kept_k: &[(u32, f32)], max: f32, top_p: f32) -> u32 {
+    // Not `>= 1.0`: a NaN keeps every candidate, as a `top_p` of 1 does.
+    if top_p < 1.0 {
         let total: u64 = kept_k.iter().map(|c| weight(c.1, max)).sum();
-        let goal = ((p.top_p as f64 * total as f64).ceil() as u64).max(1);
+        let goal = ((top_p as f64 * total as f64).ceil() as u64).max(1);
         let mut by_key: Vec<(u32, u64)> = kept_k
             .iter()
             .map(|c| (order_key(c.1), weight(c.1, max)))
@@ -125,22 +146,7 @@ pub fn mirror(logits: &[f32], row: &DeviceRow<'_>) -> Option<u32> {
         threshold
     } else {
         0
-    };
-    let kept: Vec<(u32, u64)> = kept_k
-        .iter()
-        .filter(|c| order_key(c.1) >= p_key)
-        .map(|c| (c.0, weight(c.1, max)))
-        .collect();
-    let total: u64 = kept.iter().map(|c| c.1).sum();
-    let target = ((row.uniform as f64 * total as f64) as u64).min(total - 1);
-    let mut running = 0u64;
-    for &(id, w) in &kept {
-        running += w;
-        if running > target {
-            return Some(id);
-        }
     }
-    kept.last().map(|c| c.0)
 }
 
 #[cfg(feature = "cuda")]

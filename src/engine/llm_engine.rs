@@ -5,10 +5,12 @@
 //! model -> constrained sampler -> response.
 
 use super::batch_sampling::{self, Mask, PickOn};
-use super::block_manager::{BlockManager, CacheStats};
+use super::block_manager::BlockManager;
 use super::chat::ChatTemplate;
 use super::constraint::Grammars;
+use super::metrics::{EngineTotals, StepMetrics};
 use super::model_runner::ModelRunner;
+use super::postprocess::{Ending, Postprocess, push_token, streamable};
 use super::prompt_encoder::PromptEncoder;
 use super::request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
 use super::retention::KvPolicy;
@@ -84,62 +86,6 @@ impl Default for EngineConfig {
     }
 }
 
-/// What one step did.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct StepMetrics {
-    /// Sequences in the batch.
-    pub seqs: usize,
-    /// Tokens in the batch.
-    pub tokens: usize,
-    /// Of which prompt (or recomputed) tokens.
-    pub prefill_tokens: usize,
-    /// Requests still waiting for admission after the step.
-    pub waiting: usize,
-    /// KV blocks the running sequences hold during the step (a block shared by several
-    /// counts once; cached blocks nobody holds are free).
-    pub blocks_used: usize,
-    /// Packing the batch's inputs and copying them to the device.
-    pub inputs: Duration,
-    pub forward: Duration,
-    /// Of `forward`, the time in attention (measured with `EngineConfig::profile`).
-    pub attention: Option<Duration>,
-    /// Computing grammar masks (overlapped with `forward` on a GPU).
-    pub masks: Duration,
-    /// Masks computed.
-    pub num_masks: usize,
-    pub sampling: Duration,
-    /// Copies of logits, masks, draws or token ids between device and host.
-    pub copies: Duration,
-}
-
-/// Totals over the engine's life.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct EngineTotals {
-    pub steps: u64,
-    pub prompt_tokens: u64,
-    pub prefill_tokens: u64,
-    pub generated_tokens: u64,
-    /// Tokens appended because the grammar forced them.
-    pub forced_tokens: u64,
-    pub inputs: Duration,
-    pub forward: Duration,
-    /// Attention time of the steps that measured it.
-    pub attention: Duration,
-    pub masks: Duration,
-    pub num_masks: u64,
-    pub sampling: Duration,
-    pub copies: Duration,
-    pub preemptions: u64,
-    pub cache: CacheStats,
-}
-
-impl EngineTotals {
-    /// Share of admitted prompt tokens found in the prefix cache.
-    pub fn prefix_hit_rate(&self) -> f64 {
-        self.cache.hit_tokens as f64 / self.cache.queried_tokens.max(1) as f64
-    }
-}
-
 /// What a step produced.
 #[derive(Debug, Default)]
 pub(super) struct StepOutput {
@@ -210,12 +156,6 @@ struct ForwardRun {
     forward: Duration,
     attention: Option<Duration>,
     mask_time: Duration,
-}
-
-/// Internal outcome of a finished sequence.
-enum Ending {
-    Finished(FinishReason),
-    Failed(String),
 }
 
 impl Engine {
@@ -586,20 +526,7 @@ impl Engine {
         self.scheduler.register_computed();
         // Counted before finished sequences let go of theirs: the step's peak.
         let blocks_used = self.scheduler.blocks.num_blocks() - self.scheduler.blocks.num_free();
-        endings.sort_by_key(|e| std::cmp::Reverse(e.0));
-        for (index, ending) in endings {
-            let seq = self.scheduler.finish(index);
-            let (id, streamed) = (seq.id, seq.streamed);
-            let result = self.response(seq, ending);
-            // The rest of the reply goes out before the reply itself, so that a stream joins
-            // to exactly the response's text (which starts with what was streamed).
-            if let Some(rest) = result.as_ref().ok().and_then(|r| r.text.get(streamed..))
-                && !rest.is_empty()
-            {
-                out.deltas.push((id, rest.to_string()));
-            }
-            out.finished.push((id, result));
-        }
+        self.answer(endings, &mut out);
         let metrics = StepMetrics {
             seqs: plan.len(),
             tokens: plan.iter().map(|p| p.len).sum(),
@@ -616,6 +543,26 @@ impl Engine {
         };
         self.record(metrics);
         out
+    }
+
+    /// Takes the sequences that ended this step (by their index among the running) out of
+    /// the scheduler and answers them in `out`, highest index first so that the indices
+    /// still to go stay valid.
+    fn answer(&mut self, mut endings: Vec<(usize, Ending)>, out: &mut StepOutput) {
+        endings.sort_by_key(|e| std::cmp::Reverse(e.0));
+        for (index, ending) in endings {
+            let seq = self.scheduler.finish(index);
+            let (id, streamed) = (seq.id, seq.streamed);
+            let result = self.response(seq, ending);
+            // The rest of the reply goes out before the reply itself, so that a stream joins
+            // to exactly the response's text (which starts with what was streamed).
+            if let Some(rest) = result.as_ref().ok().and_then(|r| r.text.get(streamed..))
+                && !rest.is_empty()
+            {
+                out.deltas.push((id, rest.to_string()));
+            }
+            out.finished.push((id, result));
+        }
     }
 
     fn record(&mut self, m: StepMetrics) {
@@ -774,98 +721,4 @@ impl Engine {
             tag: seq.tag,
         })
     }
-}
-
-/// What postprocessing needs of the engine, borrowed apart from the scheduler's sequences.
-struct Postprocess<'a> {
-    tokenizer: &'a Tokenizer,
-    fast_forward: bool,
-    max_context: usize,
-}
-
-impl Postprocess<'_> {
-    /// Appends a generated token to `seq`, with the tokens its grammar then forces; says how
-    /// the sequence ends, if it does.
-    fn advance(&self, seq: &mut Sequence, token: u32, totals: &mut EngineTotals) -> Option<Ending> {
-        if let Some(c) = seq.constraint.as_mut()
-            && let Err(e) = c.accept(token)
-        {
-            return Some(Ending::Failed(format!(
-                "the grammar rejected a token it allowed: {e}"
-            )));
-        }
-        totals.generated_tokens += 1;
-        push_token(self.tokenizer, seq, token);
-        if self.fast_forward
-            && let Some(c) = seq.constraint.as_mut()
-        {
-            let forced = c.forced();
-            totals.forced_tokens += forced.len() as u64;
-            for t in forced {
-                push_token(self.tokenizer, seq, t);
-            }
-        }
-        // Saturating: `--max-tokens` may be as large as a usize holds.
-        let limit = seq
-            .prompt_len
-            .saturating_add(seq.max_tokens)
-            .min(self.max_context);
-        // Forced tokens may overshoot the limit: the reply is cut at it, its text too (a
-        // stop string or the grammar's end past the cut was never generated).
-        let overshot = seq.tokens.len() > limit;
-        if overshot {
-            seq.tokens.truncate(limit);
-            seq.text = self
-                .tokenizer
-                .decode(seq.generated(), true)
-                .unwrap_or_default();
-        }
-        if let Some(at) = find_stop(&seq.text, &seq.stop) {
-            seq.text.truncate(at);
-            return Some(Ending::Finished(FinishReason::Stop));
-        }
-        if !overshot && seq.constraint.as_ref().is_some_and(|c| c.is_finished()) {
-            return Some(Ending::Finished(FinishReason::Stop));
-        }
-        if seq.tokens.len() >= limit {
-            return Some(Ending::Finished(FinishReason::Length));
-        }
-        None
-    }
-}
-
-/// Appends `token` to `seq` and its text. The text is streamed later, by [`streamable`]:
-/// tokens a grammar forces at submit come before any step, and a stop string may yet cut it.
-fn push_token(tokenizer: &Tokenizer, seq: &mut Sequence, token: u32) {
-    seq.tokens.push(token);
-    if let Ok(Some(delta)) = seq.detok.push(tokenizer, token) {
-        seq.text.push_str(&delta);
-    }
-}
-
-/// The text of running `seq` that can be streamed now, moving its cursor past it. The last
-/// `longest stop - 1` bytes are held back: a stop string that a later token completes starts
-/// in them at the earliest (one that ended before them was found already), so no byte of it
-/// is ever streamed. Slicing a `String` keeps every character whole.
-fn streamable(seq: &mut Sequence) -> Option<String> {
-    let longest = seq.stop.iter().map(String::len).max().unwrap_or(0);
-    let mut safe = seq.text.len().saturating_sub(longest.saturating_sub(1));
-    while !seq.text.is_char_boundary(safe) {
-        safe -= 1;
-    }
-    if safe <= seq.streamed {
-        return None;
-    }
-    let delta = seq.text[seq.streamed..safe].to_string();
-    seq.streamed = safe;
-    Some(delta)
-}
-
-/// Byte offset of the first stop string in `text`.
-fn find_stop(text: &str, stops: &[String]) -> Option<usize> {
-    stops
-        .iter()
-        .filter(|s| !s.is_empty())
-        .filter_map(|s| text.find(s.as_str()))
-        .min()
 }

@@ -10,7 +10,9 @@ mod drive;
 mod handle;
 pub mod jsonl;
 mod llm_engine;
+mod metrics;
 mod model_runner;
+mod postprocess;
 mod prompt_encoder;
 mod request;
 mod request_key;
@@ -30,9 +32,8 @@ pub use chat::{ChatTemplate, Message};
 pub use constraint::{Schema, SchemaId};
 pub use drive::{Client, Fill, Queue, Refused};
 pub use handle::{EngineHandle, EngineStatus, Pending, Sink};
-pub use llm_engine::{
-    Engine, EngineConfig, EngineError, EngineTotals, StepMetrics, default_kv_memory,
-};
+pub use llm_engine::{Engine, EngineConfig, EngineError, default_kv_memory};
+pub use metrics::{EngineTotals, StepMetrics};
 pub use prompt_encoder::{PromptEncoder, RequestKey};
 pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
 pub use retention::KvPolicy;

@@ -348,6 +348,37 @@ impl ModelConfig {
         if !self.head_dim.is_multiple_of(2) {
             return Err(ConfigProblem::OddHeadDim(key("head_dim"), self.head_dim));
         }
+        self.check_rope()?;
+        if self.eos_token_ids.is_empty() {
+            return Err(ConfigProblem::NoEos);
+        }
+        if self
+            .eos_token_ids
+            .iter()
+            .all(|&id| id as usize >= self.vocab_size)
+        {
+            return Err(ConfigProblem::EosOutsideVocabulary {
+                ids: self.eos_token_ids.clone(),
+                vocab: self.vocab_size,
+            });
+        }
+        if self.sliding_window == Some(0) {
+            return Err(ConfigProblem::NotPositive(key("sliding_window")));
+        }
+        if let Some(e) = self.experts
+            && !(1..=e.count).contains(&e.per_token)
+        {
+            return Err(ConfigProblem::Experts {
+                count: e.count,
+                per_token: e.per_token,
+            });
+        }
+        Ok(self)
+    }
+
+    /// The rotary embeddings' frequency factors, one per pair of a head's dimensions and each
+    /// positive, and their Llama 3 scaling, finite with its low band below its high.
+    fn check_rope(&self) -> Result<(), ConfigProblem> {
         if let Some(factors) = &self.rope.freq_factors {
             if factors.len() != self.head_dim / 2 {
                 return Err(ConfigProblem::RopeFreqs {
@@ -376,31 +407,7 @@ impl ModelConfig {
                 return Err(ConfigProblem::RopeScaling);
             }
         }
-        if self.eos_token_ids.is_empty() {
-            return Err(ConfigProblem::NoEos);
-        }
-        if self
-            .eos_token_ids
-            .iter()
-            .all(|&id| id as usize >= self.vocab_size)
-        {
-            return Err(ConfigProblem::EosOutsideVocabulary {
-                ids: self.eos_token_ids.clone(),
-                vocab: self.vocab_size,
-            });
-        }
-        if self.sliding_window == Some(0) {
-            return Err(ConfigProblem::NotPositive(key("sliding_window")));
-        }
-        if let Some(e) = self.experts
-            && !(1..=e.count).contains(&e.per_token)
-        {
-            return Err(ConfigProblem::Experts {
-                count: e.count,
-                per_token: e.per_token,
-            });
-        }
-        Ok(self)
+        Ok(())
     }
 }
 

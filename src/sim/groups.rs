@@ -130,37 +130,7 @@ pub fn validate(
         if specs.iter().any(|s| s.name == name) {
             return Err(problem(format!("level `{name}` is listed twice")));
         }
-        let form = match (level.size, &level.by) {
-            (Some(_), Some(_)) | (None, None) => {
-                return Err(problem(format!(
-                    "level `{name}` needs exactly one of `size` (members per group) and `by` (a \
-                     categorical attribute: one group per category)"
-                )));
-            }
-            (Some(0), None) => {
-                return Err(problem(format!("level `{name}`: size must be at least 1")));
-            }
-            (Some(size), None) => Form::Size {
-                size,
-                remainder: level.remainder,
-            },
-            (None, Some(attribute)) => {
-                if !categorical.contains(&attribute.as_str()) {
-                    return Err(problem(format!(
-                        "level `{name}`: `by = \"{attribute}\"` must name a categorical attribute \
-                         of [population.attributes] (categorical ones here: {})",
-                        if categorical.is_empty() {
-                            "none".to_string()
-                        } else {
-                            categorical.join(", ")
-                        }
-                    )));
-                }
-                Form::By {
-                    attribute: attribute.clone(),
-                }
-            }
-        };
+        let form = form(level, name, categorical).map_err(&problem)?;
         if level.remainder == Remainder::Smaller && matches!(form, Form::By { .. }) {
             return Err(problem(format!(
                 "level `{name}`: `remainder` applies to a sized level, not to `by`"
@@ -194,6 +164,43 @@ pub fn validate(
         }
     }
     Ok(specs)
+}
+
+/// How level `name` forms its groups: by size, or one per category of a categorical
+/// attribute; what is wrong with it, if it says neither or both.
+fn form(level: &LevelConfig, name: &str, categorical: &[&str]) -> Result<Form, String> {
+    let form = match (level.size, &level.by) {
+        (Some(_), Some(_)) | (None, None) => {
+            return Err(format!(
+                "level `{name}` needs exactly one of `size` (members per group) and `by` (a \
+                 categorical attribute: one group per category)"
+            ));
+        }
+        (Some(0), None) => {
+            return Err(format!("level `{name}`: size must be at least 1"));
+        }
+        (Some(size), None) => Form::Size {
+            size,
+            remainder: level.remainder,
+        },
+        (None, Some(attribute)) => {
+            if !categorical.contains(&attribute.as_str()) {
+                return Err(format!(
+                    "level `{name}`: `by = \"{attribute}\"` must name a categorical attribute \
+                     of [population.attributes] (categorical ones here: {})",
+                    if categorical.is_empty() {
+                        "none".to_string()
+                    } else {
+                        categorical.join(", ")
+                    }
+                ));
+            }
+            Form::By {
+                attribute: attribute.clone(),
+            }
+        }
+    };
+    Ok(form)
 }
 
 /// Checks that `levels` divide a population of `size` agents where they must (sized levels

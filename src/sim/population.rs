@@ -463,42 +463,7 @@ fn attribute(
             shares: fractions(shares, &at, &format!("{field}.shares"))?,
         },
         (None, Some([low, high])) => {
-            if !(low.is_finite() && high.is_finite() && low <= high) {
-                return Err(PopulationProblem::new(
-                    Some(at),
-                    format!("{field}.range"),
-                    format!("[{low}, {high}] is not a range: give [low, high] with low <= high"),
-                ));
-            }
-            if low.abs().max(high.abs()) > MAX_NUMERIC {
-                return Err(PopulationProblem::new(
-                    Some(at),
-                    format!("{field}.range"),
-                    format!(
-                        "[{low}, {high}] reaches beyond +/-10^12, the most an attribute holds (values are kept as 32-bit floats)"
-                    ),
-                ));
-            }
-            if a.integer && low.ceil() > high.floor() {
-                return Err(PopulationProblem::new(
-                    Some(at),
-                    format!("{field}.range"),
-                    format!(
-                        "[{low}, {high}] holds no whole number, but `integer = true` draws whole numbers: widen the range to take one in (e.g. [{}, {}]) or drop `integer`",
-                        low.floor(),
-                        low.floor() + 1.0
-                    ),
-                ));
-            }
-            if a.integer && low.abs().max(high.abs()) > MAX_WHOLE {
-                return Err(PopulationProblem::new(
-                    Some(at),
-                    format!("{field}.range"),
-                    format!(
-                        "[{low}, {high}] reaches beyond +/-{MAX_WHOLE}: whole numbers are kept exactly (as 32-bit floats) only up to there; drop `integer` for larger values"
-                    ),
-                ));
-            }
+            check_range(a.integer, [low, high], at.clone(), &field)?;
             if let NumericDistribution::Normal { mean, sd } = a.distribution {
                 if !(mean.is_finite() && sd.is_finite() && sd > 0.0) {
                     return Err(PopulationProblem::new(
@@ -542,6 +507,53 @@ fn attribute(
         }
     };
     Ok(attribute)
+}
+
+/// A numeric attribute's `[low, high]`: a range, within what an attribute holds, and with
+/// whole numbers in it, kept exactly, when `integer` draws them.
+fn check_range(
+    integer: bool,
+    [low, high]: [f64; 2],
+    at: Range<usize>,
+    field: &str,
+) -> Result<(), PopulationProblem> {
+    if !(low.is_finite() && high.is_finite() && low <= high) {
+        return Err(PopulationProblem::new(
+            Some(at),
+            format!("{field}.range"),
+            format!("[{low}, {high}] is not a range: give [low, high] with low <= high"),
+        ));
+    }
+    if low.abs().max(high.abs()) > MAX_NUMERIC {
+        return Err(PopulationProblem::new(
+            Some(at),
+            format!("{field}.range"),
+            format!(
+                "[{low}, {high}] reaches beyond +/-10^12, the most an attribute holds (values are kept as 32-bit floats)"
+            ),
+        ));
+    }
+    if integer && low.ceil() > high.floor() {
+        return Err(PopulationProblem::new(
+            Some(at),
+            format!("{field}.range"),
+            format!(
+                "[{low}, {high}] holds no whole number, but `integer = true` draws whole numbers: widen the range to take one in (e.g. [{}, {}]) or drop `integer`",
+                low.floor(),
+                low.floor() + 1.0
+            ),
+        ));
+    }
+    if integer && low.abs().max(high.abs()) > MAX_WHOLE {
+        return Err(PopulationProblem::new(
+            Some(at),
+            format!("{field}.range"),
+            format!(
+                "[{low}, {high}] reaches beyond +/-{MAX_WHOLE}: whole numbers are kept exactly (as 32-bit floats) only up to there; drop `integer` for larger values"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn known(attributes: &[Attribute]) -> String {

@@ -357,6 +357,40 @@ impl MarketConfig {
                 "needs at least one producer type",
             ));
         }
+        self.check_personas()?;
+        if self.min_connections > self.max_connections {
+            return Err(ScenarioProblem::new(
+                "min_connections",
+                format!(
+                    "{} is above max_connections ({})",
+                    self.min_connections, self.max_connections
+                ),
+            ));
+        }
+        for (field, value, (low, high)) in self.numbers() {
+            if !(value.is_finite() && (low..=high).contains(&value)) {
+                return Err(ScenarioProblem::new(
+                    field,
+                    format!(
+                        "must be a number from {} to {}, got {}",
+                        range_end(low),
+                        range_end(high),
+                        written(value)
+                    ),
+                ));
+            }
+        }
+        if self.hidden_round == Some(true) && self.rules != Rules::Reference {
+            return Err(ScenarioProblem::new(
+                "hidden_round",
+                "the hidden round is a quirk of the reference code: it needs rules = \"reference\"",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The personas: none a slip away from a study persona's name, and a mix of known ones.
+    fn check_personas(&self) -> Result<(), ScenarioProblem> {
         // A persona of a config's own is valid, so a misspelt study persona would be one,
         // and silently get the scripted policy's neutral rule: names a slip away from the
         // study's are refused.
@@ -393,34 +427,6 @@ impl MarketConfig {
             return Err(ScenarioProblem::new(
                 "persona_mix",
                 "needs at least one persona",
-            ));
-        }
-        if self.min_connections > self.max_connections {
-            return Err(ScenarioProblem::new(
-                "min_connections",
-                format!(
-                    "{} is above max_connections ({})",
-                    self.min_connections, self.max_connections
-                ),
-            ));
-        }
-        for (field, value, (low, high)) in self.numbers() {
-            if !(value.is_finite() && (low..=high).contains(&value)) {
-                return Err(ScenarioProblem::new(
-                    field,
-                    format!(
-                        "must be a number from {} to {}, got {}",
-                        range_end(low),
-                        range_end(high),
-                        written(value)
-                    ),
-                ));
-            }
-        }
-        if self.hidden_round == Some(true) && self.rules != Rules::Reference {
-            return Err(ScenarioProblem::new(
-                "hidden_round",
-                "the hidden round is a quirk of the reference code: it needs rules = \"reference\"",
             ));
         }
         Ok(())

@@ -231,6 +231,37 @@ impl EnergyMarket {
             Rules::Reference => self.cfg.cap(c.production),
         }
     }
+
+    /// A producer's own figures (`company`) and what it sees of its market (`context`):
+    /// its buyers and how far it may move its price and production.
+    fn producer_turn(
+        &self,
+        world: &Market,
+        c: &world::Company,
+        me: &mut Value,
+        context: &mut Value,
+    ) {
+        for (k, v) in [
+            ("production", c.production),
+            ("max_capacity", c.max_capacity),
+            ("energy_price", c.energy_price),
+            ("production_cost", c.production_cost),
+            ("sold", c.sold),
+        ] {
+            me[k] = num(v);
+        }
+        context["buyers"] = Value::Array(
+            c.buyers
+                .iter()
+                .map(|&(u, amount, price)| {
+                    json!({"id": u, "amount": num(amount), "price": num(price),
+                           "unmet_demand": num(world.companies[u as usize].unmet_demand)})
+                })
+                .collect(),
+        );
+        context["max_price_change"] = json!(self.cfg.price_change_limit().map(num));
+        context["max_production_change"] = json!(self.cfg.production_change_limit().map(num));
+    }
 }
 
 /// Prompts show money to the cent: long float tails only cost tokens.
@@ -393,29 +424,7 @@ impl Scenario for EnergyMarket {
             },
         });
         match c.role {
-            Role::Producer => {
-                for (k, v) in [
-                    ("production", c.production),
-                    ("max_capacity", c.max_capacity),
-                    ("energy_price", c.energy_price),
-                    ("production_cost", c.production_cost),
-                    ("sold", c.sold),
-                ] {
-                    me[k] = num(v);
-                }
-                context["buyers"] = Value::Array(
-                    c.buyers
-                        .iter()
-                        .map(|&(u, amount, price)| {
-                            json!({"id": u, "amount": num(amount), "price": num(price),
-                                   "unmet_demand": num(world.companies[u as usize].unmet_demand)})
-                        })
-                        .collect(),
-                );
-                context["max_price_change"] = json!(self.cfg.price_change_limit().map(num));
-                context["max_production_change"] =
-                    json!(self.cfg.production_change_limit().map(num));
-            }
+            Role::Producer => self.producer_turn(world, c, &mut me, &mut context),
             Role::Utility => {
                 for (k, v) in [
                     ("cost_to_consumer", c.cost_to_consumer),

@@ -106,25 +106,7 @@ fn fixed(
     let mut order = utilities;
     order.shuffle(rng);
     for u in order {
-        let mix = market.companies[u].renewable_mix;
-        let mut offers: Vec<(f64, u32)> = market.companies[u]
-            .links
-            .iter()
-            .filter(|&&p| {
-                let p = &market.companies[p as usize];
-                p.role == Role::Producer && !p.bankrupt
-            })
-            .map(|&p| {
-                let producer = &market.companies[p as usize];
-                let discount = if producer.renewable {
-                    1.0 + cfg.renewable_discount * mix
-                } else {
-                    1.0
-                };
-                (producer.energy_price / discount, p)
-            })
-            .collect();
-        offers.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let offers = offers(cfg, market, u);
         let mut need = share;
         for (_, p) in offers {
             if need <= 0.0 {
@@ -162,6 +144,32 @@ fn fixed(
             c.bankrupt = true;
         }
     }
+}
+
+/// The offers utility `u` sees, `(price as ranked, producer)`: its linked producers still in
+/// the market, cheapest first, a renewable one's price discounted by the utility's
+/// preference for renewables; ties go to the lower id.
+fn offers(cfg: &MarketConfig, market: &Market, u: usize) -> Vec<(f64, u32)> {
+    let mix = market.companies[u].renewable_mix;
+    let mut offers: Vec<(f64, u32)> = market.companies[u]
+        .links
+        .iter()
+        .filter(|&&p| {
+            let p = &market.companies[p as usize];
+            p.role == Role::Producer && !p.bankrupt
+        })
+        .map(|&p| {
+            let producer = &market.companies[p as usize];
+            let discount = if producer.renewable {
+                1.0 + cfg.renewable_discount * mix
+            } else {
+                1.0
+            };
+            (producer.energy_price / discount, p)
+        })
+        .collect();
+    offers.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    offers
 }
 
 /// energyABM_LLM_ollama.py's `update_state`, with its quirks: producers are paid for all

@@ -58,6 +58,40 @@ pub struct Writer<'a> {
     pub cache_dir: &'a Path,
 }
 
+/// The personas the cache file at `path` holds, by key (none when it cannot be read).
+fn read_cache(path: &Path) -> HashMap<String, String> {
+    let mut known: HashMap<String, String> = HashMap::new();
+    if let Ok(text) = std::fs::read_to_string(path) {
+        // A line cut short by a crash is skipped; its persona is asked for again.
+        for entry in text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Entry>(l).ok())
+        {
+            known.insert(entry.key, entry.persona);
+        }
+    }
+    known
+}
+
+/// Each agent's cache key: a hash of its profile, its sampling seed and the sampling settings.
+fn cache_keys(cfg: &PersonaConfig, population: &Population, seed: u64) -> Vec<String> {
+    (0..population.size)
+        .map(|agent| {
+            let mut h = Sha256::new();
+            for (name, value) in population.profile(agent) {
+                h.update(name.as_bytes());
+                h.update([0]);
+                h.update(value.to_string().as_bytes());
+                h.update([0]);
+            }
+            h.update(crate::seed::derive(seed, &[agent as u64]).to_le_bytes());
+            h.update(cfg.max_tokens.to_le_bytes());
+            h.update(cfg.temperature.to_le_bytes());
+            hex(&h.finalize())
+        })
+        .collect()
+}
+
 /// One persona per agent of `population`: from the cache where present, else written by the
 /// model (and added to the cache). `seed` is the population's; agent `i` samples with
 /// `derive(seed, [i])`.
@@ -79,31 +113,8 @@ pub fn write(
         .unwrap_or_default()
         .to_string();
     let path = cache_file(cache_dir, &template, model);
-    let mut known: HashMap<String, String> = HashMap::new();
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        // A line cut short by a crash is skipped; its persona is asked for again.
-        for entry in text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Entry>(l).ok())
-        {
-            known.insert(entry.key, entry.persona);
-        }
-    }
-    let keys: Vec<String> = (0..population.size)
-        .map(|agent| {
-            let mut h = Sha256::new();
-            for (name, value) in population.profile(agent) {
-                h.update(name.as_bytes());
-                h.update([0]);
-                h.update(value.to_string().as_bytes());
-                h.update([0]);
-            }
-            h.update(crate::seed::derive(seed, &[agent as u64]).to_le_bytes());
-            h.update(cfg.max_tokens.to_le_bytes());
-            h.update(cfg.temperature.to_le_bytes());
-            hex(&h.finalize())
-        })
-        .collect();
+    let mut known = read_cache(&path);
+    let keys = cache_keys(cfg, population, seed);
     let missing: Vec<usize> = (0..population.size)
         .filter(|&a| !known.contains_key(&keys[a]))
         .collect();

@@ -249,92 +249,16 @@ impl Recorder {
         }
         self.state(exp, arms, cells, group, step + 1)?;
         super::fault::point(global_step, "state");
-        // The runner puts the cell's keys in front of the scenario's own columns.
-        let aggregates: Vec<_> = (0..cells.infos.len())
-            .filter_map(|c| {
-                let own = arms[cells.arm_of[c]].aggregates(
-                    &cells.worlds[c],
-                    &cells.infos[c],
-                    step + 1,
-                )?;
-                Some(super::rows::keyed(&own, &cells.infos[c], step + 1))
-            })
-            .collect::<Result<_, _>>()?;
-        self.writer.aggregates(&aggregates)?;
+        self.aggregates(arms, cells, step + 1)?;
         let mut counters = Counters {
             seconds: timing.seconds,
             ..Counters::default()
         };
-        let kinds = exp.policies.kinds();
-        let multi_model = exp.is_multi_model();
         for d in &decisions.decided {
             count(&mut counters, d);
         }
-        let records = decisions
-            .turns
-            .iter()
-            .zip(&decisions.decided)
-            .enumerate()
-            .filter(|(_, (t, _))| cells.logged(exp, t.cell, t.agent))
-            .map(|(i, (t, d))| {
-                let info = &cells.infos[t.cell];
-                let scenario = &arms[cells.arm_of[t.cell]];
-                let world = &cells.worlds[t.cell];
-                let decision = serde_json::to_value(&d.decision).unwrap_or_default();
-                let trace = d.llm.as_deref();
-                DecisionRecord {
-                    arm: info.arm.clone(),
-                    population: info.population,
-                    replicate: info.replicate,
-                    step: step + 1,
-                    agent: t.agent,
-                    log: DecisionLog {
-                        // The world has moved on, but an agent's role does not change.
-                        role: scenario.role(world, t.agent).to_string(),
-                        policy: decisions
-                            .policy_of
-                            .as_ref()
-                            .map(|p| kinds[p[i] as usize].name().to_string()),
-                        model: multi_model
-                            .then(|| model_of(exp, cells, t.cell, t.agent))
-                            .filter(|m| !m.is_empty())
-                            .map(str::to_string),
-                        prompt_hash: trace.map(|t| t.prompt_hash.clone()),
-                        text: trace.and_then(|t| t.text.clone()),
-                        value: match trace {
-                            Some(t) => t.value.clone(),
-                            None => Some(decision.clone()),
-                        },
-                        clamps: d.clamps.clone(),
-                        fallback: d.fallback.clone(),
-                        prompt_tokens: trace.map_or(0, |t| t.prompt_tokens),
-                        cached_tokens: trace.map_or(0, |t| t.cached_tokens),
-                        generated_tokens: trace.map_or(0, |t| t.generated_tokens),
-                        latency_ms: trace.and_then(|t| t.latency_ms),
-                    },
-                    decision,
-                }
-            });
-        self.writer.decisions(records)?;
-        // The whole prompts of the logged model decisions, each distinct one once, written as
-        // they are put together.
-        let prompts_kept = &mut self.prompts_kept;
-        let kept = decisions
-            .turns
-            .iter()
-            .zip(&decisions.decided)
-            .filter(|(t, _)| t.logged)
-            .filter_map(|(_, d)| {
-                let trace = d.llm.as_deref()?;
-                let transcript = trace.prompt.as_ref()?;
-                prompts_kept
-                    .insert(trace.prompt_hash.clone())
-                    .then(|| KeptPrompt {
-                        hash: trace.prompt_hash.clone(),
-                        text: transcript.text(),
-                    })
-            });
-        self.writer.prompts(kept)?;
+        self.decisions(exp, arms, cells, step + 1, decisions)?;
+        self.prompts(decisions)?;
         let n = decisions.turns.len();
         self.writer.step(&StepRecord {
             population: cells.infos.first().map_or(0, |c| c.population),
@@ -381,6 +305,109 @@ impl Recorder {
             },
         )?;
         Ok(counters)
+    }
+
+    /// Writes the aggregates of step `step` (counted from 1) of every cell.
+    fn aggregates<S: Scenario>(
+        &mut self,
+        arms: &[S],
+        cells: &Cells<S>,
+        step: usize,
+    ) -> Result<(), RunError> {
+        // The runner puts the cell's keys in front of the scenario's own columns.
+        let aggregates: Vec<_> = (0..cells.infos.len())
+            .filter_map(|c| {
+                let own =
+                    arms[cells.arm_of[c]].aggregates(&cells.worlds[c], &cells.infos[c], step)?;
+                Some(super::rows::keyed(&own, &cells.infos[c], step))
+            })
+            .collect::<Result<_, _>>()?;
+        self.writer.aggregates(&aggregates)?;
+        Ok(())
+    }
+
+    /// Logs the decisions of step `step` (counted from 1) of the agents whose decisions are
+    /// logged.
+    fn decisions<S: Scenario>(
+        &mut self,
+        exp: &Experiment,
+        arms: &[S],
+        cells: &Cells<S>,
+        step: usize,
+        decisions: &Decisions<S::Decision>,
+    ) -> Result<(), RunError> {
+        let kinds = exp.policies.kinds();
+        let multi_model = exp.is_multi_model();
+        let records = decisions
+            .turns
+            .iter()
+            .zip(&decisions.decided)
+            .enumerate()
+            .filter(|(_, (t, _))| cells.logged(exp, t.cell, t.agent))
+            .map(|(i, (t, d))| {
+                let info = &cells.infos[t.cell];
+                let scenario = &arms[cells.arm_of[t.cell]];
+                let world = &cells.worlds[t.cell];
+                let decision = serde_json::to_value(&d.decision).unwrap_or_default();
+                let trace = d.llm.as_deref();
+                DecisionRecord {
+                    arm: info.arm.clone(),
+                    population: info.population,
+                    replicate: info.replicate,
+                    step,
+                    agent: t.agent,
+                    log: DecisionLog {
+                        // The world has moved on, but an agent's role does not change.
+                        role: scenario.role(world, t.agent).to_string(),
+                        policy: decisions
+                            .policy_of
+                            .as_ref()
+                            .map(|p| kinds[p[i] as usize].name().to_string()),
+                        model: multi_model
+                            .then(|| model_of(exp, cells, t.cell, t.agent))
+                            .filter(|m| !m.is_empty())
+                            .map(str::to_string),
+                        prompt_hash: trace.map(|t| t.prompt_hash.clone()),
+                        text: trace.and_then(|t| t.text.clone()),
+                        value: match trace {
+                            Some(t) => t.value.clone(),
+                            None => Some(decision.clone()),
+                        },
+                        clamps: d.clamps.clone(),
+                        fallback: d.fallback.clone(),
+                        prompt_tokens: trace.map_or(0, |t| t.prompt_tokens),
+                        cached_tokens: trace.map_or(0, |t| t.cached_tokens),
+                        generated_tokens: trace.map_or(0, |t| t.generated_tokens),
+                        latency_ms: trace.and_then(|t| t.latency_ms),
+                    },
+                    decision,
+                }
+            });
+        self.writer.decisions(records)?;
+        Ok(())
+    }
+
+    /// Keeps the whole prompts of the step's logged model decisions, each distinct one once.
+    fn prompts<D>(&mut self, decisions: &Decisions<D>) -> Result<(), RunError> {
+        // Written as they are put together.
+        let prompts_kept = &mut self.prompts_kept;
+        let kept = decisions
+            .turns
+            .iter()
+            .zip(&decisions.decided)
+            .filter(|(t, _)| t.logged)
+            .filter_map(|(_, d)| {
+                let trace = d.llm.as_deref()?;
+                let transcript = trace.prompt.as_ref()?;
+                prompts_kept
+                    .insert(trace.prompt_hash.clone())
+                    .then(|| KeptPrompt {
+                        hash: trace.prompt_hash.clone(),
+                        text: transcript.text(),
+                    })
+            });
+        self.writer.prompts(kept)?;
+        Ok(())
     }
 
     /// Writes the manifest with the totals so far.

@@ -157,23 +157,7 @@ pub fn group_means(
     let agent = state
         .column_by_name("agent")?
         .as_primitive_opt::<arrow_array::types::UInt64Type>()?;
-    let numeric: Vec<(String, Float64Array)> = state
-        .schema()
-        .fields()
-        .iter()
-        .zip(state.columns())
-        .filter(|(f, _)| {
-            !matches!(
-                f.name().as_str(),
-                "population" | "replicate" | "step" | "agent"
-            ) && groups.levels.iter().all(|l| &l.name != f.name())
-                && (f.data_type().is_numeric() || f.data_type() == &DataType::Boolean)
-        })
-        .filter_map(|(f, c)| {
-            let c = arrow_cast::cast(c, &DataType::Float64).ok()?;
-            Some((f.name().clone(), c.as_primitive::<Float64Type>().clone()))
-        })
-        .collect();
+    let numeric = numeric_columns(groups, state);
     let mut level_names = Vec::new();
     let mut group_ids = Vec::new();
     let mut parents: Vec<Option<u32>> = Vec::new();
@@ -245,6 +229,28 @@ pub fn group_means(
         )
         .expect("invariant: columns of one length"),
     )
+}
+
+/// The columns of `state` whose group means `groups.parquet` holds, as floats: the numeric
+/// and boolean ones that are neither a key nor a group level.
+fn numeric_columns(groups: &Groups, state: &RecordBatch) -> Vec<(String, Float64Array)> {
+    state
+        .schema()
+        .fields()
+        .iter()
+        .zip(state.columns())
+        .filter(|(f, _)| {
+            !matches!(
+                f.name().as_str(),
+                "population" | "replicate" | "step" | "agent"
+            ) && groups.levels.iter().all(|l| &l.name != f.name())
+                && (f.data_type().is_numeric() || f.data_type() == &DataType::Boolean)
+        })
+        .filter_map(|(f, c)| {
+            let c = arrow_cast::cast(c, &DataType::Float64).ok()?;
+            Some((f.name().clone(), c.as_primitive::<Float64Type>().clone()))
+        })
+        .collect()
 }
 
 /// The columns of a per-cell record: the cell's keys (see [`crate::record::CELL_KEYS`]), then

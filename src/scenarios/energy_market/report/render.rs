@@ -383,66 +383,7 @@ pub fn text(report: &Report) -> String {
         "mean [95% CI] over replicate means (n = replicates); report.html has the companies' spread"
     );
     for g in &report.groups {
-        let _ = writeln!(
-            out,
-            "arm {} ({} companies, {} replicates):",
-            g.arm, g.population, g.replicates
-        );
-        let _ = writeln!(
-            out,
-            "  consumer price: start {} -> end {}",
-            fmt(&g.consumer_price_start.replicates),
-            at_end(fmt(&g.consumer_price_end.replicates), "utility")
-        );
-        let _ = writeln!(
-            out,
-            "  producer price: start {} -> end {}",
-            fmt(&g.producer_price_start.replicates),
-            at_end(fmt(&g.producer_price_end.replicates), "producer")
-        );
-        let _ = writeln!(out, "  bankrupt at the end: {}", bankrupt_text(g));
-        for p in &g.personas {
-            let _ = writeln!(
-                out,
-                "  utilities, {} ({}, {} bankrupt): profit/step {}, renewable mix {}, renewable share {}",
-                p.persona,
-                p.utilities,
-                p.bankrupt,
-                fmt(&p.profit.replicates),
-                fmt(&p.renewable_mix.replicates),
-                fmt(&p.renewable_share.replicates)
-            );
-        }
-        let d = &g.dynamics;
-        let _ = writeln!(
-            out,
-            "  exp2 (a) rises that lost sales: {} of {} rises (by market: {}; {} to a rival), {} walked back (lags: {}), per producer {}",
-            d.episodes,
-            d.raises,
-            by_market(&d.episodes_by_replicate),
-            d.to_rival,
-            d.walked_back,
-            lags_text(&d.lags),
-            fmt(&d.episodes_per_producer)
-        );
-        let _ = writeln!(
-            out,
-            "  exp2 (b) cheapest producer crept up: per market {}",
-            fmt(&d.creeps_per_replicate)
-        );
-        let _ = writeln!(
-            out,
-            "  exp2 (c) single-supplier utility-steps profitable: {}, mean profit {}",
-            share_text(d.single_supplier_profitable, d.single_supplier_steps),
-            fmt(&d.single_supplier_profit)
-        );
-        if g.producer_types.len() > 1 {
-            let _ = writeln!(
-                out,
-                "  gap between producer types' prices: {}",
-                fmt(&g.type_gap)
-            );
-        }
+        group_text(&mut out, g);
     }
     let untested = report.tests.iter().filter(|t| t.welch.is_none()).count();
     for t in report.tests.iter().filter(|t| t.welch.is_some()) {
@@ -470,4 +411,68 @@ pub fn text(report: &Report) -> String {
         );
     }
     out
+}
+
+/// The text report's lines for one arm and population size.
+fn group_text(out: &mut String, g: &GroupStats) {
+    let _ = writeln!(
+        out,
+        "arm {} ({} companies, {} replicates):",
+        g.arm, g.population, g.replicates
+    );
+    let _ = writeln!(
+        out,
+        "  consumer price: start {} -> end {}",
+        fmt(&g.consumer_price_start.replicates),
+        at_end(fmt(&g.consumer_price_end.replicates), "utility")
+    );
+    let _ = writeln!(
+        out,
+        "  producer price: start {} -> end {}",
+        fmt(&g.producer_price_start.replicates),
+        at_end(fmt(&g.producer_price_end.replicates), "producer")
+    );
+    let _ = writeln!(out, "  bankrupt at the end: {}", bankrupt_text(g));
+    for p in &g.personas {
+        let _ = writeln!(
+            out,
+            "  utilities, {} ({}, {} bankrupt): profit/step {}, renewable mix {}, renewable share {}",
+            p.persona,
+            p.utilities,
+            p.bankrupt,
+            fmt(&p.profit.replicates),
+            fmt(&p.renewable_mix.replicates),
+            fmt(&p.renewable_share.replicates)
+        );
+    }
+    let d = &g.dynamics;
+    let _ = writeln!(
+        out,
+        "  exp2 (a) rises that lost sales: {} of {} rises (by market: {}; {} to a rival), {} walked back (lags: {}), per producer {}",
+        d.episodes,
+        d.raises,
+        by_market(&d.episodes_by_replicate),
+        d.to_rival,
+        d.walked_back,
+        lags_text(&d.lags),
+        fmt(&d.episodes_per_producer)
+    );
+    let _ = writeln!(
+        out,
+        "  exp2 (b) cheapest producer crept up: per market {}",
+        fmt(&d.creeps_per_replicate)
+    );
+    let _ = writeln!(
+        out,
+        "  exp2 (c) single-supplier utility-steps profitable: {}, mean profit {}",
+        share_text(d.single_supplier_profitable, d.single_supplier_steps),
+        fmt(&d.single_supplier_profit)
+    );
+    if g.producer_types.len() > 1 {
+        let _ = writeln!(
+            out,
+            "  gap between producer types' prices: {}",
+            fmt(&g.type_gap)
+        );
+    }
 }

@@ -149,49 +149,7 @@ const TIES: &str = "Where guesses on both sides of the target were equally close
 /// and the group levels below.
 pub(super) fn html(report: &Report) -> String {
     let mut body = String::new();
-    body.push_str(
-        "<h2>Rounds</h2><p>Each statistic is the mean over replicates (one game each); the interval of \
-         the mean guess is a 95% CI over games (Student's t, cut at 0 and 100), shown when there are \
-         at least two. Round time is the \
-         wall time of the step that played the round, for all cells of that population at once.</p>",
-    );
-    body.push_str(&table(
-        &[
-            "arm",
-            "players",
-            "round",
-            "winning number",
-            "winners",
-            "mean [95% CI]",
-            "median",
-            "std",
-            "min",
-            "max",
-            "target",
-            "guesses",
-            "round time",
-        ],
-        report.rounds.iter().map(|r| {
-            vec![
-                esc(&r.arm),
-                r.population.to_string(),
-                r.round.to_string(),
-                winning_text(r),
-                format!("{:.1}", r.winners),
-                mean_text(&r.mean),
-                num(r.median),
-                num(r.std),
-                num(r.min),
-                num(r.max),
-                num(r.target),
-                format!("{:.0} of {}", r.guesses, r.players),
-                seconds_text(r.seconds),
-            ]
-        }),
-    ));
-    if report.rounds.iter().any(|r| r.two_sided_ties > 0) {
-        let _ = write!(body, "<p>{}</p>", esc(TIES));
-    }
+    rounds_section(&mut body, report);
     if !report.rules.is_empty() {
         body.push_str(
             "<h2>Equilibrium</h2><p>Guesses are clamped to [0, 100], so the equilibrium is a fixed \
@@ -255,4 +213,52 @@ pub(super) fn html(report: &Report) -> String {
         ));
     }
     body
+}
+
+/// The Rounds section: every round's statistics per arm and population, and the note on
+/// ties when a round had some.
+fn rounds_section(body: &mut String, report: &Report) {
+    body.push_str(
+        "<h2>Rounds</h2><p>Each statistic is the mean over replicates (one game each); the interval of \
+         the mean guess is a 95% CI over games (Student's t, cut at 0 and 100), shown when there are \
+         at least two. Round time is the \
+         wall time of the step that played the round, for all cells of that population at once.</p>",
+    );
+    body.push_str(&table(
+        &[
+            "arm",
+            "players",
+            "round",
+            "winning number",
+            "winners",
+            "mean [95% CI]",
+            "median",
+            "std",
+            "min",
+            "max",
+            "target",
+            "guesses",
+            "round time",
+        ],
+        report.rounds.iter().map(|r| {
+            vec![
+                esc(&r.arm),
+                r.population.to_string(),
+                r.round.to_string(),
+                winning_text(r),
+                format!("{:.1}", r.winners),
+                mean_text(&r.mean),
+                num(r.median),
+                num(r.std),
+                num(r.min),
+                num(r.max),
+                num(r.target),
+                format!("{:.0} of {}", r.guesses, r.players),
+                seconds_text(r.seconds),
+            ]
+        }),
+    ));
+    if report.rounds.iter().any(|r| r.two_sided_ties > 0) {
+        let _ = write!(body, "<p>{}</p>", esc(TIES));
+    }
 }
