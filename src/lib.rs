@@ -11,6 +11,7 @@ pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod engine;
+pub mod generate;
 pub mod host;
 pub mod model;
 pub mod plan;
