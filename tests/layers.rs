@@ -6,6 +6,9 @@
 //! layer above, written in code under `src/sim/`, `src/record/`, `src/serve/`, `src/api/` or
 //! `src/bench/`, fails here with its file and line.
 
+mod common;
+
+use common::sources::rust_files;
 use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -71,17 +74,6 @@ const RULES: &[(&str, &[&str])] = &[
 
 fn src() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// How many `super::` lead from the file's module to the crate's root: `sim/plan.rs` is

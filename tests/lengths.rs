@@ -3,8 +3,11 @@
 //! became the habit; a file over 800 lines of code (its `mod tests` aside) is a module that
 //! wants parts. Each offence fails with its file, line and length, longest first.
 
+mod common;
+
+use common::sources::rust_files;
 use proc_macro2::{Delimiter, TokenStream, TokenTree};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// No function of the library may be longer.
 const LONGEST_FUNCTION: usize = 150;
@@ -93,17 +96,6 @@ fn walk(stream: TokenStream, measure: &mut Measure) {
                 at += 1;
             }
             _ => at += 1,
-        }
-    }
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
         }
     }
 }

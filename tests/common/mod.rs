@@ -9,6 +9,7 @@ pub mod mpi;
 pub mod ragged;
 pub mod regression;
 pub mod skip;
+pub mod sources;
 pub mod tiny;
 
 pub use skip::loud_skip;
