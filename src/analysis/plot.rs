@@ -84,6 +84,34 @@ impl PlotError {
     }
 }
 
+/// The figures a report draws into its folder, named in the order they were drawn (the
+/// report's page lists them so).
+pub struct FigureFolder<'a> {
+    dir: &'a Path,
+    names: Vec<String>,
+}
+
+impl<'a> FigureFolder<'a> {
+    pub fn into(dir: &'a Path) -> Self {
+        FigureFolder {
+            dir,
+            names: Vec::new(),
+        }
+    }
+
+    /// Writes `figure` as `<name>.png` and `<name>.svg` in the folder, and notes its name.
+    pub fn save(&mut self, name: &str, figure: &impl Figure) -> Result<(), PlotError> {
+        save(figure, &self.dir.join(name))?;
+        self.names.push(name.to_string());
+        Ok(())
+    }
+
+    /// The names of the figures drawn, in order.
+    pub fn names(self) -> Vec<String> {
+        self.names
+    }
+}
+
 /// Writes `<stem>.png` and `<stem>.svg`.
 pub fn save(figure: &impl Figure, stem: &Path) -> Result<(), PlotError> {
     ensure_font();

@@ -3,7 +3,7 @@
 
 use super::data::{Cell, Run};
 use super::quantities::{mix, profit, share, weighted};
-use crate::analysis::plot::{self, Band, Grid, Lines, Network, PlotError};
+use crate::analysis::plot::{Band, FigureFolder, Grid, Lines, Network, PlotError};
 use crate::analysis::stats::{Method, Summary};
 use crate::record;
 use crate::scenarios::energy_market::Row;
@@ -104,30 +104,25 @@ pub fn profit_by_persona(run: &Run) -> Grid {
 
 /// Draws every figure into `dir`; returns their names.
 pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
-    let mut names = Vec::new();
-    let mut save = |name: &str, fig: &dyn Fn(&Path) -> Result<(), PlotError>| {
-        fig(&dir.join(name))?;
-        names.push(name.to_string());
-        Ok::<(), PlotError>(())
-    };
+    let mut folder = FigureFolder::into(dir);
     // Figure 2: the network of the first cell.
     if let Some(cell) = &run.first_network {
         let fig = network_figure(cell);
-        save("fig2_network", &|p| plot::save(&fig, p))?;
+        folder.save("fig2_network", &fig)?;
     }
     let fig = consumer_price(run);
-    save("fig3_consumer_price", &|p| plot::save(&fig, p))?;
+    folder.save("fig3_consumer_price", &fig)?;
     let fig = bankruptcies(run);
-    save("fig3b_bankruptcies", &|p| plot::save(&fig, p))?;
+    folder.save("fig3b_bankruptcies", &fig)?;
     let fig = producer_prices(run);
-    save("fig4_producer_prices", &|p| plot::save(&fig, p))?;
+    folder.save("fig4_producer_prices", &fig)?;
     let fig = step_time(run);
-    save("fig5_step_time", &|p| plot::save(&fig, p))?;
+    folder.save("fig5_step_time", &fig)?;
     let fig = subpopulations(run);
-    save("fig6_subpopulations", &|p| plot::save(&fig, p))?;
+    folder.save("fig6_subpopulations", &fig)?;
     // Figures 7 to 9: utilities by persona over time, a panel per arm and population.
     let fig = profit_by_persona(run);
-    save("fig7_profit_by_persona", &|p| plot::save(&fig, p))?;
+    folder.save("fig7_profit_by_persona", &fig)?;
     let fig = persona_grid(
         run,
         "Figure 8: renewable preference by persona",
@@ -135,10 +130,10 @@ pub fn draw(run: &Run, dir: &Path) -> Result<Vec<String>, PlotError> {
         mix,
         Method::BootstrapPercentile,
     );
-    save("fig8_renewable_preference", &|p| plot::save(&fig, p))?;
+    folder.save("fig8_renewable_preference", &fig)?;
     let fig = renewable_fraction(run);
-    save("fig9_renewable_fraction", &|p| plot::save(&fig, p))?;
-    Ok(names)
+    folder.save("fig9_renewable_fraction", &fig)?;
+    Ok(folder.names())
 }
 
 /// A grid of a panel per population, each with `lines` of every arm.

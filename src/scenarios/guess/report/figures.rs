@@ -5,7 +5,7 @@ use super::gather::Gathered;
 use super::render::slug;
 use super::summary::{GroupMean, RoundSummary};
 use crate::analysis::plot::{
-    self, Band, BarSeries, Bars, HistogramPanel, Histograms, Lines, PlotError,
+    Band, BarSeries, Bars, FigureFolder, HistogramPanel, Histograms, Lines, PlotError,
 };
 use std::path::Path;
 
@@ -17,12 +17,7 @@ pub(super) fn rounds(
     gathered: &Gathered,
     arm_order: &[String],
 ) -> Result<Vec<String>, PlotError> {
-    let mut figures = Vec::new();
-    let mut save = |name: &str, fig: &dyn Fn(&Path) -> Result<(), PlotError>| {
-        fig(&dir.join(name))?;
-        figures.push(name.to_string());
-        Ok::<(), PlotError>(())
-    };
+    let mut folder = FigureFolder::into(dir);
     let populations: Vec<usize> = {
         let mut p: Vec<usize> = rounds.iter().map(|r| r.population).collect();
         p.dedup();
@@ -82,9 +77,7 @@ pub(super) fn rounds(
             series,
             markers: true,
         };
-        save(&format!("fig_convergence{suffix}"), &|p| {
-            plot::save(&fig, p)
-        })?;
+        folder.save(&format!("fig_convergence{suffix}"), &fig)?;
 
         // The distribution of guesses, a panel per round, per arm.
         for (a, arm) in arm_order.iter().enumerate() {
@@ -124,12 +117,10 @@ pub(super) fn rounds(
                 x_label: "guess".into(),
                 panels,
             };
-            save(&format!("fig_guesses_arm{a}{suffix}"), &|p| {
-                plot::save(&fig, p)
-            })?;
+            folder.save(&format!("fig_guesses_arm{a}{suffix}"), &fig)?;
         }
     }
-    Ok(figures)
+    Ok(folder.names())
 }
 
 /// Round 1's mean guess by group, a figure per attribute (none for an attribute of more
@@ -140,12 +131,7 @@ pub(super) fn groups(
     groups: &[GroupMean],
     arm_order: &[String],
 ) -> Result<Vec<String>, PlotError> {
-    let mut figures = Vec::new();
-    let mut save = |name: &str, fig: &dyn Fn(&Path) -> Result<(), PlotError>| {
-        fig(&dir.join(name))?;
-        figures.push(name.to_string());
-        Ok::<(), PlotError>(())
-    };
+    let mut folder = FigureFolder::into(dir);
     for (attribute, order) in &gathered.attributes {
         let categories: Vec<String> = order
             .iter()
@@ -187,9 +173,7 @@ pub(super) fn groups(
             categories,
             series,
         };
-        save(&format!("fig_by_{}", slug(attribute)), &|p| {
-            plot::save(&fig, p)
-        })?;
+        folder.save(&format!("fig_by_{}", slug(attribute)), &fig)?;
     }
-    Ok(figures)
+    Ok(folder.names())
 }
