@@ -27,7 +27,9 @@ use throng::sim::config::{ConfigError, ScenarioProblem};
 use throng::sim::experiment::Experiment;
 use throng::sim::groups::GroupRef;
 use throng::sim::population::{Population, PopulationSpec};
-use throng::sim::scenario::{CellInfo, Halt, ParseError, Parsed, Scenario, Turn};
+use throng::sim::scenario::{
+    CellInfo, Descriptor, Halt, ParseError, Parsed, Records, Scenario, Turn,
+};
 
 /// An exception raised by a scenario's Python code, carried out of the run.
 pub struct Raised {
@@ -101,16 +103,13 @@ pub struct PyKind(Arc<Class>);
 /// What the runner asks of a Python class, read once from it.
 struct Class {
     class: Py<PyAny>,
-    name: String,
-    roles: &'static [&'static str],
+    /// Its kind: `name`, `roles`, the names of its `tables` and its `aggregates_columns`
+    /// (the runner writes the cell's keys in front of them).
+    descriptor: Descriptor,
     /// The state table's own columns (`columns`); none without `row`.
     columns: Vec<FieldRef>,
-    /// The per-cell aggregates' own columns (`aggregates_columns`); the runner writes the
-    /// cell's keys in front of them.
-    aggregates: Option<SchemaRef>,
-    /// The scenario's own tables (`tables`): their names, and each one's columns after the
-    /// cell's keys.
-    table_names: &'static [&'static str],
+    /// Each of its own tables' columns after the cell's keys, in the order of
+    /// `descriptor.tables`.
     tables: Vec<SchemaRef>,
     /// The knobs its `[scenario]` table may set (`knobs`), in the class's order.
     knobs: Vec<String>,
@@ -236,13 +235,15 @@ impl PyKind {
                 ));
             }
         }
+        let mut descriptor = Descriptor::new(name, Box::leak(roles.into_boxed_slice()))
+            .with_tables(Box::leak(table_names.into_boxed_slice()));
+        if let Some(aggregates) = aggregates {
+            descriptor = descriptor.with_aggregates(aggregates);
+        }
         Ok(Self(Arc::new(Class {
             class: class.clone().unbind(),
-            name,
-            roles: Box::leak(roles.into_boxed_slice()),
+            descriptor,
             columns,
-            aggregates,
-            table_names: Box::leak(table_names.into_boxed_slice()),
             tables,
             knobs,
             defaults,
@@ -408,16 +409,12 @@ fn problem(py: Python<'_>, e: PyErr) -> ScenarioProblem {
 }
 
 impl Kind for PyKind {
-    fn name(&self) -> &str {
-        &self.0.name
-    }
-
-    fn roles(&self) -> Vec<String> {
-        self.0.roles.iter().map(|r| r.to_string()).collect()
+    fn descriptor(&self) -> &Descriptor {
+        &self.0.descriptor
     }
 
     fn load(&self, exp: Experiment) -> Result<Box<dyn Loaded>, ConfigError> {
-        throng::scenarios::load_with(exp, |table| {
+        throng::scenarios::load_with(exp, self.0.descriptor.clone(), |table| {
             Python::attach(|py| {
                 let instance = self
                     .0
@@ -862,77 +859,15 @@ impl Scenario for PyScenario {
     type Decision = Value;
     type Row = Value;
 
-    /// A Python scenario's kind is its class's: see [`Scenario::name`].
+    /// A Python scenario's kind is its class's: the runner reads it from the descriptor
+    /// its [`PyKind`] hands to the arms it loads, never from the type.
     const NAME: &'static str = "python";
-
-    fn roles() -> &'static [&'static str] {
-        &[]
-    }
 
     fn from_table(_table: &toml::Table) -> Result<Self, ScenarioProblem> {
         Err(ScenarioProblem::new(
             "",
             "a Python scenario is made by its class, through its registered kind",
         ))
-    }
-
-    fn name(&self) -> &str {
-        &self.kind.name
-    }
-
-    fn role_names(&self) -> &[&'static str] {
-        self.kind.roles
-    }
-
-    fn table_names(&self) -> &[&'static str] {
-        self.kind.table_names
-    }
-
-    /// `table(name, world, cell, step)` gives the table's rows after `step`, as dicts of its
-    /// declared columns (the cell's keys come first), or None.
-    fn table(
-        &self,
-        name: &str,
-        world: &PyWorld,
-        cell: &CellInfo,
-        step: usize,
-    ) -> Option<RecordBatch> {
-        let at = self.kind.table_names.iter().position(|n| *n == name)?;
-        Python::attach(|py| {
-            let info = pythonize::pythonize(py, cell).unwrap_or_else(|e| raise("table", e.into()));
-            let out = self.call(py, "table", (name, world.0.bind(py), info, step));
-            if out.is_none() {
-                return None;
-            }
-            let rows = match to_json("table", &out) {
-                Value::Array(rows) => rows,
-                other => raise(
-                    "table",
-                    pyo3::exceptions::PyTypeError::new_err(format!(
-                        "table returns a list of rows (dicts), or None, not {other}"
-                    )),
-                ),
-            };
-            Some(keyed_batch(
-                "table",
-                &self.kind.tables[at],
-                cell,
-                step,
-                rows,
-            ))
-        })
-    }
-
-    fn aggregates_columns(&self) -> Option<SchemaRef> {
-        self.kind.aggregates.clone()
-    }
-
-    fn row_fields(&self) -> Result<Vec<FieldRef>, String> {
-        Ok(self.kind.columns.clone())
-    }
-
-    fn row_columns(&self, fields: &[FieldRef], rows: &[Value]) -> Result<RecordBatch, String> {
-        columns::batch(fields, rows).map_err(|e| format!("scenario `{}`: row: {e}", self.kind.name))
     }
 
     fn check_population(&self, population: &PopulationSpec) -> Result<(), ScenarioProblem> {
@@ -1009,16 +944,16 @@ impl Scenario for PyScenario {
     }
 
     fn role(&self, world: &PyWorld, agent: usize) -> &'static str {
+        let roles = self.kind.descriptor.roles;
         Python::attach(|py| {
             if !self.has(py, "role") {
-                return self.kind.roles[0];
+                return roles[0];
             }
             let role: String = self
                 .call(py, "role", (world.0.bind(py), agent))
                 .extract()
                 .unwrap_or_else(|e| raise("role", e));
-            self.kind
-                .roles
+            roles
                 .iter()
                 .find(|r| **r == role)
                 .copied()
@@ -1027,7 +962,7 @@ impl Scenario for PyScenario {
                         "role",
                         pyo3::exceptions::PyValueError::new_err(format!(
                             "role `{role}` is not one of the class's roles ({})",
-                            self.kind.roles.join(", ")
+                            roles.join(", ")
                         )),
                     )
                 })
@@ -1238,8 +1173,59 @@ impl Scenario for PyScenario {
         })
     }
 
+
+    fn records(&self) -> &dyn Records<Self> {
+        self
+    }
+}
+
+/// The class's own tables, aggregates and cell descriptions, and its declared `columns`.
+impl Records<PyScenario> for PyScenario {
+    /// `table(name, world, cell, step)` gives the table's rows after `step`, as dicts of its
+    /// declared columns (the cell's keys come first), or None.
+    fn table(
+        &self,
+        name: &str,
+        world: &PyWorld,
+        cell: &CellInfo,
+        step: usize,
+    ) -> Option<RecordBatch> {
+        let at = self.kind.descriptor.tables.iter().position(|n| *n == name)?;
+        Python::attach(|py| {
+            let info = pythonize::pythonize(py, cell).unwrap_or_else(|e| raise("table", e.into()));
+            let out = self.call(py, "table", (name, world.0.bind(py), info, step));
+            if out.is_none() {
+                return None;
+            }
+            let rows = match to_json("table", &out) {
+                Value::Array(rows) => rows,
+                other => raise(
+                    "table",
+                    pyo3::exceptions::PyTypeError::new_err(format!(
+                        "table returns a list of rows (dicts), or None, not {other}"
+                    )),
+                ),
+            };
+            Some(keyed_batch(
+                "table",
+                &self.kind.tables[at],
+                cell,
+                step,
+                rows,
+            ))
+        })
+    }
+
+    fn row_fields(&self) -> Result<Vec<FieldRef>, String> {
+        Ok(self.kind.columns.clone())
+    }
+
+    fn row_columns(&self, fields: &[FieldRef], rows: &[Value]) -> Result<RecordBatch, String> {
+        columns::batch(fields, rows).map_err(|e| format!("row: {e}"))
+    }
+
     fn aggregates(&self, world: &PyWorld, cell: &CellInfo, step: usize) -> Option<RecordBatch> {
-        let schema = self.kind.aggregates.as_ref()?;
+        let schema = self.kind.descriptor.aggregates.as_ref()?;
         Python::attach(|py| {
             if !self.has(py, "aggregates") {
                 return None;

@@ -14,19 +14,18 @@ use crate::sim::prompt::PromptBook;
 use crate::sim::runner::{
     self, Checkpoint, Ended, FirstStep, Policies, Progress, RunError, RunOptions,
 };
-use crate::sim::scenario::Scenario;
+use crate::sim::scenario::{Descriptor, Scenario};
 use std::path::{Path, PathBuf};
 
 pub use crate::analysis::ReportError;
 
-/// A kind of scenario, as the registry knows it: its name, its roles (for the prompt
-/// templates it needs), how a config becomes its typed arms, and how its report is written.
-/// A Rust type registers through [`Registry::with`]; a kind defined at run time (a Python
-/// class) implements this itself and registers through [`Registry::with_kind`].
+/// A kind of scenario, as the registry knows it: its [`Descriptor`] (its name, and the roles
+/// whose prompt templates it needs), how a config becomes its typed arms, and how its report
+/// is written. A Rust type registers through [`Registry::with`]; a kind defined at run time (a
+/// Python class) implements this itself and registers through [`Registry::with_kind`].
 pub trait Kind: Send + Sync {
-    fn name(&self) -> &str;
-    /// The roles agents play; each needs a prompt template `<role>.jinja`.
-    fn roles(&self) -> Vec<String>;
+    /// What the runner knows of the kind; the arms [`Kind::load`] makes carry it.
+    fn descriptor(&self) -> &Descriptor;
     /// Types and checks the experiment's arms (see [`load_with`]).
     fn load(&self, exp: Experiment) -> Result<Box<dyn Loaded>, ConfigError>;
     /// Writes the report of a run folder; returns its key numbers as text.
@@ -47,19 +46,17 @@ pub fn base_report(dir: &Path) -> Result<String, ReportError> {
 
 /// A scenario type's kind: everything from the type itself, and its report.
 struct Native<S> {
+    descriptor: Descriptor,
     report: ReportFn,
     scenario: std::marker::PhantomData<fn() -> S>,
 }
 
 impl<S: Scenario> Kind for Native<S> {
-    fn name(&self) -> &str {
-        S::NAME
-    }
-    fn roles(&self) -> Vec<String> {
-        S::roles().iter().map(|r| r.to_string()).collect()
+    fn descriptor(&self) -> &Descriptor {
+        &self.descriptor
     }
     fn load(&self, exp: Experiment) -> Result<Box<dyn Loaded>, ConfigError> {
-        load_with(exp, S::from_table)
+        load_with(exp, self.descriptor.clone(), S::from_table)
     }
     fn report(&self, dir: &Path) -> Result<String, ReportError> {
         (self.report)(dir)
@@ -101,6 +98,7 @@ impl Registry {
     /// sections and figures to the base through `analysis::overview::write_with`).
     pub fn with_report<S: Scenario + 'static>(self, report: ReportFn) -> Self {
         self.with_kind(std::sync::Arc::new(Native::<S> {
+            descriptor: S::descriptor(),
             report,
             scenario: std::marker::PhantomData,
         }))
@@ -108,20 +106,24 @@ impl Registry {
 
     /// Adds a kind of scenario under its own name, replacing one of the same name.
     pub fn with_kind(mut self, kind: std::sync::Arc<dyn Kind>) -> Self {
-        self.entries.retain(|e| e.name() != kind.name());
+        self.entries
+            .retain(|e| e.descriptor().name != kind.descriptor().name);
         self.entries.push(kind);
         self
     }
 
     /// The names of the registered scenarios, in the order they were added.
     pub fn names(&self) -> Vec<&str> {
-        self.entries.iter().map(|e| e.name()).collect()
+        self.entries
+            .iter()
+            .map(|e| e.descriptor().name.as_str())
+            .collect()
     }
 
     fn find(&self, name: &str) -> Option<&dyn Kind> {
         self.entries
             .iter()
-            .find(|e| e.name() == name)
+            .find(|e| e.descriptor().name == name)
             .map(|e| e.as_ref())
     }
 
@@ -153,15 +155,14 @@ impl Registry {
         let dir = templates_dir(exp);
         let roles = self
             .find(&exp.scenario)
-            .map_or_else(Vec::new, |e| e.roles());
-        let roles: Vec<&str> = roles.iter().map(String::as_str).collect();
+            .map_or(&[][..], |e| e.descriptor().roles);
         let persona = exp
             .population
             .personas
             .as_ref()
             .map(|p| template_name(&p.template));
         let extra: Vec<&str> = persona.iter().map(String::as_str).collect();
-        PromptBook::load(&dir, &exp.scenario, &roles, &extra)
+        PromptBook::load(&dir, &exp.scenario, roles, &extra)
             .map_err(|e| exp.templates_error(e.to_string()))
     }
 
@@ -239,11 +240,13 @@ struct Typed<S: Scenario> {
     start: Option<Checkpoint<S::World>>,
 }
 
-/// Types and checks `exp`'s arms with `make` (a scenario from an arm's `[scenario]` table):
-/// the base table first, then each arm's (and, for arms whose changes hold from a later step,
-/// each arm's from every such step); each is checked against the population.
+/// Types and checks `exp`'s arms, of kind `kind`, with `make` (a scenario from an arm's
+/// `[scenario]` table): the base table first, then each arm's (and, for arms whose changes
+/// hold from a later step, each arm's from every such step); each is checked against the
+/// population.
 pub fn load_with<S: Scenario + 'static>(
     exp: Experiment,
+    kind: Descriptor,
     make: impl Fn(&toml::Table) -> Result<S, ScenarioProblem>,
 ) -> Result<Box<dyn Loaded>, ConfigError> {
     // The base table first, so that its mistakes are reported at its own line once.
@@ -283,7 +286,7 @@ pub fn load_with<S: Scenario + 'static>(
         .collect::<Result<Vec<_>, ConfigError>>()?;
     let start = arms_at(0)?;
     check_later_changes(&exp, &start, &later, &make)?;
-    let arms = runner::Arms::changing(start, later);
+    let arms = runner::Arms::changing(kind, start, later);
     Ok(Box::new(Typed {
         exp,
         arms,

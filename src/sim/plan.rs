@@ -663,7 +663,7 @@ fn of_size<S: Scenario>(exp: &Experiment, arms: &[S], size: usize, cells: usize)
     let mut parts = Vec::new();
     // Each cell's world and records, by the scenario.
     for (a, arm) in arms.iter().enumerate() {
-        for part in arm.memory(n, steps) {
+        for part in arm.sizing().map_or_else(Vec::new, |s| s.memory(n, steps)) {
             let what = match arms.len() {
                 1 => part.what,
                 _ => format!("{} (arm `{}`)", part.what, exp.arms[a].name),

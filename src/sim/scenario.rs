@@ -69,17 +69,70 @@ pub struct Halt {
     pub dir: Option<std::path::PathBuf>,
 }
 
-/// A simulation, to the runner: the core below (its types, roles, knobs, world, a turn,
-/// parsing a reply, the scripted baseline, resolving a step, and a state row), and optional
-/// parts with defaults. A minimal one, in which each agent bets a whole number of coins:
+/// What the runner knows of a kind of scenario before it has made any world: its name in
+/// configs, the roles its agents play, the tables it writes beside the state table, and the
+/// columns of its per-cell aggregates. A Rust scenario's comes from its type
+/// ([`Scenario::descriptor`]); a kind known only at run time (a Python class) builds its own
+/// and hands it to [`crate::scenarios::load_with`]. The runner reads these from here alone.
+#[derive(Debug, Clone)]
+pub struct Descriptor {
+    /// Its name in configs (`[scenario] name = ...`), and its templates folder's.
+    pub name: String,
+    /// Roles agents play; each has a prompt template `<role>.jinja`. Never empty.
+    pub roles: &'static [&'static str],
+    /// Names of the scenario's own Parquet tables, beside `state` (long-format data such as
+    /// who traded with whom), each written as `<name>.parquet` from [`Records::table`].
+    pub tables: &'static [&'static str],
+    /// The scenario's own columns of its per-cell aggregates (`aggregates.csv`), or `None`
+    /// when it has none: the file is then not written at all. Declared up front, so that the
+    /// file has its header from the start, before any step has finished. The runner writes
+    /// the cell's keys (`arm`, `population`, `replicate`, `step`) in front of them.
+    pub aggregates: Option<arrow_schema::SchemaRef>,
+}
+
+impl Descriptor {
+    /// A kind named `name` whose agents play `roles`, with no tables or aggregates of its own.
+    pub fn new(name: impl Into<String>, roles: &'static [&'static str]) -> Self {
+        Self {
+            name: name.into(),
+            roles,
+            tables: &[],
+            aggregates: None,
+        }
+    }
+
+    /// With its own tables, `tables`.
+    pub fn with_tables(self, tables: &'static [&'static str]) -> Self {
+        Self { tables, ..self }
+    }
+
+    /// With per-cell aggregates of columns `schema`.
+    pub fn with_aggregates(self, schema: arrow_schema::SchemaRef) -> Self {
+        Self {
+            aggregates: Some(schema),
+            ..self
+        }
+    }
+
+    /// Whether agents play more than one role: the state table then has a `role` column.
+    pub fn several_roles(&self) -> bool {
+        self.roles.len() > 1
+    }
+}
+
+/// A simulation, to the runner. A study writes its core: its types, name, knobs
+/// ([`Scenario::from_table`]), a world, a turn, parsing a reply, the scripted baseline,
+/// resolving a step, and its state row. Everything else has a default: the hooks below
+/// (groups that react, who acts and in which role, checks), and two optional parts, each a
+/// trait of its own that the scenario hands out when it has one: [`Records`] (its own tables,
+/// aggregates and cell descriptions) and [`Sizing`] (its memory, for `throng plan` and the
+/// run's memory check). Its report is the registry's ([`crate::scenarios::Registry`]). A
+/// minimal one, in which each agent bets a whole number of coins:
 ///
 /// ```
 /// use serde::{Deserialize, Serialize};
 /// use std::sync::Arc;
-/// use throng::rand_chacha::ChaCha8Rng;
-/// use throng::sim::config::ScenarioProblem;
-/// use throng::sim::population::Population;
-/// use throng::sim::scenario::{ParseError, Parsed, Scenario, Turn};
+/// use throng::prelude::*;
 ///
 /// struct Bets;
 ///
@@ -94,9 +147,6 @@ pub struct Halt {
 ///     type Row = Row;
 ///     const NAME: &'static str = "bets";
 ///
-///     fn roles() -> &'static [&'static str] {
-///         &["bettor"]
-///     }
 ///     fn from_table(_: &throng::toml::Table) -> Result<Self, ScenarioProblem> {
 ///         Ok(Bets)
 ///     }
@@ -109,19 +159,14 @@ pub struct Halt {
 ///     fn turn(&self, world: &Vec<u32>, _: &Population, agent: usize, _: usize) -> Turn {
 ///         Turn {
 ///             context: throng::minijinja::context! { coins => world[agent] },
-///             schema: Arc::new(throng::serde_json::json!({
+///             schema: Arc::new(json!({
 ///                 "type": "object",
 ///                 "properties": { "bet": { "type": "integer", "minimum": 0, "maximum": 10 } },
 ///                 "required": ["bet"],
 ///             })),
 ///         }
 ///     }
-///     fn parse(
-///         &self,
-///         _: &Vec<u32>,
-///         _: usize,
-///         value: &throng::serde_json::Value,
-///     ) -> Result<Parsed<u32>, ParseError> {
+///     fn parse(&self, _: &Vec<u32>, _: usize, value: &Value) -> Result<Parsed<u32>, ParseError> {
 ///         let bet = throng::serde_json::from_value(value["bet"].clone())?;
 ///         Ok(Parsed { decision: bet, clamps: vec![] })
 ///     }
@@ -140,29 +185,30 @@ pub struct Halt {
 ///         Some(Row { coins: world[agent] })
 ///     }
 /// }
+///
+/// // Its agents play the one role `agent` (template `agent.jinja`), and it writes the state
+/// // table from its rows, nothing more.
+/// assert_eq!(Bets::descriptor().roles, ["agent"]);
 /// ```
 ///
 /// A scenario without [`Scenario::row`] does not compile: forgetting it would write no state
 /// table at all.
 ///
 /// ```compile_fail
-/// # use throng::rand_chacha::ChaCha8Rng;
-/// # use throng::sim::config::ScenarioProblem;
-/// # use throng::sim::population::Population;
-/// # use throng::sim::scenario::{ParseError, Parsed, Scenario, Turn};
+/// # use throng::prelude::*;
 /// struct Forgetful;
 /// impl Scenario for Forgetful {
 ///     type World = ();
 ///     type Decision = ();
 ///     type Row = ();
 ///     const NAME: &'static str = "forgetful";
-///     fn roles() -> &'static [&'static str] { &["agent"] }
 ///     fn from_table(_: &throng::toml::Table) -> Result<Self, ScenarioProblem> { Ok(Forgetful) }
 ///     fn init(&self, _: &Population, _: &mut ChaCha8Rng) {}
 ///     fn num_agents(&self, _: &()) -> usize { 1 }
 ///     fn turn(&self, _: &(), _: &Population, _: usize, _: usize) -> Turn { unimplemented!() }
-///     fn parse(&self, _: &(), _: usize, _: &throng::serde_json::Value)
-///         -> Result<Parsed<()>, ParseError> { unimplemented!() }
+///     fn parse(&self, _: &(), _: usize, _: &Value) -> Result<Parsed<()>, ParseError> {
+///         unimplemented!()
+///     }
 ///     fn no_change(&self, _: &(), _: usize) {}
 ///     fn scripted(&self, _: &(), _: &Population, _: usize, _: &mut ChaCha8Rng) {}
 ///     fn resolve(&self, _: &mut (), _: &Population, _: &[Option<()>], _: &mut ChaCha8Rng) {}
@@ -185,13 +231,23 @@ pub trait Scenario: Sized + Send + Sync + 'static {
     /// Its name in configs (`[scenario] name = ...`), and its templates folder's.
     const NAME: &'static str;
 
-    /// Roles agents play; each has a prompt template `<role>.jinja`.
-    fn roles() -> &'static [&'static str];
+    /// Roles agents play; each has a prompt template `<role>.jinja`. One, `agent`, by default.
+    fn roles() -> &'static [&'static str] {
+        &["agent"]
+    }
+    /// What the runner knows of the kind: [`Scenario::NAME`] and [`Scenario::roles`], and
+    /// nothing more by default. A scenario with tables or aggregates of its own declares them
+    /// here ([`Descriptor::with_tables`], [`Descriptor::with_aggregates`]) and writes them
+    /// through its [`Records`].
+    fn descriptor() -> Descriptor {
+        Descriptor::new(Self::NAME, Self::roles())
+    }
     /// One arm's settings, from its `[scenario]` table (the base table with the arm's
     /// overrides), validated: the one place a scenario's config is read.
     fn from_table(table: &toml::Table) -> Result<Self, ScenarioProblem>;
     /// A cell's world at step 0, for the drawn `population` (its attributes and groups).
     fn init(&self, population: &Population, rng: &mut ChaCha8Rng) -> Self::World;
+    /// How many agents `world` holds; they are numbered from 0.
     fn num_agents(&self, world: &Self::World) -> usize;
     /// What `agent` sees at `step`, for its own part of the prompt.
     fn turn(&self, world: &Self::World, population: &Population, agent: usize, step: usize)
@@ -213,6 +269,21 @@ pub trait Scenario: Sized + Send + Sync + 'static {
         agent: usize,
         rng: &mut ChaCha8Rng,
     ) -> Self::Decision;
+    /// Applies every agent's decision at once (`None`: sat out) and advances the world. The
+    /// groups then react, innermost level first ([`Scenario::react`]).
+    fn resolve(
+        &self,
+        world: &mut Self::World,
+        population: &Population,
+        decisions: &[Option<Self::Decision>],
+        rng: &mut ChaCha8Rng,
+    );
+    /// `agent`'s row of the state table after `step` (step 0: before anyone moves), or `None`
+    /// for no row. Required, though a scenario may answer `None` for every agent (one that
+    /// lays out its table in [`Records::state`]): a default of no rows let a study that
+    /// forgot it run to the end with no state table, without a word.
+    fn row(&self, world: &Self::World, agent: usize, step: usize) -> Option<Self::Row>;
+
     /// Checks a decision of the `scripted` policy, made for `agent` at `step` (0-based), before
     /// it is recorded; an error (what is wrong with it) stops the run, naming the agent and
     /// the step. A scenario whose decisions are typed needs no check (the default); one whose
@@ -228,25 +299,10 @@ pub trait Scenario: Sized + Send + Sync + 'static {
     ) -> Result<(), String> {
         Ok(())
     }
-    /// Applies every agent's decision at once (`None`: sat out) and advances the world. The
-    /// groups then react, innermost level first ([`Scenario::react`]).
-    fn resolve(
-        &self,
-        world: &mut Self::World,
-        population: &Population,
-        decisions: &[Option<Self::Decision>],
-        rng: &mut ChaCha8Rng,
-    );
-
     /// A group's reaction to its members' results after [`Scenario::resolve`], called for
     /// every group of every level, innermost level first, so that a village sees its teams
     /// after they have settled (the listeners of the million-agent study). Nothing by default.
     fn react(&self, _world: &mut Self::World, _population: &Population, _group: GroupRef<'_>) {}
-    /// `agent`'s row of the state table after `step` (step 0: before anyone moves), or `None`
-    /// for no row. Required, though a scenario may answer `None` for every agent (one that
-    /// lays out its table in [`Scenario::state`]): a default of no rows let a study that
-    /// forgot it run to the end with no state table, without a word.
-    fn row(&self, world: &Self::World, agent: usize, step: usize) -> Option<Self::Row>;
     /// Checks the experiment's population against what the scenario can use; a problem names
     /// its field under `population.`. Anything goes by default.
     fn check_population(&self, _population: &PopulationSpec) -> Result<(), ScenarioProblem> {
@@ -262,107 +318,94 @@ pub trait Scenario: Sized + Send + Sync + 'static {
     fn acts(&self, _world: &Self::World, _agent: usize) -> bool {
         true
     }
-    /// The role `agent` plays: its prompt template is `<role>.jinja`. The first role by
-    /// default.
+    /// The role `agent` plays, one of [`Scenario::roles`]: its prompt template is
+    /// `<role>.jinja`. The first role by default.
     fn role(&self, _world: &Self::World, _agent: usize) -> &'static str {
         Self::roles()[0]
     }
+
+    /// The scenario's records beyond its rows: by default none ([`StateRows`]: the state
+    /// table from [`Scenario::row`], nothing else). A scenario with records of its own
+    /// implements [`Records`] and answers `self`.
+    fn records(&self) -> &dyn Records<Self> {
+        &StateRows
+    }
+    /// What a cell of the scenario holds in memory: by default nothing beyond what the runner
+    /// holds for every agent. A scenario whose world grows implements [`Sizing`] and answers
+    /// `Some(self)`.
+    fn sizing(&self) -> Option<&dyn Sizing> {
+        None
+    }
+}
+
+/// A scenario's own records, beside the state table its rows make: the state table laid out
+/// by itself, tables of its own, per-cell aggregates and a description of each cell. Every
+/// item has a default, which writes nothing of its own; a scenario implements those it uses
+/// and hands itself out through [`Scenario::records`]. Its tables and aggregate columns are
+/// declared in its [`Descriptor`].
+pub trait Records<S: Scenario>: Sync {
     /// The whole state table after `step`, for a scenario that lays out its own columns
     /// (keys included) instead of [`Scenario::row`]'s. `None` by default: rows are used.
     fn state(
         &self,
-        _world: &Self::World,
+        _world: &S::World,
         _population: &Population,
         _cell: &CellInfo,
         _step: usize,
     ) -> Option<RecordBatch> {
         None
     }
-    /// Names of the scenario's own Parquet tables, beside `state` (long-format data such as
-    /// who traded with whom), each written as `<name>.parquet`.
-    fn tables() -> &'static [&'static str] {
-        &[]
-    }
-    /// Rows of table `name` (one of [`Scenario::tables`]) for the world after `step`.
+    /// Rows of table `name` (one of [`Descriptor::tables`]) for the world after `step`.
     fn table(
         &self,
         _name: &str,
-        _world: &Self::World,
+        _world: &S::World,
         _cell: &CellInfo,
         _step: usize,
     ) -> Option<RecordBatch> {
-        None
-    }
-    /// The scenario's own columns of its per-cell aggregates (`aggregates.csv`), or `None`
-    /// when it has none: the file is then not written at all. Declared up front, so that the
-    /// file has its header from the start, before any step has finished. The runner writes
-    /// the cell's keys (`arm`, `population`, `replicate`, `step`) in front of them.
-    fn aggregates_schema() -> Option<arrow_schema::SchemaRef> {
         None
     }
     /// One row of per-cell aggregates after `step`, with the columns of
-    /// [`Scenario::aggregates_schema`] (the runner adds the cell's keys), kept whatever the
+    /// [`Descriptor::aggregates`] (the runner adds the cell's keys), kept whatever the
     /// decision log keeps.
-    fn aggregates(
-        &self,
-        _world: &Self::World,
-        _cell: &CellInfo,
-        _step: usize,
-    ) -> Option<RecordBatch> {
+    fn aggregates(&self, _world: &S::World, _cell: &CellInfo, _step: usize) -> Option<RecordBatch> {
         None
     }
     /// What does not change during a run (e.g. the network), written once per cell to
     /// `cells.jsonl`. Nothing by default.
-    fn describe(&self, _world: &Self::World) -> serde_json::Value {
+    fn describe(&self, _world: &S::World) -> serde_json::Value {
         serde_json::Value::Null
-    }
-    /// What one cell of `agents` agents holds in memory at most over `steps` steps, beyond
-    /// what the runner holds for every agent (its turn, decision and attributes): its world,
-    /// and the rows one step's records build for it, by part. An estimate (see
-    /// [`crate::sim::plan::Footprint`]), which `throng run` checks against the machine's
-    /// memory before it writes anything.
-    fn memory(&self, _agents: f64, _steps: f64) -> Vec<crate::host::MemoryPart> {
-        Vec::new()
-    }
-    /// The scenario's name, as this instance gives it. The methods from here to
-    /// [`Scenario::row_columns`] are what the runner asks of a scenario about its kind; by
-    /// default they give the type's own ([`Scenario::NAME`], [`Scenario::roles`]...). A
-    /// scenario whose kind is known only at run time, such as one written in Python, gives
-    /// its class's instead.
-    fn name(&self) -> &str {
-        Self::NAME
-    }
-    /// [`Scenario::roles`], as this instance gives them.
-    fn role_names(&self) -> &[&'static str] {
-        Self::roles()
-    }
-    /// [`Scenario::tables`], as this instance gives them.
-    fn table_names(&self) -> &[&'static str] {
-        Self::tables()
-    }
-    /// [`Scenario::aggregates_schema`], as this instance gives it.
-    fn aggregates_columns(&self) -> Option<arrow_schema::SchemaRef> {
-        Self::aggregates_schema()
     }
     /// The scenario's own columns of the state table: by default traced from
     /// [`Scenario::Row`] (see [`trace_row_fields`]). Asked once per step, not per cell.
     fn row_fields(&self) -> Result<Vec<arrow_schema::FieldRef>, String> {
-        trace_row_fields::<Self>()
+        trace_row_fields::<S>()
     }
-    /// The columns `fields` (from [`Scenario::row_fields`]) filled from the rows of the agents
+    /// The columns `fields` (from [`Records::row_fields`]) filled from the rows of the agents
     /// that have one: by default through serde.
     fn row_columns(
         &self,
         fields: &[arrow_schema::FieldRef],
-        rows: &[Self::Row],
+        rows: &[S::Row],
     ) -> Result<RecordBatch, String> {
-        serde_arrow::to_record_batch(fields, &rows).map_err(|e| {
-            format!(
-                "scenario `{}`: a state row did not fit its traced columns: {e}",
-                self.name()
-            )
-        })
+        serde_arrow::to_record_batch(fields, &rows)
+            .map_err(|e| format!("a state row did not fit its traced columns: {e}"))
     }
+}
+
+/// The records of a scenario that has none of its own: its state table from its rows.
+pub struct StateRows;
+
+impl<S: Scenario> Records<S> for StateRows {}
+
+/// What one cell of a scenario holds in memory, for `throng plan` and the check a run makes
+/// against the machine's memory before it writes anything.
+pub trait Sizing {
+    /// What one cell of `agents` agents holds in memory at most over `steps` steps, beyond
+    /// what the runner holds for every agent (its turn, decision and attributes): its world,
+    /// and the rows one step's records build for it, by part. An estimate (see
+    /// [`crate::sim::plan::Footprint`]).
+    fn memory(&self, agents: f64, steps: f64) -> Vec<crate::host::MemoryPart>;
 }
 
 /// The columns of `S`'s state rows, traced from its [`Scenario::Row`] type.
@@ -373,9 +416,8 @@ pub fn trace_row_fields<S: Scenario>() -> Result<Vec<arrow_schema::FieldRef>, St
         .enums_without_data_as_strings(true);
     Vec::<arrow_schema::FieldRef>::from_type::<S::Row>(options).map_err(|e| {
         format!(
-            "scenario `{}`: its state row type ({}) cannot be a table: {e}; give it fields of \
-             numbers, booleans, text, or `Option`s of them",
-            S::NAME,
+            "its state row type ({}) cannot be a table: {e}; give it fields of numbers, \
+             booleans, text, or `Option`s of them",
             std::any::type_name::<S::Row>()
         )
     })

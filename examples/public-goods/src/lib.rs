@@ -515,6 +515,13 @@ impl Scenario for PublicGoods {
         })
     }
 
+    fn records(&self) -> &dyn Records<Self> {
+        self
+    }
+}
+
+/// Its state rows, and each cell's knobs in `cells.jsonl`, which the report reads.
+impl Records<PublicGoods> for PublicGoods {
     fn describe(&self, _world: &Commons) -> Value {
         json!({ "knobs": self.knobs })
     }

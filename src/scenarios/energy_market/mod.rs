@@ -12,7 +12,9 @@ pub mod world;
 use crate::host::MemoryPart;
 use crate::sim::config::ScenarioProblem;
 use crate::sim::population::{Column, Population, PopulationSpec};
-use crate::sim::scenario::{CellInfo, ParseError, Parsed, Scenario, Turn};
+use crate::sim::scenario::{
+    CellInfo, Descriptor, ParseError, Parsed, Records, Scenario, Sizing, Turn,
+};
 use arrow_array::RecordBatch;
 use arrow_schema::FieldRef;
 use config::{MarketConfig, Role};
@@ -286,7 +288,7 @@ const PERSONA: &str = "persona";
 impl Scenario for EnergyMarket {
     type World = Market;
     type Decision = Decision;
-    /// Unused: [`Scenario::state`] lays out the market's own table.
+    /// Unused: [`Records::state`] lays out the market's own table.
     type Row = ();
 
     const NAME: &'static str = "energy_market";
@@ -295,7 +297,20 @@ impl Scenario for EnergyMarket {
         &["producer", "utility"]
     }
 
-    /// None: [`Scenario::state`] lays out the market's whole table.
+    /// Its trades, a table of their own.
+    fn descriptor() -> Descriptor {
+        Descriptor::new(Self::NAME, Self::roles()).with_tables(&[TRADES])
+    }
+
+    fn records(&self) -> &dyn Records<Self> {
+        self
+    }
+
+    fn sizing(&self) -> Option<&dyn Sizing> {
+        Some(self)
+    }
+
+    /// None: [`Records::state`] lays out the market's whole table.
     fn row(&self, _world: &Market, _agent: usize, _step: usize) -> Option<()> {
         None
     }
@@ -529,6 +544,10 @@ impl Scenario for EnergyMarket {
         rules::resolve(&self.cfg, world, decisions, rng);
     }
 
+}
+
+/// The market's records: its state table in its own layout, its trades, and its network.
+impl Records<EnergyMarket> for EnergyMarket {
     /// The market keeps the column layout of its first records (company type before role,
     /// arm as plain text), which the runner's keys would reorder.
     fn state(
@@ -542,10 +561,6 @@ impl Scenario for EnergyMarket {
             serde_arrow::to_record_batch(&self.fields, &self.rows(world, cell, step))
                 .expect("invariant: rows fit the traced schema"),
         )
-    }
-
-    fn tables() -> &'static [&'static str] {
-        &[TRADES]
     }
 
     fn table(
@@ -575,7 +590,9 @@ impl Scenario for EnergyMarket {
             })).collect::<Vec<_>>()
         })
     }
+}
 
+impl Sizing for EnergyMarket {
     fn memory(&self, agents: f64, _steps: f64) -> Vec<MemoryPart> {
         let draws = self.cfg.max_connections as f64;
         // A company's links are distinct others; it draws up to max_connections of them.

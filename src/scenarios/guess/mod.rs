@@ -14,7 +14,9 @@ pub mod world;
 use crate::host::MemoryPart;
 use crate::sim::config::ScenarioProblem;
 use crate::sim::population::{Population, PopulationSpec};
-use crate::sim::scenario::{CellInfo, ParseError, Parsed, Scenario, Turn};
+use crate::sim::scenario::{
+    CellInfo, Descriptor, ParseError, Parsed, Records, Scenario, Sizing, Turn,
+};
 use arrow_array::RecordBatch;
 use config::{GuessConfig, PromptStyle};
 use minijinja::context;
@@ -170,6 +172,21 @@ impl Scenario for GuessGame {
 
     fn roles() -> &'static [&'static str] {
         &["player"]
+    }
+
+    /// Its per-cell rounds (aggregates), and a grouped game's rounds per group (a table).
+    fn descriptor() -> Descriptor {
+        Descriptor::new(Self::NAME, Self::roles())
+            .with_tables(&[GROUP_ROUNDS])
+            .with_aggregates(round_batch(&[]).schema())
+    }
+
+    fn records(&self) -> &dyn Records<Self> {
+        self
+    }
+
+    fn sizing(&self) -> Option<&dyn Sizing> {
+        Some(self)
     }
 
     fn from_table(table: &toml::Table) -> Result<Self, ScenarioProblem> {
@@ -370,10 +387,10 @@ impl Scenario for GuessGame {
         })
     }
 
-    fn tables() -> &'static [&'static str] {
-        &[GROUP_ROUNDS]
-    }
+}
 
+/// The game's records: its rounds, per cell and per group, and its rules per cell.
+impl Records<GuessGame> for GuessGame {
     /// A grouped game's rounds, one row per group (none for a game of the whole cell).
     fn table(&self, name: &str, game: &Game, cell: &CellInfo, step: usize) -> Option<RecordBatch> {
         let level = self.cfg.group.as_ref()?;
@@ -412,10 +429,6 @@ impl Scenario for GuessGame {
             serde_arrow::to_record_batch(&fields, &rows)
                 .expect("invariant: rows fit the traced schema"),
         )
-    }
-
-    fn aggregates_schema() -> Option<arrow_schema::SchemaRef> {
-        Some(round_batch(&[]).schema())
     }
 
     fn aggregates(&self, game: &Game, _cell: &CellInfo, step: usize) -> Option<RecordBatch> {
@@ -463,7 +476,9 @@ impl Scenario for GuessGame {
         }
         described
     }
+}
 
+impl Sizing for GuessGame {
     fn memory(&self, agents: f64, steps: f64) -> Vec<MemoryPart> {
         vec![
             // A guess per agent and round, kept for the prompts' memory, and its copy in the

@@ -2,9 +2,13 @@
 //! (`[[arms]] from_step`) is the base scenario until then, so the runner asks for the arms of
 //! the step it is on rather than holding one scenario per arm.
 
-/// The arms from the start, and the arms from each later step at which one of them changes.
+use crate::sim::scenario::Descriptor;
+
+/// The arms from the start, and the arms from each later step at which one of them changes,
+/// with what the runner knows of their kind.
 #[derive(Debug)]
 pub struct Arms<S> {
+    kind: Descriptor,
     start: Vec<S>,
     /// `(first step, arms)`, by step; each holds every arm.
     later: Vec<(usize, Vec<S>)>,
@@ -12,8 +16,9 @@ pub struct Arms<S> {
 
 impl<S> Arms<S> {
     /// Arms that are the same at every step.
-    pub fn fixed(arms: Vec<S>) -> Self {
+    pub fn fixed(kind: Descriptor, arms: Vec<S>) -> Self {
         Self {
+            kind,
             start: arms,
             later: Vec::new(),
         }
@@ -21,14 +26,19 @@ impl<S> Arms<S> {
 
     /// `start`, then from each `(step, arms)` on, those arms. Steps count from 1, as records
     /// count them; step 0 is the start (the worlds' first state).
-    pub fn changing(start: Vec<S>, mut later: Vec<(usize, Vec<S>)>) -> Self {
+    pub fn changing(kind: Descriptor, start: Vec<S>, mut later: Vec<(usize, Vec<S>)>) -> Self {
         later.sort_by_key(|(step, _)| *step);
         debug_assert!(
             later
                 .iter()
                 .all(|(step, arms)| *step > 0 && arms.len() == start.len())
         );
-        Self { start, later }
+        Self { kind, start, later }
+    }
+
+    /// What the runner knows of the arms' kind: its name, roles, tables and aggregates.
+    pub fn kind(&self) -> &Descriptor {
+        &self.kind
     }
 
     /// The arms that rule step `step` (counted from 1; 0 for the worlds' first state).
@@ -59,9 +69,10 @@ mod tests {
 
     #[test]
     fn each_step_is_ruled_by_the_latest_change_at_or_before_it() {
-        let arms = Arms::changing(vec!["a0"], vec![(6, vec!["a6"]), (3, vec!["a3"])]);
+        let kind = || Descriptor::new("test", &["agent"]);
+        let arms = Arms::changing(kind(), vec!["a0"], vec![(6, vec!["a6"]), (3, vec!["a3"])]);
         let at: Vec<&str> = (0..9).map(|s| arms.at(s)[0]).collect();
         assert_eq!(at, ["a0", "a0", "a0", "a3", "a3", "a3", "a6", "a6", "a6"]);
-        assert_eq!(Arms::fixed(vec![1]).at(100), [1]);
+        assert_eq!(Arms::fixed(kind(), vec![1]).at(100), [1]);
     }
 }

@@ -246,7 +246,7 @@ fn start_run<S: Scenario>(
     options: &RunOptions,
 ) -> Result<Option<Recorder>, RunError> {
     let Plan { exp, arms, dir } = *plan;
-    let arms = arms.start();
+    let kind = arms.kind();
     let cfg = &exp.config;
     let ranks = &options.ranks;
     let root = ranks.is_root();
@@ -268,10 +268,7 @@ fn start_run<S: Scenario>(
         true => Some(Recorder::open(
             dir,
             state_csv,
-            arms.first()
-                .and_then(|s| s.aggregates_columns())
-                .map(|own| rows::keyed_schema(&own))
-                .as_deref(),
+            kind,
             start,
             options.store.clone(),
         )?),

@@ -12,7 +12,7 @@ use crate::record::{
 };
 use crate::sim::experiment::Experiment;
 use crate::sim::policy::count;
-use crate::sim::scenario::{CellInfo, Scenario};
+use crate::sim::scenario::{CellInfo, Descriptor, Scenario};
 use arrow_array::RecordBatch;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -61,17 +61,19 @@ pub struct Recorder {
     prompts_kept: std::collections::HashSet<String>,
     /// The run's decision store, when it keeps its replies.
     store: Option<Store>,
+    /// The scenario's kind: whether the state has a `role` column, its own tables.
+    kind: Descriptor,
 }
 
 impl Recorder {
     /// Opens `dir` for a run from `from`, cutting the records back to the checkpoint's
     /// lengths, or from nothing, emptying them (a resumed run killed in its first step, or a
     /// new run's empty folder).
-    /// `aggregates`: the columns of the scenario's `aggregates.csv`, if it keeps one.
+    /// `kind`'s aggregates give the columns of `aggregates.csv`, if it keeps one.
     pub fn open<W>(
         dir: &Path,
         state_csv: bool,
-        aggregates: Option<&arrow_schema::Schema>,
+        kind: &Descriptor,
         from: Option<&Checkpoint<W>>,
         store: Option<Store>,
     ) -> Result<Self, RunError> {
@@ -94,11 +96,19 @@ impl Recorder {
             .collect();
         Ok(Self {
             dir: dir.to_path_buf(),
-            writer: StepWriter::open(dir, state_csv, aggregates)?,
+            writer: StepWriter::open(
+                dir,
+                state_csv,
+                kind.aggregates
+                    .as_ref()
+                    .map(|own| super::rows::keyed_schema(own))
+                    .as_deref(),
+            )?,
             parts,
             counters,
             prompts_kept,
             store,
+            kind: kind.clone(),
         })
     }
 
@@ -115,7 +125,9 @@ impl Recorder {
                 arm: info.arm.clone(),
                 population: info.population,
                 replicate: info.replicate,
-                world: arms[cells.arm_of[c]].describe(&cells.worlds[c]),
+                world: arms[cells.arm_of[c]]
+                    .records()
+                    .describe(&cells.worlds[c]),
             }))?;
         self.personas(cells, group)?;
         self.state(exp, arms, cells, group, 0)
@@ -168,7 +180,8 @@ impl Recorder {
     ) -> Result<(), RunError> {
         let kinds = exp.policies.kinds();
         let multi_model = exp.is_multi_model();
-        let several_roles = arms.first().is_some_and(|s| s.role_names().len() > 1);
+        let several_roles = self.kind.several_roles();
+        let name = &self.kind.name;
         // Asked once per step, and only of a scenario that builds its table from rows.
         let fields = std::sync::OnceLock::new();
         let tables: Vec<(RecordBatch, Option<RecordBatch>)> = (0..cells.infos.len())
@@ -178,7 +191,8 @@ impl Recorder {
                 let world = &cells.worlds[c];
                 let population = cells.population(c);
                 let info = &cells.infos[c];
-                if let Some(own) = scenario.state(world, population, info, step) {
+                let records = scenario.records();
+                if let Some(own) = records.state(world, population, info, step) {
                     return Ok((own, None));
                 }
                 let n = scenario.num_agents(world);
@@ -193,10 +207,11 @@ impl Recorder {
                     population,
                 };
                 let fields = fields
-                    .get_or_init(|| scenario.row_fields())
+                    .get_or_init(|| records.row_fields())
                     .as_ref()
-                    .map_err(|e| RunError::Setup(e.clone()))?;
-                let table = super::rows::state(scenario, fields, world, &keys, info, step)?;
+                    .map_err(|e| RunError::Setup(format!("scenario `{name}`: {e}")))?;
+                let table = super::rows::state(scenario, fields, world, &keys, info, step)
+                    .map_err(|e| RunError::Setup(format!("scenario `{name}`: {e}")))?;
                 let groups = super::rows::group_means(&population.groups, &table, info, step);
                 Ok((table, groups))
             })
@@ -208,11 +223,16 @@ impl Recorder {
         if !group_tables.is_empty() {
             self.writer.table(record::GROUPS, &part, &group_tables)?;
         }
-        for &name in arms.first().map_or(&[][..], |s| s.table_names()) {
+        for &name in self.kind.tables {
             let batches: Vec<_> = (0..cells.infos.len())
                 .into_par_iter()
                 .filter_map(|c| {
-                    arms[cells.arm_of[c]].table(name, &cells.worlds[c], &cells.infos[c], step)
+                    arms[cells.arm_of[c]].records().table(
+                        name,
+                        &cells.worlds[c],
+                        &cells.infos[c],
+                        step,
+                    )
                 })
                 .collect();
             self.writer.table(name, &part, &batches)?;
@@ -317,8 +337,11 @@ impl Recorder {
         // The runner puts the cell's keys in front of the scenario's own columns.
         let aggregates: Vec<_> = (0..cells.infos.len())
             .filter_map(|c| {
-                let own =
-                    arms[cells.arm_of[c]].aggregates(&cells.worlds[c], &cells.infos[c], step)?;
+                let own = arms[cells.arm_of[c]].records().aggregates(
+                    &cells.worlds[c],
+                    &cells.infos[c],
+                    step,
+                )?;
                 Some(super::rows::keyed(&own, &cells.infos[c], step))
             })
             .collect::<Result<_, _>>()?;

@@ -48,7 +48,8 @@ fn dictionary_field(name: &str) -> Field {
 }
 
 /// The state table of one cell after `step`: keys for the agents that have a row, then
-/// their rows.
+/// their rows. An error says what the scenario's rows got wrong; the caller names the
+/// scenario.
 pub fn state<S: Scenario>(
     scenario: &S,
     fields: &[FieldRef],
@@ -56,7 +57,7 @@ pub fn state<S: Scenario>(
     keys: &Keys<'_>,
     cell: &CellInfo,
     step: usize,
-) -> Result<RecordBatch, RunError> {
+) -> Result<RecordBatch, String> {
     let n = scenario.num_agents(world);
     let (agents, rows): (Vec<usize>, Vec<S::Row>) = (0..n)
         .filter_map(|a| scenario.row(world, a, step).map(|r| (a, r)))
@@ -116,24 +117,20 @@ pub fn state<S: Scenario>(
             }
         }
     }
-    let own = scenario
-        .row_columns(fields, &rows)
-        .map_err(RunError::Setup)?;
+    let own = scenario.records().row_columns(fields, &rows)?;
     if own.num_rows() != m {
-        return Err(RunError::Setup(format!(
-            "scenario `{}`: its columns hold {} rows for the {m} agents that have a row",
-            scenario.name(),
+        return Err(format!(
+            "its columns hold {} rows for the {m} agents that have a row",
             own.num_rows()
-        )));
+        ));
     }
     for (field, column) in own.schema().fields().iter().zip(own.columns()) {
         if schema.iter().any(|f| f.name() == field.name()) {
-            return Err(RunError::Setup(format!(
-                "scenario `{}`: its row has a column `{}`, which the runner writes itself (a key, \
-                 a group level or a population attribute): rename the row's field",
-                scenario.name(),
+            return Err(format!(
+                "its row has a column `{}`, which the runner writes itself (a key, a group level \
+                 or a population attribute): rename the row's field",
                 field.name()
-            )));
+            ));
         }
         schema.push(field.as_ref().clone());
         columns.push(column.clone());
