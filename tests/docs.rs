@@ -394,3 +394,68 @@ fn the_scan_sees_links_and_makes_anchors_as_github_and_mdbook_do() {
         "{problems:#?}"
     );
 }
+
+/// The info string of every fenced block of `text` (what follows the opening fence), with its
+/// line.
+fn fences(text: &str) -> Vec<(usize, String)> {
+    let mut inside = false;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if let Some(info) = trimmed.strip_prefix("```") {
+            if !inside {
+                out.push((i + 1, info.trim().to_string()));
+            }
+            inside = !inside;
+        }
+    }
+    out
+}
+
+#[test]
+fn every_code_block_names_its_language_so_that_rustdoc_tests_only_the_rust_ones() {
+    // `cargo test --doc` runs the book's blocks (src/lib.rs, `mod book`): a block without a
+    // language would be compiled as Rust.
+    let mut unnamed = Vec::new();
+    for path in documents() {
+        for (line, info) in fences(&read(&path)) {
+            if info.is_empty() {
+                unnamed.push(format!("{}:{line}", path.display()));
+            }
+        }
+    }
+    assert!(
+        unnamed.is_empty(),
+        "code blocks without a language (give one: `text`, `sh`, `toml`, `rust`...):\n{}",
+        unnamed.join("\n")
+    );
+}
+
+#[test]
+fn every_chapter_and_the_readme_are_doctested() {
+    let lib = read(&root().join("src").join("lib.rs"));
+    let mut missing: Vec<String> = chapter_files()
+        .into_iter()
+        .filter(|name| !lib.contains(&format!("include_str!(\"../docs/src/{name}\")")))
+        .collect();
+    if !lib.contains("include_str!(\"../README.md\")") {
+        missing.push("README.md".into());
+    }
+    assert!(
+        missing.is_empty(),
+        "not under `cargo test --doc` (add each to `mod book` in src/lib.rs): {missing:?}"
+    );
+}
+
+#[test]
+fn the_fence_scan_reads_info_strings_and_skips_the_insides() {
+    let text = "a\n```rust,no_run\nlet x = 1;\n```\n```\nplain\n```\n```sh\n```\n";
+    assert_eq!(
+        fences(text),
+        [
+            (2, "rust,no_run".to_string()),
+            (5, String::new()),
+            (8, "sh".to_string())
+        ]
+    );
+}
