@@ -1173,7 +1173,6 @@ impl Scenario for PyScenario {
         })
     }
 
-
     fn records(&self) -> &dyn Records<Self> {
         self
     }
@@ -1190,7 +1189,12 @@ impl Records<PyScenario> for PyScenario {
         cell: &CellInfo,
         step: usize,
     ) -> Option<RecordBatch> {
-        let at = self.kind.descriptor.tables.iter().position(|n| *n == name)?;
+        let at = self
+            .kind
+            .descriptor
+            .tables
+            .iter()
+            .position(|n| *n == name)?;
         Python::attach(|py| {
             let info = pythonize::pythonize(py, cell).unwrap_or_else(|e| raise("table", e.into()));
             let out = self.call(py, "table", (name, world.0.bind(py), info, step));

@@ -543,7 +543,6 @@ impl Scenario for EnergyMarket {
     ) {
         rules::resolve(&self.cfg, world, decisions, rng);
     }
-
 }
 
 /// The market's records: its state table in its own layout, its trades, and its network.

@@ -386,7 +386,6 @@ impl Scenario for GuessGame {
             won: guess.map(|g| result.is_some_and(|r| r.won(hundredths(g)))),
         })
     }
-
 }
 
 /// The game's records: its rounds, per cell and per group, and its rules per cell.

@@ -125,9 +125,7 @@ impl Recorder {
                 arm: info.arm.clone(),
                 population: info.population,
                 replicate: info.replicate,
-                world: arms[cells.arm_of[c]]
-                    .records()
-                    .describe(&cells.worlds[c]),
+                world: arms[cells.arm_of[c]].records().describe(&cells.worlds[c]),
             }))?;
         self.personas(cells, group)?;
         self.state(exp, arms, cells, group, 0)
