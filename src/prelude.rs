@@ -2,6 +2,7 @@
 //! [`Scenario`] trait, its optional parts ([`Records`], [`Sizing`]) and the types its items take and return, the population and its groups,
 //! and the traits and types of the crates a scenario uses through throng (its RNG, its JSON).
 //! The crates themselves stay at the crate's root (`throng::minijinja`, `throng::toml`, ...).
+#![warn(missing_docs)]
 
 pub use crate::host::MemoryPart;
 pub use crate::scenarios::Registry;

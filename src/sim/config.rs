@@ -573,11 +573,15 @@ impl<'de> Deserialize<'de> for Sizes {
 /// What is wrong with a scenario table, and at which (dotted) field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScenarioProblem {
+    /// The field at fault, dotted below the `[scenario]` table (`market.cap`); empty for the
+    /// whole table.
     pub field: String,
+    /// What is wrong, and the fix.
     pub message: String,
 }
 
 impl ScenarioProblem {
+    /// A problem with `field`: the config's error names its file, line and field.
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             field: field.into(),

@@ -11,6 +11,7 @@
 //! When the units do not divide evenly, the level's `remainder` says what happens: `"refuse"`
 //! (the default, checked before a run starts, where sizes alone decide it) or `"smaller"` (the
 //! last group of each run holds what is left).
+#![warn(missing_docs)]
 
 use super::column::Column;
 use serde::{Deserialize, Serialize};
@@ -48,12 +49,17 @@ pub enum Remainder {
 /// How a validated level forms its groups.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Form {
+    /// Groups of `size` members each (agents at the first level, groups of the level below
+    /// above it).
     Size {
+        /// Members per group.
         size: usize,
+        /// What the last group of each run is when `size` does not divide.
         remainder: Remainder,
     },
     /// The categorical attribute whose categories are the groups.
     By {
+        /// The attribute's name.
         attribute: String,
     },
 }
@@ -61,15 +67,20 @@ pub enum Form {
 /// A validated level.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LevelSpec {
+    /// The level's name (`team`): a column of the records.
     pub name: String,
+    /// How its groups form.
     pub form: Form,
 }
 
 /// A problem with `[[population.groups]]`: which entry, and what is wrong.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupsProblem {
+    /// Where in the config file, when known.
     pub span: Option<Range<usize>>,
+    /// The field at fault, under `population.groups`.
     pub field: String,
+    /// What is wrong, and the fix.
     pub message: String,
 }
 
@@ -243,6 +254,7 @@ pub fn check_divides(levels: &[LevelSpec], size: usize) -> Result<(), String> {
 /// One level of a drawn population's groups.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Level {
+    /// The level's name.
     pub name: String,
     /// Each agent's group at this level.
     pub of_agent: Vec<u32>,
@@ -255,10 +267,12 @@ pub struct Level {
 }
 
 impl Level {
+    /// Its number of groups.
     pub fn len(&self) -> usize {
         self.sizes.len()
     }
 
+    /// Whether it has no group (a population of no agents).
     pub fn is_empty(&self) -> bool {
         self.sizes.is_empty()
     }
@@ -267,6 +281,7 @@ impl Level {
 /// The groups of one cell's agents, every level, innermost first.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Groups {
+    /// Every level, innermost first.
     pub levels: Vec<Level>,
     /// Per level, the agents of each group in agent order, flattened: group `g`'s members are
     /// `members[level][starts[level][g]..starts[level][g + 1]]`.
@@ -280,7 +295,9 @@ pub struct Groups {
 /// One group, as a level's reaction sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct GroupRef<'a> {
+    /// Its level, an index into [`Groups::levels`] (0: innermost).
     pub level: usize,
+    /// Its number within the level.
     pub index: usize,
     /// Its agents, in agent order.
     pub members: &'a [u32],
@@ -425,6 +442,7 @@ impl Groups {
         }
     }
 
+    /// Whether the population has no groups at all.
     pub fn is_empty(&self) -> bool {
         self.levels.is_empty()
     }

@@ -5,6 +5,7 @@
 //!
 //! Drawn agents are columns (one small integer or float per agent and attribute), so that a
 //! million agents cost a few megabytes.
+#![warn(missing_docs)]
 
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, Normal};
@@ -41,6 +42,7 @@ pub enum Draw {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PopulationConfig {
+    /// How agents are drawn: quotas (the default) or each on its own.
     #[serde(default)]
     pub draw: Draw,
     /// Attributes by name, in the order written.
@@ -74,13 +76,18 @@ pub struct AttributeConfig {
     pub bands: Option<Vec<f64>>,
 }
 
+/// How a numeric attribute's values spread between its `low` and `high`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NumericDistribution {
+    /// Evenly.
     #[default]
     Uniform,
+    /// A normal distribution, cut at `low` and `high`.
     Normal {
+        /// Its mean.
         mean: f64,
+        /// Its standard deviation.
         sd: f64,
     },
 }
@@ -89,6 +96,7 @@ pub enum NumericDistribution {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JointConfig {
+    /// The attributes it draws together, by name.
     pub attributes: Vec<String>,
     /// Each row: a value for every attribute, and `share`.
     pub rows: Vec<toml::Table>,
@@ -101,8 +109,10 @@ pub struct PersonaConfig {
     /// The meta-prompt template, in the scenario's templates folder.
     #[serde(default = "default_persona_template")]
     pub template: String,
+    /// The longest persona, in tokens.
     #[serde(default = "default_persona_tokens")]
     pub max_tokens: usize,
+    /// The sampling temperature of the persona's writing.
     #[serde(default = "default_persona_temperature")]
     pub temperature: f32,
 }
@@ -120,8 +130,11 @@ fn default_persona_temperature() -> f32 {
 /// A population problem, at a byte span of the config when known.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PopulationProblem {
+    /// Where in the config file, when known.
     pub span: Option<Range<usize>>,
+    /// The field at fault, under `population`.
     pub field: String,
+    /// What is wrong, and the fix.
     pub message: String,
 }
 
@@ -138,23 +151,34 @@ impl PopulationProblem {
 /// A validated attribute.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Attribute {
+    /// One of a list of categories (`gender`, `region`).
     Categorical {
+        /// Its name: a column of the records and a variable of the prompts.
         name: String,
+        /// Its categories, in the order written.
         categories: Arc<[String]>,
         /// Fractions summing to 1.
         shares: Vec<f64>,
     },
+    /// A number in `[low, high]` (`age`, `income`).
     Numeric {
+        /// Its name: a column of the records and a variable of the prompts.
         name: String,
+        /// The smallest value.
         low: f64,
+        /// The largest value.
         high: f64,
+        /// How values spread between them.
         distribution: NumericDistribution,
+        /// Whether values are whole numbers.
         integer: bool,
+        /// Band edges for the report (`[18, 30, 45, 65]`), when given.
         bands: Option<Vec<f64>>,
     },
 }
 
 impl Attribute {
+    /// Its name.
     pub fn name(&self) -> &str {
         match self {
             Attribute::Categorical { name, .. } | Attribute::Numeric { name, .. } => name,
@@ -174,9 +198,13 @@ pub struct Joint {
 /// The validated `[population]` section: what [`PopulationSpec::draw`] draws from.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PopulationSpec {
+    /// How agents are drawn.
     pub draw: Draw,
+    /// Its attributes, in the order written.
     pub attributes: Vec<Attribute>,
+    /// Attributes drawn together from tables of combinations.
     pub joints: Vec<Joint>,
+    /// LLM-written personas, when asked for.
     pub personas: Option<PersonaConfig>,
     /// Nested groups, innermost level first.
     pub groups: Vec<LevelSpec>,
@@ -570,6 +598,7 @@ fn known(attributes: &[Attribute]) -> String {
 /// The agents of one cell: attribute columns, and personas when written by the LLM.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Population {
+    /// Its number of agents.
     pub size: usize,
     /// `(name, column)` in the spec's order.
     pub columns: Vec<(String, Column)>,
@@ -588,6 +617,7 @@ impl Population {
         }
     }
 
+    /// The column of attribute `name`, if the population has it.
     pub fn column(&self, name: &str) -> Option<&Column> {
         self.columns.iter().find(|(n, _)| n == name).map(|(_, c)| c)
     }
@@ -610,7 +640,9 @@ impl Population {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ProfileValue<'a> {
+    /// A category of a categorical attribute.
     Category(&'a str),
+    /// A numeric attribute's value.
     Number(f32),
 }
 

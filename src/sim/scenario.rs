@@ -6,6 +6,7 @@
 //! scripted baseline, resolving a step, and its state [`Scenario::Row`]); everything else has
 //! a default. A program registers it with its registry of scenarios (the layer above this
 //! one) and gets the whole command line.
+#![warn(missing_docs)]
 
 use super::config::ScenarioProblem;
 use super::groups::GroupRef;
@@ -18,8 +19,11 @@ use serde::de::DeserializeOwned;
 /// Where a cell sits in an experiment: one arm, one population size, one replicate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CellInfo {
+    /// The arm's name.
     pub arm: String,
+    /// The population size: its number of agents.
     pub population: usize,
+    /// The replicate, from 0.
     pub replicate: usize,
 }
 
@@ -37,6 +41,7 @@ pub struct Turn {
 /// A decision parsed from a model's reply, with the changes made to fit the rules.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Parsed<D> {
+    /// The decision, within the rules.
     pub decision: D,
     /// What was clamped, in words (`cost_to_consumer 300 -> 250 (cap)`).
     pub clamps: Vec<String>,
@@ -51,7 +56,12 @@ pub enum ParseError {
     Shape(#[from] serde_json::Error),
     /// A field holds a value the rules cannot apply, even clamped.
     #[error("{field}: {reason}")]
-    Rejected { field: String, reason: String },
+    Rejected {
+        /// The field.
+        field: String,
+        /// Why the rules cannot apply it.
+        reason: String,
+    },
 }
 
 /// The panic payload with which the code behind a [`Scenario`] method stops the run when it
@@ -62,8 +72,11 @@ pub enum ParseError {
 /// then unwinds on with the payload, `dir` set to the run's folder, to the program embedding
 /// throng, which finds its own `detail` in it.
 pub struct Halt {
+    /// Why the run stopped, for its manifest.
     pub message: String,
+    /// Whether a Ctrl-C stopped it (the run is then paused, not failed).
     pub interrupted: bool,
+    /// What the embedding program needs to raise the error again (a Python exception).
     pub detail: Box<dyn std::any::Any + Send>,
     /// The run's folder, once the command knows it.
     pub dir: Option<std::path::PathBuf>,
