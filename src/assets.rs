@@ -70,12 +70,12 @@ pub struct Member {
 }
 
 /// Every asset of `models/assets.toml`, by name.
-pub fn catalogue() -> BTreeMap<String, Asset> {
+pub(crate) fn catalogue() -> BTreeMap<String, Asset> {
     toml::from_str(CATALOGUE).expect("invariant: models/assets.toml is checked by the tests")
 }
 
 /// `$THRONG_CACHE`, else `$XDG_CACHE_HOME/throng`, else `~/.cache/throng`.
-pub fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("THRONG_CACHE") {
         return PathBuf::from(dir);
     }
@@ -87,12 +87,12 @@ pub fn cache_dir() -> PathBuf {
 }
 
 /// Folder holding the files of asset `name`, whether or not they are there yet.
-pub fn asset_dir(name: &str) -> PathBuf {
+pub(crate) fn asset_dir(name: &str) -> PathBuf {
     cache_dir().join("assets").join(name)
 }
 
 /// Whether every file of asset `name` is in the cache and verified.
-pub fn is_cached(name: &str) -> bool {
+pub(crate) fn is_cached(name: &str) -> bool {
     catalogue().get(name).is_some_and(|asset| {
         asset
             .files

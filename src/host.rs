@@ -10,7 +10,7 @@ pub fn available_memory() -> Option<usize> {
 }
 
 /// The machine's memory (`MemTotal` in `/proc/meminfo`); `None` where the kernel does not say.
-pub fn total_memory() -> Option<usize> {
+pub(crate) fn total_memory() -> Option<usize> {
     meminfo("MemTotal:")
 }
 
@@ -40,7 +40,7 @@ pub struct MemoryLimit {
 /// from `/proc/self/limits`) and its control group's memory (cgroup v2 `memory.max` of it
 /// and its ancestors, v1 `memory.limit_in_bytes`). `None` where none is set or the kernel
 /// does not say.
-pub fn memory_limit() -> Option<MemoryLimit> {
+pub(crate) fn memory_limit() -> Option<MemoryLimit> {
     let address_space = std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|text| {
@@ -142,7 +142,7 @@ pub fn program() -> Program {
 }
 
 /// What to run to continue the run in `dir`.
-pub fn resume_command(dir: &std::path::Path) -> String {
+pub(crate) fn resume_command(dir: &std::path::Path) -> String {
     match program() {
         Program::Command(p) => format!("{p} run --resume {}", dir.display()),
         Program::Python => format!("throng.run(resume={:?})", dir.display().to_string()),
@@ -150,7 +150,7 @@ pub fn resume_command(dir: &std::path::Path) -> String {
 }
 
 /// What to run to write the report of the run in `dir`.
-pub fn report_command(dir: &std::path::Path) -> String {
+pub(crate) fn report_command(dir: &std::path::Path) -> String {
     match program() {
         Program::Command(p) => format!("{p} report {}", dir.display()),
         Program::Python => format!("throng.open_run({:?}).report()", dir.display().to_string()),
@@ -218,7 +218,7 @@ impl MemoryPart {
 }
 
 /// `bytes` for people: `1.2 GB`, `400.0 TB`, and beyond a yottabyte, `1.0e30 bytes`.
-pub fn human_bytes(bytes: f64) -> String {
+pub(crate) fn human_bytes(bytes: f64) -> String {
     if !bytes.is_finite() || bytes >= 1e24 {
         return format!("{bytes:.1e} bytes");
     }

@@ -147,7 +147,7 @@ impl Reuse {
 
     /// What went wrong while reading the sources: each source that could not be read any
     /// more, and each one's damaged entries.
-    pub fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         let damaged = self
             .sources
             .iter()
@@ -167,7 +167,7 @@ impl Reuse {
     }
 
     /// The run folders read from.
-    pub fn source_dirs(&self) -> impl Iterator<Item = &std::path::Path> {
+    pub(crate) fn source_dirs(&self) -> impl Iterator<Item = &std::path::Path> {
         self.sources.iter().map(|(s, _)| s.dir.as_path())
     }
 

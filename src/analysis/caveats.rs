@@ -37,7 +37,7 @@ pub struct ScriptedRules<'a> {
 
 /// Parameters in billions, read from a model's name (`smollm2-135m-instruct`,
 /// `llama-3.2-3b-instruct`, `SmolLM2-135M-Instruct.Q4_1.gguf`), when it says.
-pub fn parameters_in_name(name: &str) -> Option<f64> {
+pub(crate) fn parameters_in_name(name: &str) -> Option<f64> {
     let base = name
         .rsplit(['/', '\\'])
         .next()

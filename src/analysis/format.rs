@@ -6,7 +6,7 @@ use serde::Serialize;
 use std::path::Path;
 
 /// `s` as a file name: every character but ASCII letters and digits becomes `_`.
-pub fn slug(s: &str) -> String {
+pub(crate) fn slug(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect()
@@ -22,7 +22,7 @@ pub fn number(x: f64) -> String {
 }
 
 /// Writes `rows` as a CSV file with a header.
-pub fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<(), ReportError> {
+pub(crate) fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<(), ReportError> {
     // csv's error becomes an I/O error of the same words, so that every file the report
     // writes fails the same way.
     let failed = |e: csv::Error| ReportError::Write {
@@ -38,7 +38,7 @@ pub fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<(), ReportErro
 }
 
 /// `value [low, high]`, or `value (1 replicate: no interval)`.
-pub fn interval_text(value: f64, interval: Option<(f64, f64)>, replicates: usize) -> String {
+pub(crate) fn interval_text(value: f64, interval: Option<(f64, f64)>, replicates: usize) -> String {
     match interval {
         Some((lo, hi)) => format!("{} [{}, {}]", number(value), number(lo), number(hi)),
         None => format!(

@@ -5,7 +5,7 @@ use super::stats::{Nested, Summary};
 use crate::record::{Manifest, Status};
 use std::fmt::Write as _;
 
-pub fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -68,7 +68,7 @@ pub fn fmt(s: &Option<Summary>) -> String {
 
 /// A nested quantity: the replicate-level mean and interval, then the agents' spread
 /// (`12.30 [10.10, 14.50] (3 replicates; agents: sd 4.10, 2.00 to 20.00, n=40)`).
-pub fn fmt_nested(x: &Nested) -> String {
+pub(crate) fn fmt_nested(x: &Nested) -> String {
     let Some(r) = x.replicates else {
         return "-".into();
     };
@@ -87,7 +87,7 @@ pub fn fmt_nested(x: &Nested) -> String {
 }
 
 /// Seconds in a readable unit: `1.39 ms`, `12.3 s`, with the interval when there is one.
-pub fn fmt_seconds(s: &Option<Summary>) -> String {
+pub(crate) fn fmt_seconds(s: &Option<Summary>) -> String {
     let Some(s) = s else { return "-".into() };
     let (scale, unit) = if s.mean.abs() < 1.0 {
         (1e3, "ms")
@@ -107,7 +107,7 @@ pub fn fmt_seconds(s: &Option<Summary>) -> String {
 }
 
 /// A p-value as journals print it: `0.0312`, `< 0.0001`.
-pub fn fmt_p(p: f64) -> String {
+pub(crate) fn fmt_p(p: f64) -> String {
     if p < 1e-4 {
         "< 0.0001".into()
     } else {
@@ -147,7 +147,7 @@ pub fn unfinished(m: &Manifest) -> Option<String> {
 
 /// A report's notes (see [`super::caveats`]), each a highlighted paragraph, for the top of
 /// its page.
-pub fn notes_html(notes: &[String]) -> String {
+pub(crate) fn notes_html(notes: &[String]) -> String {
     notes
         .iter()
         .map(|n| format!("<p class=\"note\">{}</p>", esc(n)))
@@ -155,7 +155,7 @@ pub fn notes_html(notes: &[String]) -> String {
 }
 
 /// [`unfinished`] as the first element of a page.
-pub fn unfinished_note(m: &Manifest) -> String {
+pub(crate) fn unfinished_note(m: &Manifest) -> String {
     unfinished(m)
         .map(|t| format!("<p class=\"note\"><b>Unfinished run.</b> {}</p>", esc(&t)))
         .unwrap_or_default()

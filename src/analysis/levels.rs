@@ -108,7 +108,7 @@ pub fn level_spreads(groups: &[RecordBatch]) -> Vec<LevelSpread> {
 }
 
 /// The levels' spreads at `step` as an HTML section (empty without levels).
-pub fn level_spreads_html(spreads: &[LevelSpread], step: usize) -> String {
+pub(crate) fn level_spreads_html(spreads: &[LevelSpread], step: usize) -> String {
     let at: Vec<&LevelSpread> = spreads.iter().filter(|s| s.step == step).collect();
     if at.is_empty() {
         return String::new();

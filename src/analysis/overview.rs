@@ -73,7 +73,7 @@ pub struct Own {
 
 impl Own {
     /// `numbers` as the scenario's part of `summary.json` (they must serialize as an object).
-    pub fn summary_of(
+    pub(crate) fn summary_of(
         numbers: &impl Serialize,
     ) -> Result<serde_json::Map<String, serde_json::Value>, ReportError> {
         match serde_json::to_value(numbers) {

@@ -84,7 +84,7 @@ impl Summary {
 
     /// From a sample's size, mean and sum of squared deviations (Welford's `M2`), with
     /// Student's t interval.
-    pub fn from_moments(n: usize, mean: f64, m2: f64) -> Option<Self> {
+    pub(crate) fn from_moments(n: usize, mean: f64, m2: f64) -> Option<Self> {
         if n == 0 {
             return None;
         }
@@ -113,7 +113,7 @@ impl Summary {
     /// The mean of a bounded quantity (a price, a count, a share, a time) with the bootstrap
     /// percentile interval, which lies within the sample's range and so respects any bound
     /// the quantity has. Resampling is seeded, so a report is the same every time.
-    pub fn of_bounded(values: &[f64]) -> Option<Self> {
+    pub(crate) fn of_bounded(values: &[f64]) -> Option<Self> {
         let mut s = Self::of(values)?;
         s.method = Method::BootstrapPercentile;
         if let Some((lo, hi)) = bootstrap_mean_interval(values) {
@@ -133,7 +133,7 @@ impl Summary {
     /// Student's t, whose quantile it uses. When every replicate has the same share (`se` = 0),
     /// the `observations` (the agent values pooled) stand in for `n`, so that a share of 0 in
     /// every replicate still gets an upper bound above 0.
-    pub fn of_share(values: &[f64], observations: usize) -> Option<Self> {
+    pub(crate) fn of_share(values: &[f64], observations: usize) -> Option<Self> {
         let mut s = Self::of(values)?;
         s.method = Method::Wilson;
         if s.n < 2 {
@@ -199,7 +199,7 @@ fn t_quantile(df: usize) -> f64 {
 }
 
 /// The 95% bootstrap percentile interval of the mean of `values` (`None` when n < 2).
-pub fn bootstrap_mean_interval(values: &[f64]) -> Option<(f64, f64)> {
+pub(crate) fn bootstrap_mean_interval(values: &[f64]) -> Option<(f64, f64)> {
     let n = values.len();
     if n < 2 {
         return None;
@@ -276,7 +276,7 @@ impl Nested {
 }
 
 /// Each non-empty group's mean: what tests between replicate-level quantities compare.
-pub fn replicate_means<G: AsRef<[f64]>>(groups: &[G]) -> Vec<f64> {
+pub(crate) fn replicate_means<G: AsRef<[f64]>>(groups: &[G]) -> Vec<f64> {
     groups
         .iter()
         .map(AsRef::as_ref)
@@ -316,7 +316,7 @@ pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
 /// Holm's step-down adjustment of a family of p-values, in their order: the smallest p is
 /// multiplied by m, the next by m - 1, and so on, each kept at least as large as the one
 /// before and at most 1. Controls the family-wise error rate under any dependence.
-pub fn holm(p: &[f64]) -> Vec<f64> {
+pub(crate) fn holm(p: &[f64]) -> Vec<f64> {
     let m = p.len();
     let mut order: Vec<usize> = (0..m).collect();
     order.sort_by(|&a, &b| p[a].total_cmp(&p[b]));

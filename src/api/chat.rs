@@ -429,7 +429,7 @@ fn content_text(i: usize, content: Option<Content>) -> Result<String, ApiFailure
 }
 
 /// What a client sees of `response`, a reply of `model` held to `tools`.
-pub fn seen_of(model: &str, response: &Response, tools: &ToolMode) -> Seen {
+pub(crate) fn seen_of(model: &str, response: &Response, tools: &ToolMode) -> Seen {
     match tools.reply(response, "", 0) {
         Some(call) => memo::seen_call(
             model,

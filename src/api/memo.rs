@@ -21,12 +21,12 @@ const REMEMBERED: usize = 1 << 20;
 pub type Seen = [u8; 32];
 
 /// What a client sees of a reply that is text.
-pub fn seen_text(model: &str, content: &str) -> Seen {
+pub(crate) fn seen_text(model: &str, content: &str) -> Seen {
     seen(model, "text", &[content])
 }
 
 /// What a client sees of a reply that is one call.
-pub fn seen_call(model: &str, name: &str, arguments: &str) -> Seen {
+pub(crate) fn seen_call(model: &str, name: &str, arguments: &str) -> Seen {
     seen(model, "call", &[name, arguments])
 }
 
@@ -58,7 +58,7 @@ impl Default for Memo {
 
 impl Memo {
     /// Remembers `reply`, seen by clients as `seen`, if its ids spell its text.
-    pub fn remember(&self, seen: Seen, encoder: &PromptEncoder, reply: &Response) {
+    pub(crate) fn remember(&self, seen: Seen, encoder: &PromptEncoder, reply: &Response) {
         if let Some(ids) = encoder.reply_ids(&reply.token_ids, &reply.text) {
             let written = Written {
                 text: reply.text.clone(),

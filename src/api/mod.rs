@@ -177,7 +177,7 @@ impl ApiServer {
     }
 
     /// What was left out of the `--reuse` stores (missing, damaged, another model's).
-    pub fn warnings(&self) -> &[String] {
+    pub(crate) fn warnings(&self) -> &[String] {
         &self.warnings
     }
 

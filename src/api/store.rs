@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The file that marks a folder as a server's store.
-pub const MARKER: &str = "api.json";
+pub(crate) const MARKER: &str = "api.json";
 /// A run folder's manifest, which a server's store must not be.
 const MANIFEST: &str = "manifest.json";
 
@@ -57,7 +57,7 @@ pub enum StoreError {
 }
 
 /// Refuses what cannot be a source of replies, before anything is written.
-pub fn check_sources(dirs: &[PathBuf], store: Option<&Path>) -> Result<(), StoreError> {
+pub(crate) fn check_sources(dirs: &[PathBuf], store: Option<&Path>) -> Result<(), StoreError> {
     for dir in dirs {
         let why = match std::fs::metadata(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => "there is nothing there",
@@ -94,7 +94,7 @@ fn same_folder(a: &Path, b: &Path) -> bool {
 }
 
 /// Opens the stores of `dirs` for the models served (each one's name and identity).
-pub fn open_sources(
+pub(crate) fn open_sources(
     dirs: &[PathBuf],
     models: &[(&str, &ModelIdentity)],
 ) -> Result<crate::reuse::Opened, StoreError> {

@@ -217,7 +217,7 @@ impl ToolMode {
     }
 
     /// What the system message says of the tools.
-    pub fn instructions(&self) -> Option<String> {
+    pub(crate) fn instructions(&self) -> Option<String> {
         let tools = self.tools();
         if tools.is_empty() {
             return None;
@@ -277,7 +277,7 @@ impl ToolMode {
 
 /// An assistant message of the history as the model wrote it: its words, then each call as
 /// the JSON object a call is.
-pub fn written_assistant(
+pub(crate) fn written_assistant(
     text: &str,
     calls: &[ToolCall],
     param: &str,
@@ -305,6 +305,6 @@ pub fn written_assistant(
 }
 
 /// A tool's result, as the user turn that reports it.
-pub fn written_result(name: &str, id: &str, content: &str) -> String {
+pub(crate) fn written_result(name: &str, id: &str, content: &str) -> String {
     format!("Result of the tool call {name} ({id}):\n{content}")
 }

@@ -113,7 +113,7 @@ impl BenchSpec {
     }
 
     /// The JSON schema of a decision, as the energy market's producers answer.
-    pub fn decision_schema() -> serde_json::Value {
+    pub(crate) fn decision_schema() -> serde_json::Value {
         serde_json::json!({"type": "object", "properties": {
             "production_change": {"type": "integer", "minimum": -50, "maximum": 50},
             "energy_price_change": {"type": "number", "minimum": -10, "maximum": 10, "multipleOf": 0.1},

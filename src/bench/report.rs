@@ -28,7 +28,7 @@ pub struct Phases {
 
 impl Phases {
     /// Sums the engine steps of one bench step, with `wall` the bench step's time.
-    pub fn from_steps(steps: &[StepMetrics], wall: Duration, masks_overlap: bool) -> Self {
+    pub(crate) fn from_steps(steps: &[StepMetrics], wall: Duration, masks_overlap: bool) -> Self {
         let sum = |f: fn(&StepMetrics) -> Duration| steps.iter().map(f).sum::<Duration>();
         let secs = |d: Duration| d.as_secs_f64();
         let forward = sum(|m| m.forward);

@@ -41,7 +41,7 @@ impl Workload {
     }
 
     /// The next step's number (1-based) and every agent's prompt for it.
-    pub fn next_prompts(&mut self) -> (usize, Vec<Vec<u32>>) {
+    pub(crate) fn next_prompts(&mut self) -> (usize, Vec<Vec<u32>>) {
         self.step += 1;
         let step = self.step;
         if step == 1 {
@@ -60,19 +60,19 @@ impl Workload {
     }
 
     /// Appends each agent's reply to its context, for the next step.
-    pub fn record_replies(&mut self, replies: &[Vec<u32>]) {
+    pub(crate) fn record_replies(&mut self, replies: &[Vec<u32>]) {
         for (ctx, reply) in self.contexts.iter_mut().zip(replies) {
             ctx.extend_from_slice(reply);
         }
     }
 
     /// The key agent `agent`'s requests carry, under which the engine retains its history.
-    pub fn agent_key(agent: usize) -> String {
+    pub(crate) fn agent_key(agent: usize) -> String {
         format!("agent {agent}")
     }
 
     /// The seed of agent `agent`'s sampling at step `step`.
-    pub fn sampling_seed(&self, agent: usize, step: usize) -> u64 {
+    pub(crate) fn sampling_seed(&self, agent: usize, step: usize) -> u64 {
         derive(self.seed, &[2, agent as u64, step as u64])
     }
 

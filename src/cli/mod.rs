@@ -108,7 +108,7 @@ impl ModelArgs {
 static GIVEN: RwLock<BTreeSet<String>> = RwLock::new(BTreeSet::new());
 
 /// Remembers which arguments of the command line `matches` (and its subcommand) were given.
-pub fn remember_given(matches: &clap::ArgMatches) {
+pub(crate) fn remember_given(matches: &clap::ArgMatches) {
     let mut given = BTreeSet::new();
     let mut level = Some(matches);
     while let Some(m) = level {
@@ -131,7 +131,10 @@ pub fn given(id: &str) -> bool {
 /// Which argument of `args` (the process's, program name first) clap refused as invalid
 /// UTF-8, and why it must be text: the first value that is not UTF-8 and belongs to an
 /// option that does not take a path (paths may be any bytes). `None` if none is found.
-pub fn invalid_utf8(root: &clap::Command, args: impl Iterator<Item = OsString>) -> Option<String> {
+pub(crate) fn invalid_utf8(
+    root: &clap::Command,
+    args: impl Iterator<Item = OsString>,
+) -> Option<String> {
     let args: Vec<OsString> = args.collect();
     let takes_path = |arg: &clap::Arg| {
         let id = arg.get_value_parser().type_id();
@@ -183,7 +186,7 @@ pub fn invalid_utf8(root: &clap::Command, args: impl Iterator<Item = OsString>) 
 }
 
 /// Whether `e` comes from writing to a pipe whose reader has gone (`| head`).
-pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+pub(crate) fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)

@@ -5,7 +5,7 @@ use crate::engine::SamplingParams;
 use clap::builder::ValueParser;
 
 /// A count of at least 1 (tokens per block, agents, steps, sequences).
-pub fn at_least_one() -> ValueParser {
+pub(crate) fn at_least_one() -> ValueParser {
     ValueParser::new(|text: &str| -> Result<usize, String> {
         match text.trim().parse::<usize>() {
             Ok(0) => Err("0 cannot work here: give at least 1".into()),

@@ -21,7 +21,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 /// How long a rank waits for another at an exchange before it stops the job.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// How the process was started, read from its environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,7 +199,7 @@ impl Ranks {
         })
     }
 
-    pub fn topology(&self) -> Topology {
+    pub(crate) fn topology(&self) -> Topology {
         self.topology
     }
     pub fn rank(&self) -> usize {
@@ -208,7 +208,7 @@ impl Ranks {
     pub fn size(&self) -> usize {
         self.topology.size
     }
-    pub fn is_root(&self) -> bool {
+    pub(crate) fn is_root(&self) -> bool {
         self.topology.rank == 0
     }
     pub fn timeout(&self) -> Duration {
@@ -216,17 +216,17 @@ impl Ranks {
     }
 
     /// Every rank's `mine` at the root, in rank order; `None` at the other ranks.
-    pub fn gather(&self, mine: Vec<u8>) -> Result<Option<Vec<Vec<u8>>>, ClusterError> {
+    pub(crate) fn gather(&self, mine: Vec<u8>) -> Result<Option<Vec<Vec<u8>>>, ClusterError> {
         self.transport.gather(mine, self.timeout)
     }
 
     /// The root's `bytes` at every rank (the others pass anything, e.g. an empty vector).
-    pub fn broadcast(&self, bytes: Vec<u8>) -> Result<Vec<u8>, ClusterError> {
+    pub(crate) fn broadcast(&self, bytes: Vec<u8>) -> Result<Vec<u8>, ClusterError> {
         self.transport.broadcast(bytes, self.timeout)
     }
 
     /// Every rank's `mine` at every rank, in rank order.
-    pub fn all_gather(&self, mine: Vec<u8>) -> Result<Vec<Vec<u8>>, ClusterError> {
+    pub(crate) fn all_gather(&self, mine: Vec<u8>) -> Result<Vec<Vec<u8>>, ClusterError> {
         if self.size() == 1 {
             return Ok(vec![mine]);
         }
@@ -238,7 +238,7 @@ impl Ranks {
     }
 
     /// Ends the whole job now (every rank), with `code`.
-    pub fn abort(&self, code: i32) -> ! {
+    pub(crate) fn abort(&self, code: i32) -> ! {
         self.transport.abort(code)
     }
 }

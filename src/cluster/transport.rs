@@ -15,7 +15,7 @@ pub struct Topology {
 }
 
 impl Topology {
-    pub const SINGLE: Topology = Topology {
+    pub(crate) const SINGLE: Topology = Topology {
         rank: 0,
         size: 1,
         local_rank: 0,

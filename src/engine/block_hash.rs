@@ -8,14 +8,14 @@ pub type BlockHash = u128;
 
 /// The names of the full blocks of `tokens`, in order.
 #[cfg(test)]
-pub fn block_hashes(tokens: &[u32], block_size: usize) -> Vec<BlockHash> {
+pub(crate) fn block_hashes(tokens: &[u32], block_size: usize) -> Vec<BlockHash> {
     let mut hashes = Vec::new();
     extend_hashes(&mut hashes, tokens, block_size);
     hashes
 }
 
 /// Appends to `hashes` the names of the full blocks of `tokens` it does not have yet.
-pub fn extend_hashes(hashes: &mut Vec<BlockHash>, tokens: &[u32], block_size: usize) {
+pub(crate) fn extend_hashes(hashes: &mut Vec<BlockHash>, tokens: &[u32], block_size: usize) {
     let full = tokens.len() / block_size;
     while hashes.len() < full {
         let i = hashes.len();

@@ -81,7 +81,7 @@ impl BlockManager {
         Self::with_policy(num_blocks, block_size, caching, KvPolicy::default())
     }
 
-    pub fn with_policy(
+    pub(crate) fn with_policy(
         num_blocks: usize,
         block_size: usize,
         caching: bool,
@@ -172,7 +172,7 @@ impl BlockManager {
     /// A sequence keyed `key` is finishing with the full, computed blocks named `hashes`
     /// (its prompt and reply): they are the prefix of the key's next prompt, needed at its
     /// next call. Call it before releasing the sequence's blocks.
-    pub fn retain(&mut self, key: &str, hashes: &[BlockHash]) {
+    pub(crate) fn retain(&mut self, key: &str, hashes: &[BlockHash]) {
         if !self.retains() {
             return;
         }
@@ -188,7 +188,7 @@ impl BlockManager {
         self.blocks.len()
     }
 
-    pub fn num_free(&self) -> usize {
+    pub(crate) fn num_free(&self) -> usize {
         self.free.len()
     }
 
@@ -201,12 +201,12 @@ impl BlockManager {
     }
 
     /// Blocks needed to hold `tokens` tokens.
-    pub fn blocks_for(&self, tokens: usize) -> usize {
+    pub(crate) fn blocks_for(&self, tokens: usize) -> usize {
         tokens.div_ceil(self.block_size)
     }
 
     /// How many leading blocks named by `hashes` are cached and computed.
-    pub fn cached_prefix(&self, hashes: &[BlockHash]) -> usize {
+    pub(crate) fn cached_prefix(&self, hashes: &[BlockHash]) -> usize {
         if !self.caching {
             return 0;
         }
@@ -218,7 +218,7 @@ impl BlockManager {
 
     /// Blocks for a sequence that needs `total` blocks and whose first `hits` blocks are the
     /// cached blocks named `hashes[..hits]`; `None`, with nothing taken, if they do not fit.
-    pub fn allocate(
+    pub(crate) fn allocate(
         &mut self,
         hashes: &[BlockHash],
         hits: usize,
@@ -259,7 +259,7 @@ impl BlockManager {
     }
 
     /// Counts an admission's lookup in the hit rate.
-    pub fn record_lookup(&mut self, prompt_tokens: usize, hit_tokens: usize) {
+    pub(crate) fn record_lookup(&mut self, prompt_tokens: usize, hit_tokens: usize) {
         self.stats.queried_tokens += prompt_tokens as u64;
         self.stats.hit_tokens += hit_tokens as u64;
     }
@@ -267,7 +267,7 @@ impl BlockManager {
     /// Registers computed block `b` under `hash` so that later sequences can share it. A
     /// name already registered (another sequence computed the same content meanwhile) keeps
     /// its block; `b` then stays private and is freed as usual.
-    pub fn register(&mut self, b: BlockId, hash: BlockHash) {
+    pub(crate) fn register(&mut self, b: BlockId, hash: BlockHash) {
         if !self.caching
             || self.blocks[b as usize].hash.is_some()
             || self.cached.contains_key(&hash)

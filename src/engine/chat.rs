@@ -41,12 +41,12 @@ impl Message {
 /// 64 bytes of data, each): a hundred times what the largest prompts throng renders take, so
 /// that only a runaway template (a loop of `range(99999)` inside another) reaches it, and
 /// fails in well under a second instead of running for hours.
-pub const TEMPLATE_FUEL: u64 = 10_000_000;
+pub(crate) const TEMPLATE_FUEL: u64 = 10_000_000;
 
 /// A minijinja environment that treats whitespace as Hugging Face's templates expect
 /// (transformers' `_compile_jinja_template`: `trim_blocks`, `lstrip_blocks`), and stops a
 /// render that does more than [`TEMPLATE_FUEL`] of work.
-pub fn jinja_environment() -> Environment<'static> {
+pub(crate) fn jinja_environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_fuel(Some(TEMPLATE_FUEL));
     env.set_syntax(
@@ -63,7 +63,7 @@ pub fn jinja_environment() -> Environment<'static> {
 /// longest context throng runs (128K tokens of about 4 bytes each). Fuel counts work, not
 /// output, and minijinja sets no limit of its own: `{{ "x" * 100000000 }}` wrote 100 MB per
 /// render, which the tokenizer then took past 13 GB.
-pub const MAX_RENDERED_BYTES: usize = 8 << 20;
+pub(crate) const MAX_RENDERED_BYTES: usize = 8 << 20;
 
 /// Why a template's render failed.
 #[derive(Debug)]
@@ -111,7 +111,7 @@ impl std::io::Write for Bounded {
 }
 
 /// Renders `template` with `ctx`, stopping at [`MAX_RENDERED_BYTES`] of output.
-pub fn render_bounded(
+pub(crate) fn render_bounded(
     template: &minijinja::Template<'_, '_>,
     ctx: impl Into<Value>,
 ) -> Result<String, RenderFailure> {
@@ -461,7 +461,8 @@ impl ChatTemplate {
 
     /// Prints the real date where the template asks for it (`strftime_now`) instead of the
     /// fixed default.
-    pub fn with_live_date(mut self) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_live_date(mut self) -> Self {
         self.date_string = None;
         self
     }
@@ -472,7 +473,7 @@ impl ChatTemplate {
     }
 
     /// The first message whose role the template does not know, with the known roles.
-    pub fn unknown_role<'m>(&self, messages: &'m [Message]) -> Option<&'m str> {
+    pub(crate) fn unknown_role<'m>(&self, messages: &'m [Message]) -> Option<&'m str> {
         messages
             .iter()
             .map(|m| m.role.as_str())

@@ -176,11 +176,6 @@ impl Grammars {
             matcher: Box::new(matcher),
         })
     }
-
-    /// Distinct schemas compiled so far.
-    pub fn num_compiled(&self) -> usize {
-        self.compiled.len()
-    }
 }
 
 /// One sequence's position in its grammar.
@@ -226,7 +221,7 @@ impl Constraint {
 }
 
 /// Sets the logits of tokens `mask` forbids to `-inf`.
-pub fn apply_mask(logits: &mut [f32], mask: &SimpleVob) {
+pub(crate) fn apply_mask(logits: &mut [f32], mask: &SimpleVob) {
     for (word_index, &word) in mask.as_slice().iter().enumerate() {
         if word == u32::MAX {
             continue;

@@ -72,11 +72,6 @@ impl<K> Queue<'_, K> {
         self.engine
     }
 
-    /// Requests queued and not yet finished.
-    pub fn in_flight(&self) -> usize {
-        self.keys.len()
-    }
-
     /// Requests that may be queued before the window is full.
     pub fn room(&self) -> usize {
         self.window.saturating_sub(self.keys.len())
@@ -187,7 +182,7 @@ impl Engine {
     }
 
     /// As [`Engine::generate`], calling `on_text(request_index, new_text)` as text arrives.
-    pub fn generate_with(
+    pub(crate) fn generate_with(
         &mut self,
         requests: Vec<Request>,
         on_text: impl FnMut(usize, &str),

@@ -264,11 +264,6 @@ impl Engine {
         &self.prompts
     }
 
-    /// Replaces the chat template's settings (e.g. a live date).
-    pub fn set_chat_template(&mut self, chat: ChatTemplate) {
-        self.prompts.chat = chat;
-    }
-
     pub fn totals(&self) -> EngineTotals {
         EngineTotals {
             preemptions: self.scheduler.preemptions(),
@@ -288,7 +283,7 @@ impl Engine {
     }
 
     /// Per-step metrics recorded since the previous call.
-    pub fn take_step_metrics(&mut self) -> Vec<StepMetrics> {
+    pub(crate) fn take_step_metrics(&mut self) -> Vec<StepMetrics> {
         std::mem::take(&mut self.history)
     }
 
@@ -304,7 +299,7 @@ impl Engine {
     /// The most KV-cache memory held at once (at the end of a step, before finished
     /// sequences let go of theirs) since the last call; free blocks that still hold a cached
     /// prefix are not counted.
-    pub fn take_kv_peak_bytes(&mut self) -> u64 {
+    pub(crate) fn take_kv_peak_bytes(&mut self) -> u64 {
         let peak = std::mem::take(&mut self.kv_peak_blocks);
         (peak * self.runner.kv().block_bytes()) as u64
     }
@@ -346,12 +341,12 @@ impl Engine {
     }
 
     /// Requests queued and not admitted to the batch yet.
-    pub fn num_waiting(&self) -> usize {
+    pub(crate) fn num_waiting(&self) -> usize {
         self.scheduler.num_waiting()
     }
 
     /// Requests in the batch.
-    pub fn num_running(&self) -> usize {
+    pub(crate) fn num_running(&self) -> usize {
         self.scheduler.running().len()
     }
 

@@ -49,7 +49,7 @@ impl PromptEncoder {
     }
 
     /// As [`PromptEncoder::tokens`], keeping given tokens rather than copying them.
-    pub fn take_tokens(&self, prompt: Prompt) -> Result<Vec<u32>, RequestError> {
+    pub(crate) fn take_tokens(&self, prompt: Prompt) -> Result<Vec<u32>, RequestError> {
         match prompt {
             Prompt::Tokens(tokens) => self.check(tokens),
             other => self.tokens(&other),

@@ -68,7 +68,7 @@ impl Request {
         self
     }
 
-    pub fn with_tag(mut self, tag: impl Into<String>) -> Self {
+    pub(crate) fn with_tag(mut self, tag: impl Into<String>) -> Self {
         self.tag = Some(tag.into());
         self
     }

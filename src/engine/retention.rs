@@ -79,7 +79,7 @@ pub struct Retention {
 
 impl Retention {
     /// When the block named `hash` is next needed, if any caller holds it.
-    pub fn next_use(&self, hash: &BlockHash) -> Option<NextUse> {
+    pub(crate) fn next_use(&self, hash: &BlockHash) -> Option<NextUse> {
         self.holders
             .get(hash)
             .and_then(|h| h.first())
@@ -94,7 +94,7 @@ impl Retention {
     /// Starts a round in which `keys` will be called in this order. Callers it does not list
     /// are forgotten; those it lists keep the blocks they held, found cached by `is_cached`.
     /// Every name whose next use may have changed is pushed to `touched`.
-    pub fn begin_round<K: AsRef<str>>(
+    pub(crate) fn begin_round<K: AsRef<str>>(
         &mut self,
         keys: impl IntoIterator<Item = K>,
         is_cached: impl Fn(&BlockHash) -> bool,
@@ -158,13 +158,13 @@ impl Retention {
 
     /// The block named `hash` was evicted: nobody holds it any more. (Callers' lists keep the
     /// name until the next round prunes it.)
-    pub fn forget(&mut self, hash: &BlockHash) {
+    pub(crate) fn forget(&mut self, hash: &BlockHash) {
         self.holders.remove(hash);
     }
 
     /// Callers of the current round.
     #[cfg(test)]
-    pub fn num_callers(&self) -> usize {
+    pub(crate) fn num_callers(&self) -> usize {
         self.callers.len()
     }
 }

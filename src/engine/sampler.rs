@@ -135,7 +135,7 @@ impl Sampler {
 }
 
 /// Index of the largest finite logit, the lowest index among equals.
-pub fn argmax(logits: &[f32]) -> Option<u32> {
+pub(crate) fn argmax(logits: &[f32]) -> Option<u32> {
     let mut best: Option<(usize, f32)> = None;
     for (i, &l) in logits.iter().enumerate() {
         if l.is_finite() && best.is_none_or(|(_, b)| l > b) {

@@ -71,7 +71,7 @@ impl Scheduler {
         self.waiting.push_back(seq);
     }
 
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.waiting.is_empty() && self.running.is_empty()
     }
 
@@ -79,11 +79,11 @@ impl Scheduler {
         &self.running
     }
 
-    pub fn running_mut(&mut self) -> &mut [Sequence] {
+    pub(crate) fn running_mut(&mut self) -> &mut [Sequence] {
         &mut self.running
     }
 
-    pub fn num_waiting(&self) -> usize {
+    pub(crate) fn num_waiting(&self) -> usize {
         self.waiting.len()
     }
 
@@ -223,7 +223,7 @@ impl Scheduler {
 
     /// Registers the blocks that running sequences have filled since the last call, making
     /// them available to every later request with the same prefix.
-    pub fn register_computed(&mut self) {
+    pub(crate) fn register_computed(&mut self) {
         let bs = self.blocks.block_size();
         for seq in &mut self.running {
             extend_hashes(&mut seq.hashes, &seq.tokens, bs);

@@ -31,7 +31,7 @@ impl Tokenizer {
             .map_err(|e| TokenizerError(e.to_string()))
     }
 
-    pub fn is_eos(&self, id: u32) -> bool {
+    pub(crate) fn is_eos(&self, id: u32) -> bool {
         self.eos_ids.contains(&id)
     }
 

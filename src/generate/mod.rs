@@ -28,7 +28,7 @@ pub enum Outcome {
 }
 
 /// A JSON schema file, read.
-pub fn read_schema(path: &Path) -> Result<serde_json::Value, GenerateError> {
+pub(crate) fn read_schema(path: &Path) -> Result<serde_json::Value, GenerateError> {
     let text = std::fs::read_to_string(path).map_err(|source| GenerateError::ReadSchema {
         path: path.to_path_buf(),
         source,

@@ -47,7 +47,10 @@ impl BatchInputs {
     /// As [`BatchInputs::new`], but a chunk that wants logits gets them after every one of
     /// its tokens, not only the last: the next-token distribution at each position of a
     /// text, which scoring it (perplexity, divergence between two weight formats) needs.
-    pub fn with_every_logit(chunks: &[SeqChunk<'_>], kv: &KvCache) -> Result<Self, ModelError> {
+    pub(crate) fn with_every_logit(
+        chunks: &[SeqChunk<'_>],
+        kv: &KvCache,
+    ) -> Result<Self, ModelError> {
         Self::build(chunks, kv, true)
     }
 
@@ -134,13 +137,13 @@ impl BatchInputs {
 
     /// Measures the time the forward pass spends in attention (see
     /// [`BatchInputs::attention_time`]).
-    pub fn time_attention(&mut self) {
+    pub(crate) fn time_attention(&mut self) {
         self.attention_timer = Some(AttentionTimer::default());
     }
 
     /// Time spent in attention by the forward passes over this batch, if measured. On CUDA
     /// this waits for them to finish.
-    pub fn attention_time(&self) -> Result<Option<std::time::Duration>, ModelError> {
+    pub(crate) fn attention_time(&self) -> Result<Option<std::time::Duration>, ModelError> {
         self.attention_timer
             .as_ref()
             .map(|t| t.total())
@@ -166,12 +169,12 @@ impl BatchInputs {
     }
 
     /// Number of packed tokens in the batch.
-    pub fn num_tokens(&self) -> usize {
+    pub(crate) fn num_tokens(&self) -> usize {
         self.positions.len()
     }
 
     /// Number of logit rows the forward pass returns.
-    pub fn num_logit_rows(&self) -> usize {
+    pub(crate) fn num_logit_rows(&self) -> usize {
         self.num_logit_rows
     }
 }

@@ -207,7 +207,7 @@ impl ModelConfig {
     }
 
     /// Width of the fused q, k and v projection output.
-    pub fn qkv_width(&self) -> usize {
+    pub(crate) fn qkv_width(&self) -> usize {
         (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
     }
 
@@ -245,7 +245,7 @@ impl ModelConfig {
     }
 
     /// Rotation frequencies per pair of head dimensions, with the `llama3` rescaling applied.
-    pub fn inverse_frequencies(&self) -> Vec<f32> {
+    pub(crate) fn inverse_frequencies(&self) -> Vec<f32> {
         let d = self.head_dim;
         let base: Vec<f32> = (0..d)
             .step_by(2)
@@ -277,7 +277,7 @@ impl ModelConfig {
     }
 
     /// Reads and validates a Hugging Face `config.json`.
-    pub fn from_hf_file(path: &Path) -> Result<Self, ModelError> {
+    pub(crate) fn from_hf_file(path: &Path) -> Result<Self, ModelError> {
         let text = super::files::read_regular_text(path)?;
         let raw: RawHfConfig = serde_json::from_str(&text).map_err(|e| ModelError::Config {
             path: path.to_path_buf(),
@@ -288,7 +288,7 @@ impl ModelConfig {
     }
 
     /// Reads and validates the contents of a Hugging Face `config.json`.
-    pub fn from_hf_json(json: &serde_json::Value) -> Result<Self, ConfigProblem> {
+    pub(crate) fn from_hf_json(json: &serde_json::Value) -> Result<Self, ConfigProblem> {
         let raw: RawHfConfig = serde_json::from_value(json.clone()).map_err(ConfigProblem::Json)?;
         raw.validate()
     }

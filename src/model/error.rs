@@ -80,7 +80,7 @@ pub enum ModelError {
 
 /// What a candle error says, without the backtrace candle attaches to it when `RUST_BACKTRACE`
 /// is set (twenty lines of frames in front of a user): the cause, in a line or two.
-pub fn candle_cause(e: &candle_core::Error) -> String {
+pub(crate) fn candle_cause(e: &candle_core::Error) -> String {
     use candle_core::Error as E;
     match e {
         E::WithBacktrace { inner, .. } => candle_cause(inner),

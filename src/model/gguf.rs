@@ -116,7 +116,7 @@ impl GgufSource {
         })
     }
 
-    pub fn meta_string(&self, key: &str) -> Option<String> {
+    pub(crate) fn meta_string(&self, key: &str) -> Option<String> {
         self.meta(key).and_then(|v| v.to_string().ok()).cloned()
     }
 

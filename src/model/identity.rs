@@ -63,7 +63,7 @@ impl ModelIdentity {
 }
 
 /// The class of `device` whose computations give the same bits (see [`ModelIdentity::device`]).
-pub fn device_class(device: &candle_core::Device) -> String {
+pub(crate) fn device_class(device: &candle_core::Device) -> String {
     if !device.is_cpu() {
         return "cuda".into();
     }

@@ -62,15 +62,6 @@ fn has_vnni() -> bool {
     }
 }
 
-/// The integer kernel this CPU runs, e.g. `x86_64-avx512-vnni`.
-pub fn kernel_name() -> String {
-    if has_vnni() {
-        "x86_64-avx512-vnni".into()
-    } else {
-        "portable".into()
-    }
-}
-
 /// Whether this CPU has a SIMD int8 kernel (and not only the portable one), which is what
 /// makes int8 weights the fastest format on it.
 pub fn has_simd_kernel() -> bool {
@@ -159,7 +150,7 @@ impl Int8Matrix {
         }
     }
 
-    pub fn out_features(&self) -> usize {
+    pub(crate) fn out_features(&self) -> usize {
         self.out_features
     }
 

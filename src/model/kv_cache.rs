@@ -83,12 +83,12 @@ pub struct KvCache {
 
 impl KvCache {
     /// Bytes one block takes across all layers, keys and values.
-    pub fn bytes_per_block(cfg: &ModelConfig, block_size: usize, dtype: DType) -> usize {
+    pub(crate) fn bytes_per_block(cfg: &ModelConfig, block_size: usize, dtype: DType) -> usize {
         2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * dtype.size_in_bytes()
     }
 
     /// How many blocks fit in `budget` bytes.
-    pub fn blocks_for_budget(
+    pub(crate) fn blocks_for_budget(
         cfg: &ModelConfig,
         block_size: usize,
         dtype: DType,
@@ -201,16 +201,9 @@ impl KvCache {
         Ok(())
     }
 
-    /// Whether the paged CPU kernel reads shared prefixes once per batch (see
-    /// [`KvCache::set_cascade`]).
+    /// Whether the paged CPU kernel reads shared prefixes once per batch.
     pub fn cascade(&self) -> bool {
         self.cascade
-    }
-
-    /// Turns the paged CPU kernel's shared-prefix (cascade) reading on or off. Results are
-    /// identical either way; off measures what it saves.
-    pub fn set_cascade(&mut self, on: bool) {
-        self.cascade = on;
     }
 
     /// Keys a query sees, itself included, if attention looks back over a window only.

@@ -197,7 +197,7 @@ impl Linear {
     }
 
     /// Whether candle's quantized kernels (and their own thread pool) compute this layer.
-    pub fn runs_candle_quantized(&self) -> bool {
+    pub(crate) fn runs_candle_quantized(&self) -> bool {
         match self {
             Linear::Quantized(_) => true,
             Linear::Stacked(parts) => parts.iter().any(Linear::runs_candle_quantized),

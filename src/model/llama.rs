@@ -75,7 +75,7 @@ impl Part {
         }
     }
 
-    pub fn gguf_name(self) -> String {
+    pub(crate) fn gguf_name(self) -> String {
         match self {
             Part::Embedding => "token_embd.weight".into(),
             Part::FinalNorm => "output_norm.weight".into(),
@@ -103,7 +103,7 @@ impl Part {
 
     /// For an expert's matrix, the GGUF tensor that stacks that matrix of every expert of the
     /// layer, `(experts, out, in)`, and the expert's index in it.
-    pub fn gguf_stacked(self) -> Option<(String, usize)> {
+    pub(crate) fn gguf_stacked(self) -> Option<(String, usize)> {
         match self {
             Part::ExpertGate(l, e) => Some((format!("blk.{l}.ffn_gate_exps.weight"), e)),
             Part::ExpertUp(l, e) => Some((format!("blk.{l}.ffn_up_exps.weight"), e)),
@@ -299,7 +299,7 @@ fn timed<R>(profile: Option<&Profile>, op: Op, f: impl FnOnce() -> R) -> R {
 impl Llama {
     /// Times every operation of every later forward pass (a few percent slower on the
     /// smallest steps); the returned profile fills as the model runs.
-    pub fn enable_profiling(&mut self) -> Arc<Profile> {
+    pub(crate) fn enable_profiling(&mut self) -> Arc<Profile> {
         self.profile
             .get_or_insert_with(|| Arc::new(Profile::default()))
             .clone()

@@ -163,7 +163,10 @@ pub fn load(spec: &str, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     Ok(loaded)
 }
 
-pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+pub(crate) fn load_source(
+    source: &ModelSource,
+    opts: &LoadOptions,
+) -> Result<LoadedModel, ModelError> {
     match source {
         ModelSource::HfDir(dir) => load_hf_dir(dir, opts),
         ModelSource::Gguf(path) => load_gguf(path, opts),
@@ -414,7 +417,7 @@ pub fn read_chat_spec(dir: &Path) -> Result<ChatSpec, ModelError> {
 
 /// Resolves a Hub repository to a local snapshot folder: from the Hugging Face cache when
 /// every file is there (no network needed), else by downloading the missing files.
-pub fn hub_snapshot(repo: &str, revision: &str) -> Result<PathBuf, ModelError> {
+pub(crate) fn hub_snapshot(repo: &str, revision: &str) -> Result<PathBuf, ModelError> {
     use hf_hub::{Cache, Repo, RepoType};
     let hub_repo = Repo::with_revision(repo.to_string(), RepoType::Model, revision.to_string());
     let cache = Cache::from_env().repo(hub_repo.clone());

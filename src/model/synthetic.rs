@@ -104,7 +104,7 @@ impl Shape {
     }
 
     /// Whether the shape's vocabulary is the byte tokenizer's (else Llama 3's).
-    pub fn byte_vocabulary(self) -> bool {
+    pub(crate) fn byte_vocabulary(self) -> bool {
         matches!(
             self,
             Shape::Tiny | Shape::MixtralSmall | Shape::MixtralSmallDense
@@ -112,7 +112,7 @@ impl Shape {
     }
 
     /// Token ids that are ordinary text in the shape's tokenizer (no special tokens).
-    pub fn text_vocab(self) -> u32 {
+    pub(crate) fn text_vocab(self) -> u32 {
         if self.byte_vocabulary() { 256 } else { 128_000 }
     }
 }
@@ -277,7 +277,7 @@ impl WeightSource for RandomWeights {
 ///
 /// The model never ends a reply on its own (no end-of-turn ids): a benchmark's replies run to
 /// their token limit unless a grammar completes them first.
-pub fn random_llama(
+pub(crate) fn random_llama(
     shape: Shape,
     weights: WeightFormat,
     device: &Device,
@@ -299,7 +299,7 @@ pub fn random_llama(
 }
 
 /// The dtype activations and the KV cache take for `weights` on `device`.
-pub fn activation_dtype(weights: WeightFormat, device: &Device, shape: Shape) -> DType {
+pub(crate) fn activation_dtype(weights: WeightFormat, device: &Device, shape: Shape) -> DType {
     match weights.target(device, shape.config().parameters() as usize) {
         Ok(Target::Dense(dtype)) => dtype,
         // Loading refuses a format the device cannot hold; until then, f32.

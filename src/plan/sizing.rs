@@ -39,7 +39,7 @@ pub enum DeviceFormat {
 
 impl DeviceFormat {
     /// What `--weights` becomes on a GPU (`auto` and `native` of safetensors: bf16).
-    pub fn on_gpu(weights: WeightFormat) -> Result<Self, RunError> {
+    pub(crate) fn on_gpu(weights: WeightFormat) -> Result<Self, RunError> {
         Ok(match weights {
             WeightFormat::Auto | WeightFormat::Native | WeightFormat::Bf16 => DeviceFormat::Bf16,
             WeightFormat::F16 => DeviceFormat::F16,
@@ -63,7 +63,7 @@ impl DeviceFormat {
 
     /// Bytes of one key or value in the KV cache, and of a vector weight: the activation
     /// dtype, which is f32 under quantized weights (`Llama::load`).
-    pub fn activation_bytes(self) -> usize {
+    pub(crate) fn activation_bytes(self) -> usize {
         match self {
             DeviceFormat::Bf16 | DeviceFormat::F16 => 2,
             DeviceFormat::F32 | DeviceFormat::Q8_0 => 4,
@@ -100,7 +100,7 @@ impl DeviceFormat {
     }
 
     /// Bytes of one expert's weights over every layer, for a mixture.
-    pub fn expert_bytes(self, cfg: &ModelConfig) -> f64 {
+    pub(crate) fn expert_bytes(self, cfg: &ModelConfig) -> f64 {
         let (h, i) = (cfg.hidden_size as f64, cfg.intermediate_size as f64);
         cfg.num_layers as f64 * 3.0 * h * i * self.matrix_bytes()
     }
@@ -222,7 +222,7 @@ pub fn count(n: u64) -> String {
 /// The smallest change of weight format that makes a model fit one device of `profile`, for
 /// a plan whose format does not: `inputs` re-sized in each smaller format throng converts to
 /// on a GPU.
-pub fn fitting_format(
+pub(crate) fn fitting_format(
     cfg: &ModelConfig,
     current: DeviceFormat,
     inputs: &Inputs,
@@ -331,7 +331,7 @@ fn stated(
 
 /// `model` as the plan sizes it: loaded here and measured (on a device profile, its figures
 /// computed for that device), or from its preset's stated config when its weights are not here.
-pub fn size_model(
+pub(crate) fn size_model(
     model: &ModelSettings,
     profile: Option<DeviceProfile>,
 ) -> Result<Sized, RunError> {

@@ -51,7 +51,7 @@ pub struct Divergence {
 
 impl Divergence {
     /// `perplexity / reference_perplexity`: 1 is no loss.
-    pub fn perplexity_ratio(&self) -> f64 {
+    pub(crate) fn perplexity_ratio(&self) -> f64 {
         self.perplexity / self.reference_perplexity
     }
 }

@@ -34,7 +34,7 @@ use std::time::Instant;
 
 /// The fixed text whose perplexity the gate measures: about 2,000 tokens of plain English
 /// prose, dialogue, figures and JSON, written for throng.
-pub const TEXT: &str = include_str!("text.txt");
+pub(crate) const TEXT: &str = include_str!("text.txt");
 
 /// Tokens per window of the text: each window is read from its start, and its first
 /// [`WINDOW_CONTEXT`] positions only give context.
@@ -77,7 +77,7 @@ impl Bounds {
     /// decisions (p < 0.01: the excess of the issue that made this gate, 7 of 64 lost and
     /// none gained, has p = 0.008, while a format that is as good as f32 fails one run in a
     /// hundred at most, on any machine whose rounding flips other replies).
-    pub const EIGHT_BIT: Bounds = Bounds {
+    pub(crate) const EIGHT_BIT: Bounds = Bounds {
         max_perplexity_ratio: 1.0035,
         max_mean_kl: 0.0055,
         min_top1_agreement: 0.96,

@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 /// Most reply tokens per decision: room for the schema's fields and a few sentences of reason.
-pub const MAX_TOKENS: usize = 96;
+pub(crate) const MAX_TOKENS: usize = 96;
 
 /// Longest free text of a decision: a few sentences of prose (some 55 tokens, which leaves the
 /// other fields room within [`MAX_TOKENS`]), while a reply that loops on digits and dots

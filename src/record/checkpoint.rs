@@ -10,8 +10,8 @@ use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub const CHECKPOINT: &str = "checkpoint.bin";
-pub const PREVIOUS: &str = "checkpoint.prev.bin";
+pub(crate) const CHECKPOINT: &str = "checkpoint.bin";
+pub(crate) const PREVIOUS: &str = "checkpoint.prev.bin";
 const MAGIC: &[u8; 8] = b"THRONGCK";
 /// Bumped when the payload's layout changes; an older checkpoint is refused by name.
 const FORMAT: u32 = 2;

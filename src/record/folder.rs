@@ -311,7 +311,7 @@ impl RunFolder {
     /// model did not load): removes what the start wrote (manifest, configs, decision store,
     /// lock) and the folders it made, leaving the place
     /// as it was before, so that the same `--out` can be given again.
-    pub fn abandon(self) {
+    pub(crate) fn abandon(self) {
         for name in [
             MANIFEST_TMP,
             MANIFEST,

@@ -55,7 +55,7 @@ impl InputChange {
 
     /// Whether the file is the run's copy of a prompt template (`inputs/templates/...`):
     /// the run renders that copy, so it, not the template it was copied from, changed.
-    pub fn is_template(&self) -> bool {
+    pub(crate) fn is_template(&self) -> bool {
         Path::new(self.file()).starts_with(Path::new(INPUTS).join("templates"))
     }
 }
@@ -65,7 +65,11 @@ impl InputChange {
 /// with: the `templates` folder its config named, or a scenario's default folder beside or
 /// under the folder throng ran in, as when the run started (paths relative to where throng
 /// runs now, as the manifest's `config_file` is).
-pub fn original_template(dir: &Path, manifest: &super::Manifest, file: &str) -> Option<PathBuf> {
+pub(crate) fn original_template(
+    dir: &Path,
+    manifest: &super::Manifest,
+    file: &str,
+) -> Option<PathBuf> {
     let want = manifest.inputs.get(file)?;
     let name = Path::new(file).file_name()?;
     let config = Path::new(&manifest.config_file);
@@ -128,7 +132,7 @@ pub fn changes(dir: &Path, recorded: &BTreeMap<String, String>) -> Vec<InputChan
 
 /// The settings that differ between two TOML documents, as `key: was A, now B` (dotted keys
 /// for nested tables; `[[arms]]` entries by index).
-pub fn config_differences(before: &str, after: &str) -> Vec<String> {
+pub(crate) fn config_differences(before: &str, after: &str) -> Vec<String> {
     let (Ok(before), Ok(after)) = (before.parse::<toml::Table>(), after.parse::<toml::Table>())
     else {
         return vec!["it no longer parses as TOML".into()];

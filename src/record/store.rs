@@ -118,7 +118,7 @@ impl Store {
     }
 
     /// Records `model`'s identity (JSON), so that readers know whose replies these are.
-    pub fn set_model(&self, model: &str, identity: &str) -> Result<(), RecordError> {
+    pub(crate) fn set_model(&self, model: &str, identity: &str) -> Result<(), RecordError> {
         let db = self.db()?;
         let w = db.begin_write().map_err(|e| store_error(&self.path, e))?;
         {

@@ -15,7 +15,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// Writes `batch`'s rows to `writer` (its header first when `header`).
-pub fn write_csv<W: Write>(
+pub(crate) fn write_csv<W: Write>(
     writer: &mut csv::Writer<W>,
     batch: &RecordBatch,
     header: bool,
@@ -94,7 +94,7 @@ fn format_cell(column: &dyn Array, row: usize, out: &mut String) -> Result<(), N
 }
 
 /// Writes `batches` (one schema) as one Parquet file.
-pub fn write_parquet(path: &Path, batches: &[RecordBatch]) -> Result<(), RecordError> {
+pub(crate) fn write_parquet(path: &Path, batches: &[RecordBatch]) -> Result<(), RecordError> {
     let Some(first) = batches.first() else {
         return Ok(());
     };

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 /// The base run of `exp`, if it names one, checked: a finished run of the same scenario, with
 /// the arm to compare against (the one named, or the base's only arm).
-pub fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>, RunError> {
+pub(crate) fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>, RunError> {
     let Some(cf) = &exp.config.counterfactual else {
         return Ok(None);
     };

@@ -40,7 +40,7 @@ impl RunError {
 
     /// The message with its chain of causes on one line (`what: why: why`), a cause whose
     /// words the one before it already gave left out: for a line of a log, such as a rank's.
-    pub fn one_line(&self) -> String {
+    pub(crate) fn one_line(&self) -> String {
         let mut text = self.to_string();
         let mut said = text.clone();
         let mut cause = self.source();

@@ -14,7 +14,7 @@ use crate::record::{self, Manifest, Status};
 use std::path::{Path, PathBuf};
 
 /// Where a run waits while it is extended.
-pub fn previous_of(dir: &Path) -> PathBuf {
+pub(crate) fn previous_of(dir: &Path) -> PathBuf {
     let mut name = dir.file_name().unwrap_or_default().to_os_string();
     name.push(".before-extension");
     dir.with_file_name(name)
@@ -161,7 +161,7 @@ fn check(
 impl Plan {
     /// Moves the finished run aside, once the extended run's checks have passed, and points
     /// `args` at it. The run is moved back if the extension fails before its first step.
-    pub fn move_aside(self, args: &mut RunOptions) -> Result<MovedAside, RunError> {
+    pub(crate) fn move_aside(self, args: &mut RunOptions) -> Result<MovedAside, RunError> {
         if let Err(e) = std::fs::rename(&self.dir, &self.previous) {
             refuse!("cannot move {} aside to extend it: {e}", self.dir.display());
         }
@@ -195,7 +195,7 @@ pub struct MovedAside {
 
 impl MovedAside {
     /// The config file the run was first made from.
-    pub fn config_file(&self) -> &str {
+    pub(crate) fn config_file(&self) -> &str {
         &self.plan.config_file
     }
 

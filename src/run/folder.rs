@@ -34,7 +34,7 @@ impl Drop for Starting {
 
 /// Takes the run folder `dir` to continue it: checks it, its manifest, its inputs and its
 /// checkpoint before anything heavy (the model) is loaded.
-pub fn open_resumed(
+pub(crate) fn open_resumed(
     registry: &Registry,
     dir: &Path,
     overrides: &Overrides,
@@ -139,7 +139,7 @@ fn check_inputs(dir: &Path, manifest: &Manifest) -> Result<(), RunError> {
 
 /// Loads `config` for a new run and checks what can be checked before its folder is written:
 /// the config, the memory it needs, the models it names.
-pub fn check_new(
+pub(crate) fn check_new(
     registry: &Registry,
     config: &Path,
     overrides: &Overrides,
@@ -157,7 +157,7 @@ pub fn check_new(
 
 /// Takes a new or empty folder for a new run of `config`: the manifest first, so that the
 /// folder is a recognisable run from its first moment, then the config as run.
-pub fn open_new(
+pub(crate) fn open_new(
     registry: &Registry,
     config: &Path,
     out: Option<PathBuf>,

@@ -9,7 +9,7 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:8787";
 
 /// Serves the page of the run in `dir`, and nothing beside it, from a thread of its own while
 /// this process runs it.
-pub fn serve_run(
+pub(crate) fn serve_run(
     dir: &Path,
     listener: std::net::TcpListener,
     public: bool,

@@ -16,14 +16,14 @@ use std::path::{Path, PathBuf};
 
 /// The kind of a device spec: `cpu` or `cuda`. Devices of one kind compute the same bits
 /// (the same kernels on the same model of GPU); a CPU and a GPU do not.
-pub fn device_kind(spec: &str) -> &str {
+pub(crate) fn device_kind(spec: &str) -> &str {
     spec.split(':').next().unwrap_or(spec)
 }
 
 /// The device this rank takes: its entry of `devices`, else an explicit device, else
 /// `cuda:LOCAL_RANK` in a CUDA build, else the CPU. A resumed run (`started_on`: the device
 /// its manifest names) stays on its kind of device.
-pub fn device_for(job: &Job, started_on: Option<&str>) -> String {
+pub(crate) fn device_for(job: &Job, started_on: Option<&str>) -> String {
     let local = job.ranks.topology().local_rank;
     if let Some(devices) = job.options.devices.as_ref().filter(|d| !d.is_empty()) {
         return devices[local % devices.len()].clone();
@@ -202,7 +202,7 @@ fn load_one(
 /// opened (a resumed run's from its manifest), checked against the engines, and the run's own
 /// store, which rank 0 returns to keep every rank's replies in. A resumed run's models are
 /// checked to be the ones it started with; a new run's are recorded.
-pub fn attach_reuse(
+pub(crate) fn attach_reuse(
     job: &Job,
     opened: &mut Opened,
     llm: Option<&mut Llm>,

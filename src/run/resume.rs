@@ -103,7 +103,11 @@ impl StartedWith {
     /// Refuses to go on when a model loaded for the resume is not the one the run started
     /// with: other weights (replaced in place, or a relative path found from another
     /// folder), or another class of device.
-    pub fn check_models(&self, dir: &Path, engines: &[(String, &Engine)]) -> Result<(), RunError> {
+    pub(crate) fn check_models(
+        &self,
+        dir: &Path,
+        engines: &[(String, &Engine)],
+    ) -> Result<(), RunError> {
         let Some(started) = &self.engine else {
             return Ok(());
         };
@@ -178,7 +182,7 @@ fn loaded_record(name: &str, identity: &ModelIdentity) -> LoadedModelRecord {
 
 /// The record of the engine settings `model` asked for and of `engines` as loaded (each
 /// model's name and engine).
-pub fn engine_record(
+pub(crate) fn engine_record(
     model: &ModelSettings,
     engines: &[(String, &Engine)],
 ) -> Result<EngineRecord, RunError> {

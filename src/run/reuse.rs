@@ -21,7 +21,7 @@ fn identities<'a>(engines: &'a [(String, &Engine)]) -> Vec<(&'a str, &'a ModelId
 /// Refuses `--reuse` of what cannot be a source of decisions, before anything is written: a
 /// path that is not there, a file, a folder that is not a run, a run that asked no model
 /// (a damaged store of a run is found when it is opened, and left out with a warning).
-pub fn check_sources(dirs: &[PathBuf]) -> Result<(), RunError> {
+pub(crate) fn check_sources(dirs: &[PathBuf]) -> Result<(), RunError> {
     for dir in dirs {
         let why = match std::fs::metadata(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => "there is nothing there",

@@ -180,7 +180,7 @@ impl ModelSettings {
 
     /// As [`ModelSettings::load_engine_described`], with per-operation profiling of the
     /// forward pass when `profile` is set (read back through `engine.model().profile()`).
-    pub fn load_engine_with(&self, profile: bool) -> Result<(Engine, String), RunError> {
+    pub(crate) fn load_engine_with(&self, profile: bool) -> Result<(Engine, String), RunError> {
         let opts = self.load_options()?;
         // The cache is allocated at once, and on the CPU a failed allocation aborts.
         if let (true, Some(kv), Some(host)) = (
@@ -222,7 +222,7 @@ impl ModelSettings {
     /// first, then the KV memory (`--kv-memory`, else the device's default, measured once
     /// all weights are in) split between them by [`kv_shares`]. A model that fails to load
     /// is named at the line of the config that names it (`exp`).
-    pub fn load_engines(
+    pub(crate) fn load_engines(
         &self,
         exp: &Experiment,
         models: &[(String, u64)],

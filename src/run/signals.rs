@@ -14,7 +14,7 @@ use std::time::Duration;
 /// (a step that cannot finish), stops the run at once: the run in `dir` is marked paused,
 /// its records end at the last checkpoint, and the process exits 130. Ranks other than 0
 /// wait a little longer, so that rank 0 stops (and marks the folder) first.
-pub fn stop_on_signal(rank: usize, dir: &Path, timeout: Duration) -> Arc<AtomicBool> {
+pub(crate) fn stop_on_signal(rank: usize, dir: &Path, timeout: Duration) -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let dir = dir.to_path_buf();
@@ -74,7 +74,7 @@ fn stop_at_once(rank: usize, dir: &Path, why: &str) -> ! {
 /// marks the run failed in its manifest with the panic's message (paused, resumable, after a
 /// Ctrl-C that landed in the scenario's code), so that the manifest does not say `running`;
 /// then the panic goes on to whoever called the run, a [`Halt`] with the run's folder set.
-pub fn halted(root: bool, dir: &Path, mut payload: Box<dyn std::any::Any + Send>) -> ! {
+pub(crate) fn halted(root: bool, dir: &Path, mut payload: Box<dyn std::any::Any + Send>) -> ! {
     let (message, interrupted) = if let Some(halt) = payload.downcast_mut::<Halt>() {
         halt.dir = Some(dir.to_path_buf());
         (halt.message.clone(), halt.interrupted)

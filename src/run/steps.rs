@@ -27,7 +27,7 @@ pub struct Ran {
 /// Runs the steps. An error stops the run: rank 0 marks it failed in its manifest, and the
 /// error says how to go on (fix a template and start again, or resume). A panic marks it
 /// failed (or paused) and goes on (see [`signals::halted`]).
-pub fn run_steps(
+pub(crate) fn run_steps(
     job: &Job,
     opened: &mut Opened,
     mut llm: Option<&mut Llm>,

@@ -423,7 +423,7 @@ impl<S: Scenario> Loaded for Typed<S> {
 
 /// `templates` from the config, else `templates/<scenario>` beside or above the config's
 /// folder, else in the current directory.
-pub fn templates_dir(exp: &Experiment) -> PathBuf {
+pub(crate) fn templates_dir(exp: &Experiment) -> PathBuf {
     let name = &exp.scenario;
     let beside = exp.source.dir().join("..").join("templates").join(name);
     let default = if beside.is_dir() {
@@ -435,6 +435,6 @@ pub fn templates_dir(exp: &Experiment) -> PathBuf {
 }
 
 /// Whether the experiment needs the model.
-pub fn needs_model(exp: &Experiment) -> bool {
+pub(crate) fn needs_model(exp: &Experiment) -> bool {
     exp.policies.uses(PolicyKind::Llm)
 }

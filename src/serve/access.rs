@@ -69,14 +69,14 @@ impl Access {
     }
 
     /// Whether `given` is the token.
-    pub fn is_token(&self, given: &str) -> bool {
+    pub(crate) fn is_token(&self, given: &str) -> bool {
         constant_time_eq(given.as_bytes(), self.token.as_bytes())
     }
 
     /// Refuses a request whose Host header names no address of this server: loopback names
     /// and addresses, the bound address, and the names allowed. An address given as a number
     /// cannot be a rebound name, so with every interface bound any number is fine.
-    pub fn check_host(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+    pub(crate) fn check_host(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         let given = headers
             .get(header::HOST)
             .and_then(|v| v.to_str().ok())
@@ -113,7 +113,7 @@ impl Access {
     }
 
     /// Refuses a request without the token (401) or with a wrong one (403).
-    pub fn check_token(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+    pub(crate) fn check_token(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         match self.given(headers) {
             Some(t) if self.is_token(&t) => Ok(()),
             Some(_) => Err(Refusal(
@@ -136,7 +136,7 @@ impl Access {
 
     /// Refuses a control action sent by a page of another origin (another port of this
     /// machine is the same site for cookies, but not the same origin).
-    pub fn check_origin(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+    pub(crate) fn check_origin(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
             return Ok(());
         };

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 struct Assets;
 
 /// The content type of a file by its extension.
-pub fn mime(name: &str) -> &'static str {
+pub(crate) fn mime(name: &str) -> &'static str {
     match name.rsplit('.').next().unwrap_or("") {
         "html" => "text/html; charset=utf-8",
         "js" => "text/javascript; charset=utf-8",
@@ -41,7 +41,7 @@ pub fn file(name: &str) -> Response {
 
 /// The policy of the server's own pages: their scripts and styles come from the binary, and
 /// they talk to this server alone.
-pub const POLICY: &str = "default-src 'self'; img-src 'self' data:; style-src 'self' \
+pub(crate) const POLICY: &str = "default-src 'self'; img-src 'self' data:; style-src 'self' \
                           'unsafe-inline'; object-src 'none'; base-uri 'none'; \
                           form-action 'none'; frame-ancestors 'none'";
 

@@ -21,11 +21,11 @@ use std::io::BufRead;
 use std::path::Path;
 
 /// Decisions sent at most in one answer.
-pub const MOST: usize = 1000;
+pub(crate) const MOST: usize = 1000;
 
 /// Lines of a step read at most for one answer: a filter that matches few of a million
 /// logged decisions answers with what it found among this many, and where to go on.
-pub const SCANNED: usize = 20_000;
+pub(crate) const SCANNED: usize = 20_000;
 
 /// An attribute with more values than this among a step's agents (a name) filters nothing
 /// useful, and is not offered.

@@ -17,7 +17,7 @@ use std::path::Path;
 
 /// The policy of every file of a run folder: no script, no plugin, no frame, no form; images
 /// of this server and inline styles, as the report uses them.
-pub const POLICY: &str = "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; \
+pub(crate) const POLICY: &str = "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; \
                           base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The records a run's page offers to download, when the folder has them.
@@ -36,7 +36,7 @@ const CHUNK: usize = 256 << 10;
 
 /// The report's files in `dir`: `report.html`, the figures it shows and the tables beside it,
 /// regular files of the folder and of its `figures/` folder (never through a link).
-pub fn report_files(dir: &Path) -> Vec<String> {
+pub(crate) fn report_files(dir: &Path) -> Vec<String> {
     let wanted = |name: &str| {
         name == "report.html"
             || name == "summary.json"

@@ -192,7 +192,7 @@ fn eta(steps: &[StepRecord], planned: usize) -> Option<f64> {
 }
 
 /// The run's manifest, or why it cannot be read.
-pub fn read_manifest(dir: &Path) -> Result<Manifest, String> {
+pub(crate) fn read_manifest(dir: &Path) -> Result<Manifest, String> {
     match open::read(dir, MANIFEST, MOST) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map_err(|e| format!("manifest.json cannot be read ({e}): the folder is damaged")),
@@ -205,7 +205,7 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, String> {
 }
 
 /// `steps.csv` up to its last whole line: a line being appended is not yet a step.
-pub fn read_steps_lenient(dir: &Path) -> Result<Vec<StepRecord>, String> {
+pub(crate) fn read_steps_lenient(dir: &Path) -> Result<Vec<StepRecord>, String> {
     let bytes = match open::read(dir, STEPS, MOST) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -311,7 +311,7 @@ pub fn listing(dir: &Path, sub: &str) -> Vec<String> {
 }
 
 /// Whether `dir` is a run folder (or what a start of one left).
-pub fn is_run(dir: &Path) -> bool {
+pub(crate) fn is_run(dir: &Path) -> bool {
     [MANIFEST, "manifest.json.tmp", LOCK]
         .iter()
         .any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())

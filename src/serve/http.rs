@@ -153,7 +153,7 @@ impl Server {
     }
 
     /// The address of the page of the run in `dir`, with the token.
-    pub fn run_url(&self, dir: &Path) -> String {
+    pub(crate) fn run_url(&self, dir: &Path) -> String {
         let addr = self.local_addr().map(|a| a.to_string()).unwrap_or_default();
         let id = folders::id_of(&self.app.root, dir);
         format!("http://{addr}/runs/{id}?token={}", self.token())
@@ -180,7 +180,7 @@ impl Server {
 
 /// Serves `app` on `listener` until `stop` resolves, on a runtime of its own whose threads
 /// are named `threads` (call from a plain thread): `throng serve`'s pages and `throng api`.
-pub fn serve_on(
+pub(crate) fn serve_on(
     listener: std::net::TcpListener,
     app: Router,
     threads: &str,

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A line longer than this is no decision (a damaged log): it is skipped, never held.
-pub const LONGEST_LINE: u64 = 16 << 20;
+pub(crate) const LONGEST_LINE: u64 = 16 << 20;
 
 /// Lines that are no decisions tried one after another before a search takes a stretch of
 /// the log for its end.
@@ -157,7 +157,7 @@ impl Log<'_> {
 
     /// The position a decision line belongs to: its step's in `steps.csv`, or the step being
     /// written's when `steps.csv` does not have it yet.
-    pub fn position_of(&self, population: usize, step: usize) -> usize {
+    pub(crate) fn position_of(&self, population: usize, step: usize) -> usize {
         self.positions
             .get(&(population, step))
             .copied()

@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Panels shown at most: beyond them, the records have the rest.
-pub const PANELS: usize = 24;
+pub(crate) const PANELS: usize = 24;
 
 /// Replicates drawn as lines of their own at most, per arm (their mean has them all).
-pub const REPLICATE_LINES: usize = 10;
+pub(crate) const REPLICATE_LINES: usize = 10;
 
 /// The most of `aggregates.csv` read.
 const MOST: u64 = 256 << 20;

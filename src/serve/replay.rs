@@ -71,7 +71,7 @@ impl Stat {
         self.max = self.max.max(v);
     }
 
-    pub fn merge(&mut self, o: &Stat) {
+    pub(crate) fn merge(&mut self, o: &Stat) {
         self.sum += o.sum;
         self.n += o.n;
         self.min = self.min.min(o.min);
@@ -132,7 +132,7 @@ impl<T> FileCache<T> {
 pub type SumsCache = FileCache<Sums>;
 
 /// [`sums`] of the state file `name` of `dir`, from `cache` while it has not changed.
-pub fn cached_sums(dir: &Path, name: &str, cache: &SumsCache) -> Option<Arc<Sums>> {
+pub(crate) fn cached_sums(dir: &Path, name: &str, cache: &SumsCache) -> Option<Arc<Sums>> {
     cache.get(dir, name, sums)
 }
 
@@ -203,7 +203,7 @@ const KEYS: &[&str] = &["population", "replicate", "step", "agent"];
 /// The state file holding the step at position `at` (1-based), by its name in `dir`: its
 /// part while the run has not joined them (named by the population's place among the run's
 /// sizes and the step within it), else the joined table.
-pub fn state_file(dir: &Path, steps: &[StepRecord], at: usize) -> Option<String> {
+pub(crate) fn state_file(dir: &Path, steps: &[StepRecord], at: usize) -> Option<String> {
     let record = steps.get(at.checked_sub(1)?)?;
     let group = steps[..at]
         .windows(2)

@@ -332,7 +332,7 @@ impl Default for RecordsConfig {
 
 impl RecordsConfig {
     /// Whether a run whose largest step has `rows` state rows writes them as CSV too.
-    pub fn state_csv(&self, rows: usize) -> bool {
+    pub(crate) fn state_csv(&self, rows: usize) -> bool {
         match self.csv {
             CsvMode::Always => true,
             CsvMode::Never => false,
@@ -406,12 +406,12 @@ pub enum Split {
 }
 
 /// The longest `name` taken: the folder `<name>-<unix time>` must fit a file name's 255 bytes.
-pub const MAX_NAME_BYTES: usize = 200;
+pub(crate) const MAX_NAME_BYTES: usize = 200;
 
 /// Why `name` cannot name a run folder, if it cannot: it becomes one component of a path
 /// (`runs/<name>-<unix time>`), so it must be non-empty, hold no separator, not be `.` or
 /// `..`, and hold no control character.
-pub fn check_run_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_run_name(name: &str) -> Result<(), String> {
     const FIX: &str =
         "give a short name of letters, digits, `-`, `_` or `.` (e.g. name = \"exp1\")";
     let problem = if name.trim().is_empty() {
@@ -460,14 +460,14 @@ fn default_policy() -> PolicyKind {
 
 /// The most steps a run may take: every step writes a Parquet part of each table (joined when
 /// the run ends) and a checkpoint, so 100,000 steps already leave 100,000 files per table.
-pub const MAX_STEPS: usize = 100_000;
+pub(crate) const MAX_STEPS: usize = 100_000;
 /// The most replicates: a million games or markets of each arm and population size.
-pub const MAX_REPLICATES: usize = 1_000_000;
+pub(crate) const MAX_REPLICATES: usize = 1_000_000;
 /// The most arms a run may have, `[[arms]]` crossed with every `[sweep]` combination.
-pub const MAX_ARMS: usize = 10_000;
+pub(crate) const MAX_ARMS: usize = 10_000;
 /// The most population sizes a run may list (each is a group of Parquet parts, numbered in
 /// three digits).
-pub const MAX_POPULATION_SIZES: usize = 1_000;
+pub(crate) const MAX_POPULATION_SIZES: usize = 1_000;
 
 /// A count that must be at least 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

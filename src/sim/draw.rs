@@ -187,7 +187,7 @@ fn draw_numeric(
 
 /// The band label of `x` for edges `bands` (`18-29`, `80+` for the top edge and above,
 /// `<18` below the first).
-pub fn band_label(x: f64, bands: &[f64]) -> String {
+pub(crate) fn band_label(x: f64, bands: &[f64]) -> String {
     let fmt = |v: f64| fmt_number(v);
     if x < bands[0] {
         return format!("<{}", fmt(bands[0]));

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
 /// The most levels a config may nest.
-pub const MAX_LEVELS: usize = 8;
+pub(crate) const MAX_LEVELS: usize = 8;
 
 /// One level as written in `[[population.groups]]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -217,7 +217,7 @@ fn form(level: &LevelConfig, name: &str, categorical: &[&str]) -> Result<Form, S
 /// Checks that `levels` divide a population of `size` agents where they must (sized levels
 /// with `remainder = "refuse"`, none inside a `by` level): the message names the nearest
 /// sizes that do.
-pub fn check_divides(levels: &[LevelSpec], size: usize) -> Result<(), String> {
+pub(crate) fn check_divides(levels: &[LevelSpec], size: usize) -> Result<(), String> {
     let mut units = size;
     let mut product = 1usize;
     for spec in levels {

@@ -49,7 +49,7 @@ pub struct DeviceProfile {
 }
 
 /// Stated by NVIDIA (dense, without sparsity).
-pub const PROFILES: &[DeviceProfile] = &[
+pub(crate) const PROFILES: &[DeviceProfile] = &[
     DeviceProfile {
         name: "h200",
         memory_bytes: 141e9,
@@ -82,11 +82,11 @@ pub fn profile(name: &str) -> Option<&'static DeviceProfile> {
 
 /// Of a GPU's stated figures, what a real step reaches (assumed): matrix units half busy
 /// over a step's ragged batches, memory streamed at 80% of its peak.
-pub const FLOPS_EFFICIENCY: f64 = 0.5;
-pub const BANDWIDTH_EFFICIENCY: f64 = 0.8;
+pub(crate) const FLOPS_EFFICIENCY: f64 = 0.5;
+pub(crate) const BANDWIDTH_EFFICIENCY: f64 = 0.8;
 /// Of a device's memory, what is left for neither weights nor KV cache (activations,
 /// workspaces, the runtime): assumed.
-pub const RESERVED_SHARE: f64 = 0.1;
+pub(crate) const RESERVED_SHARE: f64 = 0.1;
 
 /// How fast decisions are made.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -176,7 +176,7 @@ pub struct Estimate {
 
 impl Inputs {
     /// The estimate on `devices` devices (every other input as given).
-    pub fn estimate_on(&self, devices: usize) -> Estimate {
+    pub(crate) fn estimate_on(&self, devices: usize) -> Estimate {
         let devices = devices.max(1);
         let per_device = self.decisions.div_ceil(devices);
         let own = (self.prompt_tokens.value - self.shared_tokens.value).max(0.0);
@@ -483,23 +483,23 @@ use crate::sim::scenario::Scenario;
 
 /// What the process holds whatever the run: the program, its runtime and buffers (measured
 /// at 25 to 75 MB for small runs), with room to spare.
-pub const BASE_BYTES: f64 = 96.0 * 1024.0 * 1024.0;
+pub(crate) const BASE_BYTES: f64 = 96.0 * 1024.0 * 1024.0;
 /// Bytes of text per token of a model's reply or persona (English averages about 4).
-pub const BYTES_PER_TOKEN: f64 = 8.0;
+pub(crate) const BYTES_PER_TOKEN: f64 = 8.0;
 /// No model throng runs holds more tokens in one sequence than this: a bound on the text
 /// `max_tokens` can ask for.
-pub const LONGEST_CONTEXT: f64 = 131_072.0;
+pub(crate) const LONGEST_CONTEXT: f64 = 131_072.0;
 /// A request in flight: its rendered prompt, token ids and sequence (assumed).
-pub const REQUEST_BYTES: f64 = 16.0 * 1024.0;
+pub(crate) const REQUEST_BYTES: f64 = 16.0 * 1024.0;
 /// A turn an agent remembers (`history`): its own prompt, besides the reply (assumed).
-pub const HISTORY_TURN_BYTES: f64 = 4.0 * 1024.0;
+pub(crate) const HISTORY_TURN_BYTES: f64 = 4.0 * 1024.0;
 /// What the runner holds per cell whatever its size: the cell's record rows of a step as
 /// Arrow arrays of their own (a dozen small allocations each, before the step's rows are
 /// joined), its aggregates row, its RNG and bookkeeping, and what the allocator keeps around
 /// them. Measured at 14 KB a cell in peak resident memory (the guessing game, 3 agents a
 /// cell, 10,000 to 100,000 cells; the energy market, 20 agents, 2,000 cells): a run of many
 /// small cells is dominated by it.
-pub const CELL_BYTES: f64 = 16.0 * 1024.0;
+pub(crate) const CELL_BYTES: f64 = 16.0 * 1024.0;
 
 /// What a run holds in memory at its largest population size, the model aside: the agents'
 /// attributes and personas, every cell's world, and one step's turns, decisions, prompts in

@@ -128,7 +128,7 @@ impl Descriptor {
     }
 
     /// Whether agents play more than one role: the state table then has a `role` column.
-    pub fn several_roles(&self) -> bool {
+    pub(crate) fn several_roles(&self) -> bool {
         self.roles.len() > 1
     }
 }

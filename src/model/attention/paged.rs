@@ -135,7 +135,7 @@ impl PagedKv<'_> {
     /// Calls `f(pos, key_or_value_row)` for positions `from..to` in order, walking the block
     /// table instead of dividing per position.
     #[inline(always)]
-    pub fn for_each_row<K: Kernels + ?Sized>(
+    pub(crate) fn for_each_row<K: Kernels + ?Sized>(
         &self,
         cache: Rows<'_>,
         from: usize,

@@ -136,16 +136,16 @@ impl From<Limit> for LimitSpec {
 }
 
 /// The reference's `np.clip` of `adjust_renewable_mix`, whatever its prompt asks for.
-pub const REFERENCE_MIX_CLIP: i64 = 100;
+pub(crate) const REFERENCE_MIX_CLIP: i64 = 100;
 
 /// The largest amount a knob may set (resources, prices, costs, units of energy, demand): a
 /// trillion, a thousand million times the reference's amounts. A larger one is a typo, not a
 /// market.
-pub const MAX_AMOUNT: f64 = 1e12;
+pub(crate) const MAX_AMOUNT: f64 = 1e12;
 /// The largest `regulator_max`: a cap per unit of 100 x the demand.
-pub const MAX_REGULATOR: f64 = 100.0;
+pub(crate) const MAX_REGULATOR: f64 = 100.0;
 /// The largest `renewable_discount`: a renewable price divided by up to 1 + 10 x the mix.
-pub const MAX_DISCOUNT: f64 = 10.0;
+pub(crate) const MAX_DISCOUNT: f64 = 10.0;
 
 /// A number as a config would write it: `-1e308` rather than 309 digits.
 fn written(x: f64) -> String {
@@ -494,17 +494,17 @@ impl MarketConfig {
     }
 
     /// The most a producer's output may change in one step, if bounded.
-    pub fn production_change_limit(&self) -> Option<f64> {
+    pub(crate) fn production_change_limit(&self) -> Option<f64> {
         self.limit(self.max_production_change, 100.0)
     }
 
     /// The most a producer's price may change in one step, if bounded.
-    pub fn price_change_limit(&self) -> Option<f64> {
+    pub(crate) fn price_change_limit(&self) -> Option<f64> {
         self.limit(self.max_price_change, 25.0)
     }
 
     /// The highest consumer price whatever the regulation, if bounded.
-    pub fn consumer_price_ceiling(&self) -> Option<f64> {
+    pub(crate) fn consumer_price_ceiling(&self) -> Option<f64> {
         self.limit(self.max_consumer_price, 1000.0)
     }
 
@@ -519,7 +519,7 @@ impl MarketConfig {
 
     /// The most a utility may charge per unit at `demand`: the cap when regulated, and the
     /// ceiling.
-    pub fn consumer_price_max(&self, demand: f64) -> Option<f64> {
+    pub(crate) fn consumer_price_max(&self, demand: f64) -> Option<f64> {
         match (self.cap(demand), self.consumer_price_ceiling()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -529,7 +529,7 @@ impl MarketConfig {
     /// The values `adjust_renewable_mix` may take: 0 to `max_renewable_mix` under the fixed
     /// rules; the reference clips to +/-100 only (so a negative mix is possible, and ranks
     /// renewables first).
-    pub fn renewable_mix_range(&self) -> (i64, i64) {
+    pub(crate) fn renewable_mix_range(&self) -> (i64, i64) {
         match self.rules {
             Rules::Fixed => (0, self.max_renewable_mix.floor() as i64),
             Rules::Reference => (-REFERENCE_MIX_CLIP, REFERENCE_MIX_CLIP),

@@ -43,7 +43,7 @@ pub struct EnergyMarket {
 }
 
 /// The scenario's own table of purchases: `trades.parquet`.
-pub const TRADES: &str = "trades";
+pub(crate) const TRADES: &str = "trades";
 
 /// One purchase in one step: a row of `trades.parquet`. A utility's rows of a step are its
 /// suppliers; a producer's, who bought from it and how much.
@@ -115,7 +115,7 @@ impl EnergyMarket {
         }
     }
 
-    pub fn type_name(&self, kind: u16) -> &str {
+    pub(crate) fn type_name(&self, kind: u16) -> &str {
         &self.type_names[kind as usize]
     }
 

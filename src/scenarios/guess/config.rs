@@ -18,14 +18,14 @@ pub enum PromptStyle {
 /// The target rule's bounds: `ratio` within 0 to 10, `offset` within -100 to 100, each an
 /// exact fraction whose denominator is at most a million (every target then stays exact in
 /// 128-bit integers for any population).
-pub const MAX_RATIO: i64 = 10;
-pub const MAX_OFFSET: i64 = 100;
-pub const MAX_DENOMINATOR: i64 = 1_000_000;
+pub(crate) const MAX_RATIO: i64 = 10;
+pub(crate) const MAX_OFFSET: i64 = 100;
+pub(crate) const MAX_DENOMINATOR: i64 = 1_000_000;
 
 /// The most characters of reasoning a config may ask for: far more than any model's reply
 /// holds (a million characters are some 250,000 tokens), and within what the decoder's
 /// schema can bound (above 2^32 it cannot, and every decision would fall back).
-pub const MAX_REASONING_CHARS: usize = 1_000_000;
+pub(crate) const MAX_REASONING_CHARS: usize = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -137,7 +137,7 @@ impl GuessConfig {
     }
 
     /// The rule in words: `2/3 of the average`, `5 plus 1/2 of the average`.
-    pub fn rule_text(&self) -> String {
+    pub(crate) fn rule_text(&self) -> String {
         let ratio = if self.ratio == (Fraction { num: 1, den: 1 }) {
             "the average".to_string()
         } else {

@@ -38,7 +38,7 @@ pub struct Round {
 /// A round as read back, with its cell's keys.
 pub type RoundRow = record::Keyed<Round>;
 
-pub fn round_batch(rows: &[Round]) -> RecordBatch {
+pub(crate) fn round_batch(rows: &[Round]) -> RecordBatch {
     use serde_arrow::schema::{SchemaLike, TracingOptions};
     static FIELDS: OnceLock<Vec<FieldRef>> = OnceLock::new();
     let fields = FIELDS.get_or_init(|| {

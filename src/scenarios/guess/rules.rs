@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 /// Guesses are stored in hundredths: 0 ..= 10000 is 0 ..= 100.
-pub const SCALE: i64 = 100;
-pub const MAX_GUESS: u16 = 100 * SCALE as u16;
+pub(crate) const SCALE: i64 = 100;
+pub(crate) const MAX_GUESS: u16 = 100 * SCALE as u16;
 
 /// An exact fraction `num / den` (den > 0), read from `"2/3"`, `0.51` or `5`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -57,7 +57,7 @@ impl Fraction {
 
     /// From a decimal's shortest spelling (`0.51` -> 51/100), so that what the user wrote is
     /// what is computed.
-    pub fn from_f64(x: f64) -> Result<Self, FractionError> {
+    pub(crate) fn from_f64(x: f64) -> Result<Self, FractionError> {
         if !x.is_finite() {
             return Err(FractionError::NotFinite(x));
         }
@@ -184,7 +184,7 @@ impl RoundResult {
     }
 
     /// The winning numbers, lower first (one, or two on both sides of the target).
-    pub fn winning_numbers(&self) -> impl Iterator<Item = f64> + '_ {
+    pub(crate) fn winning_numbers(&self) -> impl Iterator<Item = f64> + '_ {
         std::iter::once(self.winning_number).chain(self.tied_winning_number)
     }
 }
@@ -207,7 +207,7 @@ pub enum Equilibrium {
 
 impl Equilibrium {
     /// The single number best responses converge to from any start, if there is one.
-    pub fn stable(&self) -> Option<f64> {
+    pub(crate) fn stable(&self) -> Option<f64> {
         match self {
             Equilibrium::Stable { at, .. } => Some(*at),
             _ => None,
@@ -294,7 +294,7 @@ impl TargetRule {
     }
 
     /// The equilibrium and why, in a sentence for the report.
-    pub fn explain_equilibrium(&self) -> String {
+    pub(crate) fn explain_equilibrium(&self) -> String {
         let (r, c) = (self.ratio, self.offset);
         let one = Fraction { num: 1, den: 1 };
         // `3/2 x + 5`, `3/2 x`, `2 x - 50`.
@@ -442,7 +442,7 @@ impl TargetRule {
 }
 
 /// A guess in hundredths from a number of the range, rounded to `decimals` places.
-pub fn to_hundredths(x: f64, decimals: u32) -> u16 {
+pub(crate) fn to_hundredths(x: f64, decimals: u32) -> u16 {
     let step = 10f64.powi(2 - decimals.min(2) as i32);
     let h = (x.clamp(0.0, 100.0) * SCALE as f64 / step).round() * step;
     h.clamp(0.0, MAX_GUESS as f64) as u16

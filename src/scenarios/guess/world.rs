@@ -40,7 +40,7 @@ impl Game {
     }
 
     /// The outcome of round `r + 1` in the game `agent` played: its group's, or the cell's.
-    pub fn result_for(&self, r: usize, agent: usize) -> Option<&RoundResult> {
+    pub(crate) fn result_for(&self, r: usize, agent: usize) -> Option<&RoundResult> {
         match self.grouped() {
             true => self.group_results[r][self.group_of[agent] as usize].as_ref(),
             false => self.results[r].as_ref(),
@@ -48,7 +48,7 @@ impl Game {
     }
 
     /// The last round's outcome in the game `agent` plays.
-    pub fn last_for(&self, agent: usize) -> Option<&RoundResult> {
+    pub(crate) fn last_for(&self, agent: usize) -> Option<&RoundResult> {
         self.rounds()
             .checked_sub(1)
             .and_then(|r| self.result_for(r, agent))

@@ -134,18 +134,18 @@ impl Experiment {
     }
 
     /// Routes per arm: the arm's own, then one per policy group.
-    pub fn routes_per_arm(&self) -> usize {
+    pub(crate) fn routes_per_arm(&self) -> usize {
         self.policies.groups.len() + 1
     }
 
     /// The model and sampling of an agent of arm `arm` on route `route` (0: the arm's own;
     /// `g + 1`: policy group `g`'s).
-    pub fn llm_of(&self, arm: usize, route: u8) -> &LlmConfig {
+    pub(crate) fn llm_of(&self, arm: usize, route: u8) -> &LlmConfig {
         &self.routes[arm * self.routes_per_arm() + route as usize]
     }
 
     /// The policy of route `route` (0: the experiment's `policy`; `g + 1`: group `g`'s).
-    pub fn policy_of_route(&self, route: u8) -> PolicyKind {
+    pub(crate) fn policy_of_route(&self, route: u8) -> PolicyKind {
         match route {
             0 => self.policies.default,
             g => self.policies.groups[g as usize - 1].policy,
@@ -173,13 +173,13 @@ impl Experiment {
     }
 
     /// Whether agents of this run ask more than one model.
-    pub fn is_multi_model(&self) -> bool {
+    pub(crate) fn is_multi_model(&self) -> bool {
         self.models().len() > 1
     }
 
     /// A problem with model `name` (one that cannot be found or loaded), at the line of the
     /// config that names it, or at `--model` when the command line named it.
-    pub fn model_error(&self, name: &str, message: impl std::fmt::Display) -> ConfigError {
+    pub(crate) fn model_error(&self, name: &str, message: impl std::fmt::Display) -> ConfigError {
         let text = &self.source.text;
         let quoted = [format!("\"{name}\""), format!("'{name}'")];
         let at = quoted.iter().filter_map(|q| text.find(q.as_str())).min();
@@ -200,7 +200,7 @@ impl Experiment {
 
     /// A scenario problem at its line: of the population, of the base `[scenario]` table
     /// (`arm` = None), or of arm `arm` (found where that arm or the sweep sets the field).
-    pub fn locate(&self, arm: Option<usize>, problem: ScenarioProblem) -> ConfigError {
+    pub(crate) fn locate(&self, arm: Option<usize>, problem: ScenarioProblem) -> ConfigError {
         let text = &self.source.text;
         let field = if problem.field.is_empty() {
             String::new()
@@ -242,7 +242,7 @@ impl Experiment {
 
     /// The templates folder: the config's `templates`, relative to the config's folder, or
     /// `default`.
-    pub fn templates_dir(&self, default: &Path) -> PathBuf {
+    pub(crate) fn templates_dir(&self, default: &Path) -> PathBuf {
         match &self.config.templates {
             Some(t) => self.source.dir().join(t.get_ref()),
             None => default.to_path_buf(),
@@ -250,13 +250,13 @@ impl Experiment {
     }
 
     /// An error pointing at the `templates` field (or the top of the file).
-    pub fn templates_error(&self, message: impl Into<String>) -> ConfigError {
+    pub(crate) fn templates_error(&self, message: impl Into<String>) -> ConfigError {
         self.source
             .error(self.config.templates.as_ref().map(|t| t.span()), message)
     }
 
     /// The largest number of state rows one step writes (every agent of every cell).
-    pub fn largest_step_rows(&self) -> usize {
+    pub(crate) fn largest_step_rows(&self) -> usize {
         let cells = self.arms.len() * self.config.replicates.0;
         self.config.agents.0.iter().max().copied().unwrap_or(0) * cells
     }

@@ -36,7 +36,7 @@ pub struct PolicyPlan {
 
 impl PolicyPlan {
     /// Every policy some agent may use, default first.
-    pub fn kinds(&self) -> Vec<PolicyKind> {
+    pub(crate) fn kinds(&self) -> Vec<PolicyKind> {
         let mut kinds = vec![self.default];
         for g in &self.groups {
             if !kinds.contains(&g.policy) {
@@ -46,7 +46,7 @@ impl PolicyPlan {
         kinds
     }
 
-    pub fn is_mixed(&self) -> bool {
+    pub(crate) fn is_mixed(&self) -> bool {
         self.kinds().len() > 1
     }
 

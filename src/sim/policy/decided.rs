@@ -32,7 +32,7 @@ pub struct LlmTrace {
 impl LlmTrace {
     /// What the decision store keeps of the reply, under its request's key: `None` for a
     /// request the engine refused or whose input has no key.
-    pub fn stored_reply(&self) -> Option<(crate::engine::RequestKey, StoredReply)> {
+    pub(crate) fn stored_reply(&self) -> Option<(crate::engine::RequestKey, StoredReply)> {
         Some((
             self.request_key?,
             StoredReply {

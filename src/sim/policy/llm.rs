@@ -141,7 +141,7 @@ impl Llm {
     ///
     /// # Panics
     /// When `engines` is empty.
-    pub fn with_models(
+    pub(crate) fn with_models(
         engines: Vec<(Option<String>, Engine)>,
         prompts: PromptBook,
         keep: usize,
@@ -183,15 +183,8 @@ impl Llm {
     }
 
     /// The name of the first engine's model, when it was given one.
-    pub fn first_model(&self) -> Option<&str> {
+    pub(crate) fn first_model(&self) -> Option<&str> {
         self.names[0].as_deref()
-    }
-
-    pub fn into_engine(self) -> Engine {
-        self.engines
-            .into_iter()
-            .next()
-            .expect("invariant: at least one engine")
     }
 
     /// The engine that serves `model`: the only one, or the one of that name.
@@ -227,7 +220,7 @@ impl Llm {
     }
 
     /// Tokens of the prompts of `turns`, without deciding them (`throng plan`).
-    pub fn prompt_sizes<S: Scenario>(
+    pub(crate) fn prompt_sizes<S: Scenario>(
         &self,
         cells: &[CellView<'_, S>],
         turns: &[AgentTurn],
@@ -397,7 +390,7 @@ impl Llm {
 
     /// Takes replies from `reuse`'s earlier runs (it may have none), and keys every request
     /// so that the run's store can keep its reply.
-    pub fn set_reuse(&mut self, reuse: Reuse) {
+    pub(crate) fn set_reuse(&mut self, reuse: Reuse) {
         self.reuse = Some(reuse);
     }
 

@@ -23,7 +23,7 @@ pub struct CellView<'a, S: Scenario> {
 impl<S: Scenario> CellView<'_, S> {
     /// The model and sampling agent `agent` decides with: its policy group's, if the group
     /// names its own, else its arm's.
-    pub fn llm_of(&self, agent: usize) -> &LlmConfig {
+    pub(crate) fn llm_of(&self, agent: usize) -> &LlmConfig {
         match self.route {
             Some(route) => &self.llms[route[agent] as usize],
             None => self.llm,

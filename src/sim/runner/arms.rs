@@ -26,7 +26,11 @@ impl<S> Arms<S> {
 
     /// `start`, then from each `(step, arms)` on, those arms. Steps count from 1, as records
     /// count them; step 0 is the start (the worlds' first state).
-    pub fn changing(kind: Descriptor, start: Vec<S>, mut later: Vec<(usize, Vec<S>)>) -> Self {
+    pub(crate) fn changing(
+        kind: Descriptor,
+        start: Vec<S>,
+        mut later: Vec<(usize, Vec<S>)>,
+    ) -> Self {
         later.sort_by_key(|(step, _)| *step);
         debug_assert!(
             later

@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 
 /// The seed a replicate's population is drawn from (and its personas written with).
-pub fn population_seed(exp: &Experiment, size: usize, replicate: usize) -> u64 {
+pub(crate) fn population_seed(exp: &Experiment, size: usize, replicate: usize) -> u64 {
     crate::seed::derive(
         exp.config.seed,
         &[POPULATION, size as u64, replicate as u64],
@@ -91,7 +91,7 @@ impl<S: Scenario> Cells<S> {
     /// Draws every replicate's agents for a population of `size`.
     ///
     /// Their LLM-written personas, if any, are added by the caller.
-    pub fn draw_agents(exp: &Experiment, size: usize) -> Vec<Agents> {
+    pub(crate) fn draw_agents(exp: &Experiment, size: usize) -> Vec<Agents> {
         let seed = exp.config.seed;
         (0..exp.config.replicates.0)
             .map(|replicate| {
@@ -148,7 +148,7 @@ impl<S: Scenario> Cells<S> {
 
     /// Whether scenario `other` makes the same first world for arm `arm`'s first cell as the
     /// arm's own made in `setup`, from the same seed.
-    pub fn starts_alike(&self, exp: &Experiment, other: &S, arm: usize) -> bool {
+    pub(crate) fn starts_alike(&self, exp: &Experiment, other: &S, arm: usize) -> bool {
         let Some(c) = self.arm_of.iter().position(|&x| x == arm) else {
             return true;
         };
@@ -162,7 +162,7 @@ impl<S: Scenario> Cells<S> {
     }
 
     /// Every cell as its policies see it at `step`.
-    pub fn views<'a>(
+    pub(crate) fn views<'a>(
         &'a self,
         exp: &'a Experiment,
         arms: &'a [S],

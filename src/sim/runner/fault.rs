@@ -27,7 +27,7 @@ pub const POINTS: &[&str] = &[
 
 /// The point at which a step hangs instead of crashing: not in [`POINTS`], since a run that
 /// reaches it never ends by itself.
-pub const HANG: &str = "hang";
+pub(crate) const HANG: &str = "hang";
 
 fn target() -> Option<&'static (usize, String)> {
     static TARGET: OnceLock<Option<(usize, String)>> = OnceLock::new();
@@ -59,7 +59,7 @@ pub fn point(step: usize, point: &str) {
 }
 
 /// Waits the delay `THRONG_STEP_DELAY_MS` asks each step to wait, if any.
-pub fn pace() {
+pub(crate) fn pace() {
     static DELAY: OnceLock<Option<Duration>> = OnceLock::new();
     let delay = DELAY.get_or_init(|| {
         let ms = std::env::var("THRONG_STEP_DELAY_MS").ok()?;

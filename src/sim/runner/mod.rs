@@ -87,7 +87,7 @@ pub enum Ended {
 
 /// Where a resumed run stands, read before anything heavy (the model) is loaded: `None`
 /// when it stopped before finishing its first step (it then starts again from nothing).
-pub fn read_checkpoint<W: serde::de::DeserializeOwned>(
+pub(crate) fn read_checkpoint<W: serde::de::DeserializeOwned>(
     dir: &Path,
 ) -> Result<Option<checkpoint::Loaded<Checkpoint<W>>>, RunError> {
     Ok(checkpoint::read(dir)?)
@@ -451,6 +451,6 @@ fn changed_keys(before: &toml::Table, after: &toml::Table) -> Vec<String> {
 }
 
 /// A fresh folder for a run: `runs/<name>-<unix time>` unless one is given.
-pub fn default_run_dir(name: &str) -> PathBuf {
+pub(crate) fn default_run_dir(name: &str) -> PathBuf {
     PathBuf::from("runs").join(format!("{name}-{}", record::now_unix()))
 }

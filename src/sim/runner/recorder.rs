@@ -113,7 +113,7 @@ impl Recorder {
     }
 
     /// A new group's fixed data (`cells.jsonl`) and its state before anyone moves.
-    pub fn start_group<S: Scenario>(
+    pub(crate) fn start_group<S: Scenario>(
         &mut self,
         exp: &Experiment,
         arms: &[S],

@@ -142,7 +142,7 @@ pub fn state<S: Scenario>(
 /// Per group level, per group: its place (level, group, parent group, label, size) and the
 /// mean over its members of every numeric column of `state` (one cell after one step), in a
 /// long table: `groups.parquet`.
-pub fn group_means(
+pub(crate) fn group_means(
     groups: &Groups,
     state: &RecordBatch,
     cell: &CellInfo,
@@ -252,7 +252,7 @@ fn numeric_columns(groups: &Groups, state: &RecordBatch) -> Vec<(String, Float64
 
 /// The columns of a per-cell record: the cell's keys (see [`crate::record::CELL_KEYS`]), then
 /// the scenario's `own`.
-pub fn keyed_schema(own: &arrow_schema::Schema) -> arrow_schema::SchemaRef {
+pub(crate) fn keyed_schema(own: &arrow_schema::Schema) -> arrow_schema::SchemaRef {
     let keys = [
         Field::new(crate::record::CELL_KEYS[0], DataType::LargeUtf8, false),
         Field::new(crate::record::CELL_KEYS[1], DataType::UInt64, false),

@@ -126,7 +126,7 @@ impl Share {
     }
 
     /// Whether this rank steps cell `cell`'s world.
-    pub fn steps_cell(&self, cell: usize) -> bool {
+    pub(crate) fn steps_cell(&self, cell: usize) -> bool {
         self.split != Split::Cells || self.owner(cell) == self.rank
     }
 

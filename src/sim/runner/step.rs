@@ -95,7 +95,7 @@ pub fn turns<S: Scenario>(
 }
 
 /// The policy of each of `turns` (an index into the plan's kinds), when the run mixes them.
-pub fn policy_of<S: Scenario>(
+pub(crate) fn policy_of<S: Scenario>(
     exp: &Experiment,
     cells: &Cells<S>,
     turns: &[AgentTurn],

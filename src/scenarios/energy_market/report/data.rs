@@ -33,17 +33,17 @@ impl Cell {
 
     /// The first step of the market proper: 2 when step 1 was the reference's hidden
     /// round, which the published code's results leave out, as the report does.
-    pub fn first_market_step(&self) -> usize {
+    pub(crate) fn first_market_step(&self) -> usize {
         if self.settings.hidden_round { 2 } else { 1 }
     }
 
     /// The steps the market ran, after any hidden round.
-    pub fn market_steps(&self) -> std::ops::RangeInclusive<usize> {
+    pub(crate) fn market_steps(&self) -> std::ops::RangeInclusive<usize> {
         self.first_market_step()..=self.last_step()
     }
 
     /// The steps a report shows over time: the start, then the market's steps.
-    pub fn shown_steps(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn shown_steps(&self) -> impl Iterator<Item = usize> + '_ {
         std::iter::once(0).chain(self.market_steps())
     }
 
@@ -58,14 +58,14 @@ impl Cell {
     }
 
     /// The rows of `role` present at `step`.
-    pub fn present_rows(&self, step: usize, role: Role) -> impl Iterator<Item = &Row> + '_ {
+    pub(crate) fn present_rows(&self, step: usize, role: Role) -> impl Iterator<Item = &Row> + '_ {
         self.steps[step]
             .iter()
             .filter(move |r| r.role == role && self.present(step, r.agent))
     }
 
     /// The step in which `agent` went bankrupt, if it did.
-    pub fn bankrupt_at(&self, agent: usize) -> Option<usize> {
+    pub(crate) fn bankrupt_at(&self, agent: usize) -> Option<usize> {
         (1..self.steps.len()).find(|&s| self.steps[s][agent].bankrupt)
     }
 
@@ -85,7 +85,7 @@ impl Cell {
 
     /// How many steps after a price change its buyers first react: the fixed rules clear on
     /// this step's prices, the reference's on last step's.
-    pub fn response_delay(&self) -> usize {
+    pub(crate) fn response_delay(&self) -> usize {
         match self.settings.rules {
             Rules::Fixed => 0,
             Rules::Reference => 1,
@@ -265,7 +265,7 @@ impl Run {
 
     /// The first arm whose prompts carry no personas: the control the others are tested
     /// against.
-    pub fn control_arm(&self) -> Option<&str> {
+    pub(crate) fn control_arm(&self) -> Option<&str> {
         self.arms
             .iter()
             .find(|a| {

@@ -47,7 +47,7 @@ pub struct PriceMoves {
 /// from, when nothing has been bought yet. A rise at `k` is seen by buyers at `k + delay` (0 when the market clears on this
 /// step's prices, 1 when on last step's); sales lost there, against the step before, make
 /// an episode, which is walked back if the next price change after the rise is a cut.
-pub fn price_moves(
+pub(crate) fn price_moves(
     producer: usize,
     first: usize,
     prices: &[f64],
@@ -169,7 +169,7 @@ pub struct UtilityStep {
     pub supplier_sells_to_others: Option<bool>,
 }
 
-pub fn cell_utility_steps(cell: &Cell) -> Vec<UtilityStep> {
+pub(crate) fn cell_utility_steps(cell: &Cell) -> Vec<UtilityStep> {
     let mut out = Vec::new();
     for t in cell.market_steps() {
         let trades = &cell.trades[t];

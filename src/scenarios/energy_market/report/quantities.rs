@@ -20,7 +20,7 @@ pub fn weighted(r: &Row) -> f64 {
 pub type Quantity = fn(&Row) -> f64;
 
 /// The persona quantities the tests compare, by the name the tests carry.
-pub const QUANTITIES: [(&str, Quantity); 3] = [
+pub(crate) const QUANTITIES: [(&str, Quantity); 3] = [
     ("utility profit", profit),
     ("renewable mix", mix),
     ("renewable share", share),
