@@ -45,7 +45,7 @@ pub enum AssetError {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct Asset {
+pub(crate) struct Asset {
     /// Where it comes from, in words.
     pub source: String,
     pub url: String,
@@ -64,7 +64,7 @@ enum ArchiveKind {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct Member {
+pub(crate) struct Member {
     pub member: String,
     pub sha256: String,
 }

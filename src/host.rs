@@ -30,7 +30,7 @@ fn meminfo(field: &str) -> Option<usize> {
 /// A limit on the memory this process may take, below the machine's: its size in bytes and
 /// where it comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemoryLimit {
+pub(crate) struct MemoryLimit {
     pub bytes: usize,
     /// `ulimit -v`, or the control group's limit (a batch job's `--mem`, a container's).
     pub source: &'static str,

@@ -20,7 +20,7 @@ fn ensure_font() {
 
 /// What drawing on backend `DB` returns: plotters' own error, whose backend part is `DB`'s
 /// (a figure draws on PNG and SVG alike, so it cannot name one); [`save`] adds the file.
-pub type Drawn<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+pub(crate) type Drawn<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
 /// Something that draws itself on any plotters backend.
 pub trait Figure {
@@ -86,7 +86,7 @@ impl PlotError {
 
 /// The figures a report draws into its folder, named in the order they were drawn (the
 /// report's page lists them so).
-pub struct FigureFolder<'a> {
+pub(crate) struct FigureFolder<'a> {
     dir: &'a Path,
     names: Vec<String>,
 }
@@ -266,26 +266,6 @@ impl Figure for Lines {
     }
 }
 
-/// Several line charts stacked (e.g. control above, personas below).
-#[derive(Debug, Clone)]
-pub struct Panels(pub Vec<Lines>);
-
-impl Figure for Panels {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
-        for (panel, area) in self
-            .0
-            .iter()
-            .zip(root.split_evenly((self.0.len().max(1), 1)))
-        {
-            panel.draw_on(&area)?;
-        }
-        Ok(())
-    }
-    fn size(&self) -> (u32, u32) {
-        (1000, 450 * self.0.len().max(1) as u32)
-    }
-}
-
 /// Line charts in a grid, filled row by row (e.g. a row per arm, a column per population).
 #[derive(Debug, Clone)]
 pub struct Grid {
@@ -316,7 +296,7 @@ impl Figure for Grid {
 
 /// A network on a circle: nodes grouped (and coloured) by kind, directed links as lines.
 #[derive(Debug, Clone)]
-pub struct Network {
+pub(crate) struct Network {
     pub title: String,
     /// `(label, group)` per node.
     pub nodes: Vec<(String, String)>,
@@ -386,7 +366,7 @@ impl Figure for Network {
 /// Means of groups with 95% intervals, as bars with error bars: categories along x, one bar
 /// per series within each category.
 #[derive(Debug, Clone)]
-pub struct Bars {
+pub(crate) struct Bars {
     pub title: String,
     pub y_label: String,
     pub categories: Vec<String>,
@@ -395,7 +375,7 @@ pub struct Bars {
 
 /// One series of [`Bars`]: per category `(mean, low, high)`, `None` where the group is empty.
 #[derive(Debug, Clone)]
-pub struct BarSeries {
+pub(crate) struct BarSeries {
     pub name: String,
     pub values: Vec<Option<(f64, f64, f64)>>,
 }
@@ -507,7 +487,7 @@ impl Figure for Bars {
 /// One histogram per panel (e.g. per round), each with an optional marked value (the
 /// round's target).
 #[derive(Debug, Clone)]
-pub struct Histograms {
+pub(crate) struct Histograms {
     pub title: String,
     pub x_label: String,
     pub panels: Vec<HistogramPanel>,
@@ -515,7 +495,7 @@ pub struct Histograms {
 
 /// One histogram: bins as `(low, high, share)`, and a value marked with a line.
 #[derive(Debug, Clone)]
-pub struct HistogramPanel {
+pub(crate) struct HistogramPanel {
     pub title: String,
     pub bins: Vec<(f64, f64, f64)>,
     pub mark: Option<f64>,

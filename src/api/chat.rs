@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 /// The body of a chat completion request.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ChatRequest {
+pub(crate) struct ChatRequest {
     /// The model asked (read from the body before too, to choose the engine).
     pub model: String,
     pub messages: Vec<ChatMessage>,
@@ -68,14 +68,14 @@ pub enum Stop {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct StreamOptions {
+pub(crate) struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-pub enum ResponseFormat {
+pub(crate) enum ResponseFormat {
     Text,
     JsonObject,
     JsonSchema { json_schema: JsonSchemaFormat },
@@ -84,7 +84,7 @@ pub enum ResponseFormat {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // `name`, `description`: OpenAI's labels; `strict`: every reply is held.
-pub struct JsonSchemaFormat {
+pub(crate) struct JsonSchemaFormat {
     pub name: String,
     pub description: Option<String>,
     pub schema: Option<Value>,
@@ -95,7 +95,7 @@ pub struct JsonSchemaFormat {
 /// One message of the conversation.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ChatMessage {
+pub(crate) struct ChatMessage {
     pub role: String,
     pub content: Option<Content>,
     pub name: Option<String>,
@@ -442,7 +442,7 @@ pub(crate) fn seen_of(model: &str, response: &Response, tools: &ToolMode) -> See
 
 /// How long a reply is, for `usage`.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub cached_tokens: usize,

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 const REMEMBERED: usize = 1 << 20;
 
 /// What a client sees of an assistant turn, hashed with the model's name.
-pub type Seen = [u8; 32];
+pub(crate) type Seen = [u8; 32];
 
 /// What a client sees of a reply that is text.
 pub(crate) fn seen_text(model: &str, content: &str) -> Seen {
@@ -46,7 +46,7 @@ pub struct Written {
     pub ids: Vec<u32>,
 }
 
-pub struct Memo(Mutex<lru::LruCache<Seen, Arc<Written>>>);
+pub(crate) struct Memo(Mutex<lru::LruCache<Seen, Arc<Written>>>);
 
 impl Default for Memo {
     fn default() -> Self {

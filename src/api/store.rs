@@ -211,4 +211,4 @@ fn write(store: Store, rx: mpsc::Receiver<Entry>) {
 }
 
 /// Replies taken from earlier stores.
-pub type Sources = std::sync::Mutex<Reuse>;
+pub(crate) type Sources = std::sync::Mutex<Reuse>;

@@ -36,7 +36,7 @@ pub struct Function {
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub enum ToolChoice {
+pub(crate) enum ToolChoice {
     Mode(String),
     Named {
         #[serde(rename = "type")]
@@ -47,14 +47,14 @@ pub enum ToolChoice {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NamedFunction {
+pub(crate) struct NamedFunction {
     pub name: String,
 }
 
 /// A call in an assistant message of the history.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ToolCall {
+pub(crate) struct ToolCall {
     pub id: String,
     #[serde(rename = "type")]
     pub kind: Option<String>,
@@ -63,7 +63,7 @@ pub struct ToolCall {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CallFunction {
+pub(crate) struct CallFunction {
     pub name: String,
     /// JSON text, as OpenAI sends it.
     pub arguments: String,
@@ -71,7 +71,7 @@ pub struct CallFunction {
 
 /// What a reply may be.
 #[derive(Debug, Clone)]
-pub enum ToolMode {
+pub(crate) enum ToolMode {
     /// Words (or the response format): no tools, or `tool_choice: "none"`.
     None,
     /// A call of one of the tools.

@@ -4,7 +4,7 @@ use sha2::{Digest, Sha256};
 
 /// A block's content name: 128 bits of SHA-256 over (parent name, tokens), so that two
 /// different prefixes never share a name in practice.
-pub type BlockHash = u128;
+pub(crate) type BlockHash = u128;
 
 /// The names of the full blocks of `tokens`, in order.
 #[cfg(test)]

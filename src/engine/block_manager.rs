@@ -28,7 +28,7 @@ use super::block_hash::block_hashes;
 use super::retention::{KvPolicy, NextUse, Retention};
 use std::collections::{BTreeMap, HashMap};
 
-pub type BlockId = u32;
+pub(crate) type BlockId = u32;
 
 /// A free block's place in the eviction order: the smallest is evicted first.
 /// `(class, order, freed at)`: class 0 holds nothing reusable, 1 has no known next use, 2

@@ -67,7 +67,7 @@ pub(crate) const MAX_RENDERED_BYTES: usize = 8 << 20;
 
 /// Why a template's render failed.
 #[derive(Debug)]
-pub enum RenderFailure {
+pub(crate) enum RenderFailure {
     /// It wrote more than [`MAX_RENDERED_BYTES`].
     TooLong,
     /// Any other error of the template (see [`describe`]).

@@ -49,7 +49,7 @@ impl KvPolicy {
 }
 
 /// When a block is next needed: `round << 32 | rank`, smaller is sooner.
-pub type NextUse = u64;
+pub(crate) type NextUse = u64;
 
 fn next_use(round: u64, rank: u32) -> NextUse {
     (round << 32) | rank as u64
@@ -68,7 +68,7 @@ struct Caller {
 
 /// The announced callers of the current round and the blocks they hold.
 #[derive(Debug, Default)]
-pub struct Retention {
+pub(crate) struct Retention {
     round: u64,
     /// The current round's keys, each naming its index in `callers`.
     ids: HashMap<String, u32>,

@@ -59,7 +59,7 @@ impl SamplingParams {
 
 /// A sequence's sampler: its parameters and its RNG.
 #[derive(Debug, Clone)]
-pub struct Sampler {
+pub(crate) struct Sampler {
     params: SamplingParams,
     rng: ChaCha8Rng,
 }
@@ -72,12 +72,15 @@ impl Sampler {
         }
     }
 
+    // This and `draw` serve the device sampler, which only the `cuda` build has.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub fn params(&self) -> &SamplingParams {
         &self.params
     }
 
     /// The next uniform draw in `[0, 1)` of this sequence's RNG, for a sampler that runs
     /// elsewhere (on the device); [`Sampler::sample`] takes exactly one per non-greedy token.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub fn draw(&mut self) -> f32 {
         self.rng.random::<f32>()
     }

@@ -22,7 +22,7 @@ use super::sequence::{SeqId, Sequence};
 use std::collections::{HashMap, VecDeque};
 
 #[derive(Debug, Clone, Copy)]
-pub struct SchedulerConfig {
+pub(crate) struct SchedulerConfig {
     /// Tokens one forward pass may process.
     pub max_batch_tokens: usize,
     /// Sequences that may be running at once.
@@ -31,7 +31,7 @@ pub struct SchedulerConfig {
 
 /// One sequence's share of a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Scheduled {
+pub(crate) struct Scheduled {
     /// Index into [`Scheduler::running`].
     pub index: usize,
     /// Tokens from `computed` on to run this step.

@@ -8,7 +8,7 @@ use super::tokenizer::Detokenizer;
 use std::time::Instant;
 
 /// Identifies a request inside the engine; also its order of arrival.
-pub type SeqId = u64;
+pub(crate) type SeqId = u64;
 
 #[derive(Debug)]
 pub struct Sequence {

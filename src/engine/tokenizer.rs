@@ -53,7 +53,7 @@ impl Tokenizer {
 /// not complete yet (a multi-byte character can span tokens). The state lives with the
 /// sequence; the tokenizer is passed in, so sequences stay free of borrows.
 #[derive(Debug, Clone, Default)]
-pub struct Detokenizer {
+pub(crate) struct Detokenizer {
     ids: Vec<u32>,
     prefix: String,
     prefix_index: usize,

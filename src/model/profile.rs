@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// One kind of operation of the Llama forward pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Embedding,
     /// RMSNorm on its own (before the first layer).
     Norms,

@@ -254,7 +254,7 @@ pub(crate) fn fitting_format(
 }
 
 /// The model as the plan sizes it.
-pub struct Sized {
+pub(crate) struct Sized {
     pub engine: Engine,
     pub figures: Figures,
 }

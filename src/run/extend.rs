@@ -188,7 +188,7 @@ impl Plan {
 
 /// A finished run moved aside while its extension starts: moved back into its place if the
 /// extension fails before its first step, so that nothing is left to undo by hand.
-pub struct MovedAside {
+pub(crate) struct MovedAside {
     plan: Plan,
     started: bool,
 }

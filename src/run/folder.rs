@@ -15,7 +15,7 @@ pub type Opened = (Box<dyn scenarios::Loaded>, RunFolder, Manifest);
 
 /// A new run's folder while the run starts: given up when dropped before [`Starting::started`]
 /// (see [`RunFolder::abandon`]).
-pub struct Starting(pub Option<RunFolder>);
+pub(crate) struct Starting(pub Option<RunFolder>);
 
 impl Starting {
     /// The folder, kept from now on.

@@ -13,7 +13,7 @@ use crate::record::{self, EngineRecord, LoadedModelRecord, Manifest};
 use std::path::Path;
 
 /// What a resumed run takes from its manifest rather than the command line.
-pub struct StartedWith {
+pub(crate) struct StartedWith {
     pub weights: Option<WeightFormat>,
     pub device: Option<String>,
     /// The KV format and tokenizer asked for, and each model as loaded; `None` for a run

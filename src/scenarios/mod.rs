@@ -37,7 +37,7 @@ pub trait Kind: Send + Sync {
 
 /// How a kind's runs are reported: the report is the read side of a run folder, so it is
 /// the registry's to choose, not the simulation's.
-pub type ReportFn = fn(&Path) -> Result<String, ReportError>;
+pub(crate) type ReportFn = fn(&Path) -> Result<String, ReportError>;
 
 /// The report every scenario gets unless it has its own: per-step means with intervals over
 /// replicates, distributions, the headline table, caveats and timing

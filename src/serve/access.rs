@@ -21,7 +21,7 @@ pub struct Access {
 }
 
 /// Why a request is refused: a status and words that say what to do.
-pub struct Refusal(pub StatusCode, pub String);
+pub(crate) struct Refusal(pub StatusCode, pub String);
 
 impl Access {
     pub fn new(token: String, addr: SocketAddr, public: bool, allowed: &[String]) -> Self {

@@ -45,7 +45,7 @@ pub struct LogIndex {
 
 /// The indexes of the logs that pages asked for, by run id.
 #[derive(Default)]
-pub struct Indexes(Mutex<HashMap<String, (LogIndex, Instant)>>);
+pub(crate) struct Indexes(Mutex<HashMap<String, (LogIndex, Instant)>>);
 
 impl Indexes {
     /// The index of run `id` (a new one when none is kept), taken out while it is used, so

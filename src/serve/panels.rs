@@ -51,7 +51,7 @@ pub struct Line {
 
 /// Per (population, step, arm, level, column): a column's group means at a level, over the
 /// groups and replicates of a Parquet file of the groups table.
-pub type LevelSums = BTreeMap<(usize, usize, String, String, String), Stat>;
+pub(crate) type LevelSums = BTreeMap<(usize, usize, String, String, String), Stat>;
 
 /// What panels read once per file.
 #[derive(Default)]

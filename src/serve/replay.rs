@@ -81,7 +81,7 @@ impl Stat {
 
 /// Per (population, step, arm, replicate, column): a numeric state column over the agents
 /// of a Parquet file of the state table (a step's part, or the joined table).
-pub type Sums = BTreeMap<(usize, usize, String, usize, String), Stat>;
+pub(crate) type Sums = BTreeMap<(usize, usize, String, usize, String), Stat>;
 
 /// What was computed from the files of run folders read so far, by path, with the size and
 /// time each had: a step's part (or a joined table) is read once, however often pages ask.
@@ -129,7 +129,7 @@ impl<T> FileCache<T> {
 }
 
 /// The sums of the state files read so far.
-pub type SumsCache = FileCache<Sums>;
+pub(crate) type SumsCache = FileCache<Sums>;
 
 /// [`sums`] of the state file `name` of `dir`, from `cache` while it has not changed.
 pub(crate) fn cached_sums(dir: &Path, name: &str, cache: &SumsCache) -> Option<Arc<Sums>> {

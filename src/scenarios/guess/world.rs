@@ -5,7 +5,7 @@ use super::rules::RoundResult;
 use serde::{Deserialize, Serialize};
 
 /// `None` in a round's column: the agent could not decide (its reply fell back).
-pub type Guess = Option<u16>;
+pub(crate) type Guess = Option<u16>;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Game {

@@ -448,7 +448,7 @@ impl Recorder {
 
 /// How long a step's phases took.
 #[derive(Debug, Clone, Default)]
-pub struct StepTiming {
+pub(crate) struct StepTiming {
     pub seconds: f64,
     pub resolve_seconds: f64,
     /// Of `seconds`: exchanging the step with the other ranks.

@@ -69,7 +69,7 @@ pub fn model_ranks(agents: &[u64], ranks: usize) -> Vec<Vec<usize>> {
 
 /// This rank's part of a population size's steps.
 #[derive(Debug, Clone)]
-pub struct Share {
+pub(crate) struct Share {
     pub rank: usize,
     pub ranks: usize,
     /// `Cells`, `Agents` or `Models`, never `Auto`.
@@ -247,7 +247,7 @@ fn add(to: &mut PolicyTimes, rank: &PolicyTimes) {
 }
 
 /// A step as this rank sees it once the parts are back together.
-pub struct Stepped<D> {
+pub(crate) struct Stepped<D> {
     /// At rank 0: every turn's decision, in one process's order. Elsewhere: `None`.
     pub decisions: Option<Decisions<D>>,
     pub resolve: Duration,

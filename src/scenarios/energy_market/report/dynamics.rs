@@ -160,7 +160,7 @@ pub fn cell_creep(cell: &Cell) -> Creep {
 
 /// (c) One utility in one step, by how many producers it bought from.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct UtilityStep {
+pub(crate) struct UtilityStep {
     pub suppliers: usize,
     pub profit: f64,
     /// Single supplier only: its price less the mean price of the market's producers.

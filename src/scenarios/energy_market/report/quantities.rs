@@ -17,7 +17,7 @@ pub fn weighted(r: &Row) -> f64 {
 }
 
 /// A utility's value in one step.
-pub type Quantity = fn(&Row) -> f64;
+pub(crate) type Quantity = fn(&Row) -> f64;
 
 /// The persona quantities the tests compare, by the name the tests carry.
 pub(crate) const QUANTITIES: [(&str, Quantity); 3] = [
