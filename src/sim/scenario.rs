@@ -86,7 +86,8 @@ pub struct Halt {
 /// configs, the roles its agents play, the tables it writes beside the state table, and the
 /// columns of its per-cell aggregates. A Rust scenario's comes from its type
 /// ([`Scenario::descriptor`]); a kind known only at run time (a Python class) builds its own
-/// and hands it to [`crate::scenarios::load_with`]. The runner reads these from here alone.
+/// and hands it to the layer above, which gives it to the arms it loads. The runner reads
+/// these from here alone.
 #[derive(Debug, Clone)]
 pub struct Descriptor {
     /// Its name in configs (`[scenario] name = ...`), and its templates folder's.
@@ -139,7 +140,7 @@ impl Descriptor {
 /// (groups that react, who acts and in which role, checks), and two optional parts, each a
 /// trait of its own that the scenario hands out when it has one: [`Records`] (its own tables,
 /// aggregates and cell descriptions) and [`Sizing`] (its memory, for `throng plan` and the
-/// run's memory check). Its report is the registry's ([`crate::scenarios::Registry`]). A
+/// run's memory check). Its report is the registry's, the layer above this one. A
 /// minimal one, in which each agent bets a whole number of coins:
 ///
 /// ```
