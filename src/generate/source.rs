@@ -211,9 +211,7 @@ impl Source {
 fn not_utf8(e: &std::string::FromUtf8Error, index: usize, line: usize, name: &str) -> Item {
     let bytes = e.as_bytes();
     let at = e.utf8_error().valid_up_to();
-    let tag = serde_json::from_str::<serde_json::Value>(&String::from_utf8_lossy(bytes))
-        .ok()
-        .and_then(|v| v.get("tag").and_then(|t| t.as_str()).map(str::to_string));
+    let tag = tag_of(&String::from_utf8_lossy(bytes));
     Item {
         index,
         request: Err(format!(
@@ -239,13 +237,18 @@ fn parse_line(
     sampling: SamplingParams,
 ) -> Item {
     let at = format!("{name} line {line}");
-    let tag = serde_json::from_str::<serde_json::Value>(text)
-        .ok()
-        .and_then(|v| v.get("tag").and_then(|t| t.as_str()).map(str::to_string));
+    let tag = tag_of(text);
     Item {
         index,
         request: request_from_json(text, index, &at, max_tokens, sampling),
         tag,
         at: Some(at),
     }
+}
+
+/// The `tag` a line of a requests file says, when it is JSON with a text `tag`: an error line
+/// carries it, so that its writer can match the error to its request.
+fn tag_of(line: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(line).ok()?;
+    value.get("tag")?.as_str().map(str::to_string)
 }
