@@ -12,6 +12,7 @@
 
 mod common;
 
+use common::book::{blocks, documents, root};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -79,62 +80,30 @@ struct Block {
     lines: Vec<String>,
 }
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The README and the book's chapters.
-fn documents() -> Vec<PathBuf> {
-    let mut out = vec![root().join("README.md")];
-    let mut chapters: Vec<PathBuf> = fs::read_dir(root().join("docs").join("src"))
-        .expect("docs/src/ is the book")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    chapters.sort();
-    out.extend(chapters);
-    out
-}
-
 /// The ```sh blocks of `text`, their continued lines (`\` at the end) joined.
 fn sh_blocks(file: &Path, text: &str) -> Vec<Block> {
-    enum At {
-        Prose,
-        Sh(Block),
-        Other,
-    }
-    let mut out = Vec::new();
-    let mut at = At::Prose;
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        if let Some(info) = trimmed.strip_prefix("```") {
-            at = match std::mem::replace(&mut at, At::Prose) {
-                At::Sh(block) => {
-                    out.push(block);
-                    At::Prose
+    blocks(text)
+        .into_iter()
+        .filter(|b| b.info == "sh")
+        .map(|b| {
+            let mut lines: Vec<String> = Vec::new();
+            for line in b.lines {
+                match lines.last_mut() {
+                    Some(last) if last.ends_with('\\') => {
+                        last.pop();
+                        last.push(' ');
+                        last.push_str(line.trim_start());
+                    }
+                    _ => lines.push(line),
                 }
-                At::Other => At::Prose,
-                At::Prose if info.trim() == "sh" => At::Sh(Block {
-                    file: file.to_path_buf(),
-                    line: i + 1,
-                    lines: Vec::new(),
-                }),
-                At::Prose => At::Other,
-            };
-            continue;
-        }
-        if let At::Sh(block) = &mut at {
-            match block.lines.last_mut() {
-                Some(last) if last.ends_with('\\') => {
-                    last.pop();
-                    last.push(' ');
-                    last.push_str(trimmed);
-                }
-                _ => block.lines.push(line.to_string()),
             }
-        }
-    }
-    out
+            Block {
+                file: file.to_path_buf(),
+                line: b.line,
+                lines,
+            }
+        })
+        .collect()
 }
 
 /// Why `line` does not run here, if it does not.

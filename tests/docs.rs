@@ -1,42 +1,18 @@
 //! Keeps the docs honest: the README and the book under `docs/src/` (an mdBook) link only to
 //! files that exist and, where a link names `#anchor`, to a heading of that file; the book's
 //! `SUMMARY.md` lists every chapter file and names none that is missing; and the README's
-//! table of contents links every chapter. Std only: the book need not be built to be checked.
+//! table of contents links every chapter. The book need not be built to be checked.
 //!
 //! Anchors follow the rules GitHub and mdBook share: a heading's text lowercased, spaces to
 //! `-`, every character but letters, digits, `-` and `_` dropped (backticks and colons too),
 //! and a second heading of the same text `-1`, a third `-2`.
 
+mod common;
+
+use common::book::{blocks, book, chapter_files, documents, root};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn book() -> PathBuf {
-    root().join("docs").join("src")
-}
-
-/// The chapter files of the book: every `.md` under `docs/src/` but `SUMMARY.md`, by name.
-fn chapter_files() -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for entry in fs::read_dir(book()).expect("docs/src/ is the book's source") {
-        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        if name.ends_with(".md") && name != "SUMMARY.md" {
-            out.insert(name);
-        }
-    }
-    out
-}
-
-/// The files whose links are checked: the README and every Markdown file of the book.
-fn documents() -> Vec<PathBuf> {
-    let mut out = vec![root().join("README.md"), book().join("SUMMARY.md")];
-    out.extend(chapter_files().into_iter().map(|name| book().join(name)));
-    out
-}
 
 fn read(path: &Path) -> String {
     fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -395,32 +371,15 @@ fn the_scan_sees_links_and_makes_anchors_as_github_and_mdbook_do() {
     );
 }
 
-/// The info string of every fenced block of `text` (what follows the opening fence), with its
-/// line.
-fn fences(text: &str) -> Vec<(usize, String)> {
-    let mut inside = false;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        if let Some(info) = trimmed.strip_prefix("```") {
-            if !inside {
-                out.push((i + 1, info.trim().to_string()));
-            }
-            inside = !inside;
-        }
-    }
-    out
-}
-
 #[test]
 fn every_code_block_names_its_language_so_that_rustdoc_tests_only_the_rust_ones() {
     // `cargo test --doc` runs the book's blocks (src/lib.rs, `mod book`): a block without a
     // language would be compiled as Rust.
     let mut unnamed = Vec::new();
     for path in documents() {
-        for (line, info) in fences(&read(&path)) {
-            if info.is_empty() {
-                unnamed.push(format!("{}:{line}", path.display()));
+        for block in blocks(&read(&path)) {
+            if block.info.is_empty() {
+                unnamed.push(format!("{}:{}", path.display(), block.line));
             }
         }
     }
@@ -448,14 +407,13 @@ fn every_chapter_and_the_readme_are_doctested() {
 }
 
 #[test]
-fn the_fence_scan_reads_info_strings_and_skips_the_insides() {
+fn the_fence_scan_reads_info_strings_and_the_lines_inside() {
     let text = "a\n```rust,no_run\nlet x = 1;\n```\n```\nplain\n```\n```sh\n```\n";
-    assert_eq!(
-        fences(text),
-        [
-            (2, "rust,no_run".to_string()),
-            (5, String::new()),
-            (8, "sh".to_string())
-        ]
-    );
+    let scanned = blocks(text);
+    let found: Vec<(usize, &str, usize)> = scanned
+        .iter()
+        .map(|b| (b.line, b.info.as_str(), b.lines.len()))
+        .collect();
+    assert_eq!(found, [(2, "rust,no_run", 1), (5, "", 1), (8, "sh", 0)]);
+    assert_eq!(scanned[0].lines, ["let x = 1;"]);
 }
