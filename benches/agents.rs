@@ -158,7 +158,7 @@ fn bench_llama3_masks(c: &mut Criterion) {
     let inner = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
     let tokenizer = Tokenizer::new(inner, vec![128001, 128009]);
     let start = Instant::now();
-    let mut grammars = Grammars::new(&tokenizer, 128256).unwrap();
+    let grammars = Grammars::new(&tokenizer, 128256);
     eprintln!(
         "mask/llama3: token trie and grammar engine built in {:?}",
         start.elapsed()
@@ -181,7 +181,7 @@ fn bench_llama3_masks(c: &mut Criterion) {
                 // Walk the answer as the engine would: forced tokens appended, one mask per
                 // sampled token.
                 while pos < tokens.len() && done < iters {
-                    let forced = constraint.forced();
+                    let forced = constraint.forced(usize::MAX);
                     if !forced.is_empty() {
                         // Forced tokens spell the same text; skip past it in the answer.
                         let text = tokenizer.decode(&forced, false).unwrap();

@@ -6,148 +6,12 @@
 mod common;
 
 use common::TinyLlama;
+use common::api::*;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::time::{Duration, Instant};
 use throng::api::{ApiOptions, ApiServer, Served};
 use throng::engine::{EngineConfig, EngineHandle, Message, Request, SamplingParams};
-
-const KEY: &str = "test-key";
-
-struct Api {
-    base: String,
-    addr: std::net::SocketAddr,
-    _model: Option<tempfile::TempDir>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    served: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Api {
-    /// Stops the server and waits until it has ended (its store written).
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(served) = self.served.take() {
-            let _ = served.join();
-        }
-    }
-}
-
-fn engine_config() -> EngineConfig {
-    EngineConfig {
-        max_seqs: 64,
-        ..EngineConfig::default()
-    }
-}
-
-fn start(queue: usize) -> Api {
-    let model = common::tiny_model(&TinyLlama::default());
-    let mut api = start_on(model.path(), options(queue)).unwrap();
-    api._model = Some(model);
-    api
-}
-
-fn options(queue: usize) -> ApiOptions {
-    ApiOptions {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        public: false,
-        key: Some(KEY.into()),
-        allowed_hosts: Vec::new(),
-        queue,
-        max_tokens: 1000,
-        store: None,
-        reuse: Vec::new(),
-    }
-}
-
-/// The tiny model in `model`, served as "tiny" with `options` (its address not used).
-fn start_on(model: &std::path::Path, options: ApiOptions) -> Result<Api, throng::api::ApiError> {
-    start_engine(model, options, engine_config())
-}
-
-fn start_engine(
-    model: &std::path::Path,
-    options: ApiOptions,
-    config: EngineConfig,
-) -> Result<Api, throng::api::ApiError> {
-    let engine = common::engine(model.to_str().unwrap(), config);
-    let encoder = engine.prompt_encoder().clone();
-    let (handle, _thread) = EngineHandle::spawn(engine);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = ApiServer::on(
-        listener,
-        options,
-        vec![Served {
-            name: "tiny".into(),
-            handle,
-            encoder,
-            max_seqs: 64,
-        }],
-    )?;
-    let base = server.base_url();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = std::thread::spawn(move || {
-        server
-            .serve_until(async {
-                let _ = stopped.await;
-            })
-            .unwrap()
-    });
-    Ok(Api {
-        base,
-        addr,
-        _model: None,
-        stop: Some(stop),
-        served: Some(served),
-    })
-}
-
-/// A POST with the key; the status and the JSON body, whatever the status.
-fn post(api: &Api, path: &str, body: &Value) -> (u16, Value) {
-    call(
-        ureq::post(&format!("{}{path}", api.base)).set("Authorization", &format!("Bearer {KEY}")),
-        body,
-    )
-}
-
-fn call(request: ureq::Request, body: &Value) -> (u16, Value) {
-    match request.send_json(body.clone()) {
-        Ok(r) => (r.status(), r.into_json().unwrap()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
-        Err(e) => panic!("{e}"),
-    }
-}
-
-fn get(api: &Api, path: &str) -> (u16, Value) {
-    match ureq::get(&format!("{}{path}", api.base))
-        .set("Authorization", &format!("Bearer {KEY}"))
-        .call()
-    {
-        Ok(r) => (r.status(), r.into_json().unwrap()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
-        Err(e) => panic!("{e}"),
-    }
-}
-
-fn chat(content: &str) -> Value {
-    json!({"model": "tiny", "messages": [
-        {"role": "system", "content": "You are an agent in a market."},
-        {"role": "user", "content": content}
-    ], "max_tokens": 16, "temperature": 0.8, "seed": 7})
-}
-
-fn error_of(body: &Value) -> (&str, Option<&str>, Option<&str>) {
-    let e = &body["error"];
-    (
-        e["message"]
-            .as_str()
-            .unwrap_or_else(|| panic!("not an error object: {body}")),
-        e["param"].as_str(),
-        e["code"].as_str(),
-    )
-}
 
 #[test]
 fn only_this_hosts_requests_with_the_key_are_answered() {
@@ -800,12 +664,6 @@ fn served_names_that_do_not_match_the_models_are_refused() {
         err.contains("--served-name is given 1 times for 2 --model"),
         "{err}"
     );
-}
-
-fn stats(api: &Api) -> Value {
-    let (status, stats) = get(api, "/throng/stats");
-    assert_eq!(status, 200, "{stats}");
-    stats
 }
 
 fn with_turns(mut body: Value, turns: &[Value]) -> Value {

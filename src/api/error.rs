@@ -2,7 +2,8 @@
 //! "param", "code"}}`, so that the `openai` package raises the exception a framework catches
 //! (`BadRequestError`, `AuthenticationError`, `RateLimitError`...) with throng's words in it.
 
-use crate::engine::RequestError;
+use super::tools::ToolMode;
+use crate::engine::{RequestError, SchemaError};
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -83,6 +84,24 @@ impl IntoResponse for ApiFailure {
 }
 
 /// The engine's refusal of a request, at the part of the request it is about.
+impl ApiFailure {
+    /// A schema the decoder cannot take, blamed on the part of the request it came from.
+    pub(crate) fn schema(tools: &ToolMode, e: SchemaError) -> Self {
+        let param = match tools {
+            ToolMode::None => "response_format",
+            _ => "tools",
+        };
+        let code = match e {
+            SchemaError::Limit(_) => "schema_too_large",
+            SchemaError::Setup(_) => {
+                return ApiFailure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+            }
+            _ => "invalid_schema",
+        };
+        ApiFailure::invalid(param, format!("the JSON schema cannot be used: {e}")).code(code)
+    }
+}
+
 impl From<RequestError> for ApiFailure {
     fn from(e: RequestError) -> Self {
         let message = e.to_string();
@@ -99,7 +118,7 @@ impl From<RequestError> for ApiFailure {
             RequestError::PromptExceedsCache { .. } => {
                 ApiFailure::invalid("messages", message).code("context_length_exceeded")
             }
-            RequestError::InvalidSchema(_) => ApiFailure::invalid("response_format", message),
+            RequestError::InvalidSchema(e) => ApiFailure::schema(&ToolMode::None, e),
             RequestError::InvalidSampling(_) => ApiFailure::invalid("temperature", message),
             RequestError::ZeroMaxTokens => ApiFailure::invalid("max_tokens", message),
             RequestError::Tokenizer(_) => ApiFailure::invalid("messages", message),

@@ -118,6 +118,8 @@ async fn stats(State(app): State<Arc<App>>) -> Response {
         "queue": app.queue,
         "reused": app.reused.load(Ordering::SeqCst),
         "spliced": app.spliced.load(Ordering::SeqCst),
+        // Replies given and not yet in the `--store` (none without one).
+        "store_pending": app.recorder.as_ref().map_or(0, |r| r.pending()),
         "engines": engines,
     }))
     .into_response()
@@ -352,6 +354,14 @@ fn start(
         max_tokens: app.max_tokens,
     };
     let mut plan = request.plan(limits, default_seed)?;
+    // Compiled here, on the grammars' own threads, so that the engine finds it ready and a
+    // schema it cannot take is this request's 400, not the engine's trouble.
+    if let Some(schema) = plan.requests.first().and_then(|r| r.json_schema.as_ref()) {
+        served
+            .encoder
+            .prepare_schema(schema)
+            .map_err(|e| ApiFailure::schema(&plan.tools, e))?;
+    }
     let tokens = app.prompt_tokens(served, &plan)?;
     let keys: Vec<RequestKey> = plan
         .requests

@@ -9,10 +9,11 @@
 
 use crate::engine::ModelIdentity;
 use crate::engine::{RequestKey, Response};
-use crate::record::store::{STORE, Store, StoredReply};
+use crate::record::store::{HeldStore, STORE, Store, StoredReply};
 use crate::reuse::Reuse;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -104,14 +105,22 @@ pub(crate) fn open_sources(
 /// A reply on its way to the store.
 type Entry = (RequestKey, StoredReply);
 
-/// The server's own store, written by its thread.
+/// The longest wait between two tries to write replies the store refused.
+const MOST_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a stopping server goes on trying to write what the store still refuses.
+const LAST_TRIES: Duration = Duration::from_secs(10);
+
+/// The server's own store, held open and written by its thread.
 pub struct Recorder {
     tx: Option<mpsc::Sender<Entry>>,
     thread: Option<JoinHandle<()>>,
+    /// Replies given and not yet committed.
+    pending: Arc<AtomicU64>,
 }
 
 impl Recorder {
-    /// Opens (or creates) the store in `dir`, marked with the served models' identities.
+    /// Opens (or creates) the store in `dir`, marked with the served models' identities, and
+    /// holds it open until the server stops.
     pub fn open(dir: &Path, models: &[(&str, &ModelIdentity)]) -> Result<Self, StoreError> {
         let io = |source| StoreError::Io {
             path: dir.to_path_buf(),
@@ -150,14 +159,22 @@ impl Recorder {
                 serde_json::to_string(identity).expect("invariant: an identity is plain strings");
             store.set_model(name, &identity)?;
         }
+        let held = store.hold()?;
         let (tx, rx) = mpsc::channel();
+        let pending = Arc::new(AtomicU64::new(0));
+        let writer = Writer {
+            store: held,
+            pending: Arc::clone(&pending),
+            failing: None,
+        };
         let thread = std::thread::Builder::new()
             .name("throng-api-store".into())
-            .spawn(move || write(store, rx))
+            .spawn(move || writer.run(rx))
             .map_err(io)?;
         Ok(Self {
             tx: Some(tx),
             thread: Some(thread),
+            pending,
         })
     }
 
@@ -171,8 +188,14 @@ impl Recorder {
             token_ids: reply.token_ids.clone(),
         };
         if let Some(tx) = &self.tx {
+            self.pending.fetch_add(1, Ordering::SeqCst);
             let _ = tx.send((key, stored));
         }
+    }
+
+    /// Replies given and not yet in the store.
+    pub fn pending(&self) -> u64 {
+        self.pending.load(Ordering::SeqCst)
     }
 }
 
@@ -186,28 +209,91 @@ impl Drop for Recorder {
     }
 }
 
-/// The writer: batches of replies in one transaction each. A store that fails is said once,
-/// and the server goes on answering without it.
-fn write(store: Store, rx: mpsc::Receiver<Entry>) {
-    let mut failed = false;
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        let until = Instant::now() + WAIT;
-        while batch.len() < BATCH {
-            let left = until.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(entry) => batch.push(entry),
-                Err(_) => break,
+/// The writer: batches of replies in one transaction each. A batch the store refuses (a full
+/// disk) is kept and tried again, waiting longer each time up to [`MOST_BACKOFF`], with the
+/// replies that arrive meanwhile: nothing is dropped while the server runs, and what a
+/// stopping server still cannot write is counted on its way out.
+struct Writer {
+    store: HeldStore,
+    pending: Arc<AtomicU64>,
+    /// Since when, and how long to wait before the next try, while writes fail.
+    failing: Option<(Instant, Duration)>,
+}
+
+impl Writer {
+    fn run(mut self, rx: mpsc::Receiver<Entry>) {
+        let mut batch: Vec<Entry> = Vec::new();
+        let mut open = true;
+        while open {
+            let window = self.failing.map_or(WAIT, |(_, backoff)| backoff);
+            open = collect(&rx, &mut batch, window);
+            if !batch.is_empty() {
+                self.write(&mut batch);
             }
         }
-        if failed {
-            continue;
+        let until = Instant::now() + LAST_TRIES;
+        while !batch.is_empty() && Instant::now() < until {
+            std::thread::sleep(self.failing.map_or(Duration::ZERO, |(_, b)| b));
+            self.write(&mut batch);
         }
-        if let Err(e) = store.insert(&batch) {
-            eprintln!("throng api: warning: replies are no longer stored: {e}");
-            failed = true;
+        if !batch.is_empty() {
+            eprintln!(
+                "throng api: error: {} replies could not be written to the store before the \
+                 server stopped (see the warnings above)",
+                batch.len()
+            );
         }
     }
+
+    /// Commits `batch` (emptying it), or keeps it for the next try.
+    fn write(&mut self, batch: &mut Vec<Entry>) {
+        match self.store.insert(batch) {
+            Ok(()) => {
+                self.pending.fetch_sub(batch.len() as u64, Ordering::SeqCst);
+                batch.clear();
+                if let Some((since, _)) = self.failing.take() {
+                    eprintln!(
+                        "throng api: the store takes replies again after {:.0?}; none was lost",
+                        since.elapsed()
+                    );
+                }
+            }
+            Err(e) => {
+                let backoff = match self.failing {
+                    None => {
+                        eprintln!(
+                            "throng api: warning: the store refuses replies ({e}); they are kept \
+                             and written when it takes them again"
+                        );
+                        Duration::from_millis(100)
+                    }
+                    Some((_, b)) => (b * 2).min(MOST_BACKOFF),
+                };
+                let since = self.failing.map_or_else(Instant::now, |(s, _)| s);
+                self.failing = Some((since, backoff));
+            }
+        }
+    }
+}
+
+/// Adds to `batch` what arrives within `window` (at most [`BATCH`] replies), waiting first for
+/// one reply when it holds none. False once the server has stopped sending.
+fn collect(rx: &mpsc::Receiver<Entry>, batch: &mut Vec<Entry>, window: Duration) -> bool {
+    if batch.is_empty() {
+        match rx.recv() {
+            Ok(entry) => batch.push(entry),
+            Err(_) => return false,
+        }
+    }
+    let until = Instant::now() + window;
+    for _ in 0..BATCH {
+        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(entry) => batch.push(entry),
+            Err(mpsc::RecvTimeoutError::Timeout) => break,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+        }
+    }
+    true
 }
 
 /// Replies taken from earlier stores.

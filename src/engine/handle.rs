@@ -37,7 +37,10 @@ pub struct EngineStatus {
     /// The engine's totals over its life (see [`super::EngineTotals`]): steps, sampled
     /// tokens, prompt tokens queued, and of them found in the prefix cache.
     pub steps: u64,
+    /// Tokens the model sampled.
     pub generated_tokens: u64,
+    /// Tokens a grammar forced, appended without sampling (a reply's tokens are both kinds).
+    pub forced_tokens: u64,
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
 }
@@ -161,6 +164,7 @@ impl Actor {
                     finished: self.finished,
                     steps: totals.steps,
                     generated_tokens: totals.generated_tokens,
+                    forced_tokens: totals.forced_tokens,
                     prompt_tokens: totals.prompt_tokens,
                     cached_tokens: totals.cache.hit_tokens,
                 });

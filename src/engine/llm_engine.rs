@@ -99,7 +99,6 @@ pub struct Engine {
     prompts: PromptEncoder,
     runner: ModelRunner,
     pick_on: PickOn,
-    grammars: Option<Grammars>,
     scheduler: Scheduler,
     max_context: usize,
     fast_forward: bool,
@@ -219,6 +218,7 @@ impl Engine {
             PickOn::Device
         };
         let prompts = PromptEncoder {
+            grammars: Grammars::new(&tokenizer, model_cfg.vocab_size),
             tokenizer,
             chat: ChatTemplate::new(&chat)?,
             identity,
@@ -228,7 +228,6 @@ impl Engine {
             prompts,
             runner: ModelRunner::new(Box::new(model), kv, cfg.profile),
             pick_on,
-            grammars: None,
             scheduler,
             max_context,
             fast_forward: cfg.fast_forward,
@@ -371,21 +370,8 @@ impl Engine {
         }
         let constraint = match &request.json_schema {
             None => None,
-            Some(schema) => {
-                if self.grammars.is_none() {
-                    let vocab = self.model().config().vocab_size;
-                    self.grammars = Some(
-                        Grammars::new(&self.prompts.tokenizer, vocab)
-                            .map_err(RequestError::InvalidSchema)?,
-                    );
-                }
-                let grammars = self.grammars.as_mut().expect("invariant: set above");
-                Some(
-                    grammars
-                        .constraint(schema)
-                        .map_err(RequestError::InvalidSchema)?,
-                )
-            }
+            // Compiled on the grammars' own threads (a server compiled it already).
+            Some(schema) => Some(self.prompts.grammars.constraint(schema)?),
         };
         let tokens = self.prompts.take_tokens(request.prompt)?;
         if tokens.len() >= self.max_context {
@@ -415,8 +401,9 @@ impl Engine {
         seq.constraint = constraint;
         if self.fast_forward {
             // Tokens the grammar forces at the start ride along with the prompt's prefill.
+            let room = seq.limit(self.max_context) - seq.tokens.len();
             if let Some(c) = seq.constraint.as_mut() {
-                let forced = c.forced();
+                let forced = c.forced(room);
                 self.totals.forced_tokens += forced.len() as u64;
                 for t in forced {
                     push_token(&self.prompts.tokenizer, &mut seq, t);

@@ -29,7 +29,7 @@ pub mod tokenizer;
 pub use crate::model::ModelIdentity;
 pub use block_manager::CacheStats;
 pub use chat::{ChatTemplate, Message};
-pub use constraint::{Schema, SchemaId};
+pub use constraint::{Schema, SchemaError, SchemaId};
 pub use drive::{Client, Fill, Queue, Refused};
 pub use handle::{EngineHandle, EngineStatus, Pending, Sink};
 pub use llm_engine::{Engine, EngineConfig, EngineError, default_kv_memory};

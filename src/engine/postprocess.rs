@@ -37,20 +37,16 @@ impl Postprocess<'_> {
         }
         totals.generated_tokens += 1;
         push_token(self.tokenizer, seq, token);
+        let limit = seq.limit(self.max_context);
         if self.fast_forward
             && let Some(c) = seq.constraint.as_mut()
         {
-            let forced = c.forced();
+            let forced = c.forced(limit.saturating_sub(seq.tokens.len()));
             totals.forced_tokens += forced.len() as u64;
             for t in forced {
                 push_token(self.tokenizer, seq, t);
             }
         }
-        // Saturating: `--max-tokens` may be as large as a usize holds.
-        let limit = seq
-            .prompt_len
-            .saturating_add(seq.max_tokens)
-            .min(self.max_context);
         // Forced tokens may overshoot the limit: the reply is cut at it, its text too (a
         // stop string or the grammar's end past the cut was never generated).
         let overshot = seq.tokens.len() > limit;

@@ -5,6 +5,7 @@
 //! own copy, so both give the same ids and the same key.
 
 use super::chat::{ChatTemplate, Message};
+use super::constraint::{Grammars, Schema, SchemaError};
 use super::request::{Prompt, Request, RequestError};
 use super::tokenizer::Tokenizer;
 use crate::model::ModelIdentity;
@@ -22,6 +23,8 @@ pub struct PromptEncoder {
     pub(super) identity: ModelIdentity,
     /// The model's vocabulary (token ids at or above it are refused).
     pub(super) vocab: usize,
+    /// The schemas compiled for this tokenizer, shared with the engine.
+    pub(super) grammars: Grammars,
 }
 
 impl PromptEncoder {
@@ -36,6 +39,12 @@ impl PromptEncoder {
     /// What the engine's replies are a function of, beside the request.
     pub fn identity(&self) -> &ModelIdentity {
         &self.identity
+    }
+
+    /// Compiles `schema` for the engine ahead of its request, on the grammars' own threads
+    /// (see [`Grammars`]): the engine then finds it compiled. Says why it cannot be used.
+    pub fn prepare_schema(&self, schema: &Schema) -> Result<(), SchemaError> {
+        self.grammars.prepare(schema)
     }
 
     /// Token ids of a prompt, checked against the vocabulary.

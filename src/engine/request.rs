@@ -1,7 +1,7 @@
 //! What callers hand the engine and what they get back.
 
 use super::chat::Message;
-use super::constraint::Schema;
+use super::constraint::{Schema, SchemaError};
 use super::sampler::SamplingParams;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -153,7 +153,7 @@ pub enum RequestError {
     )]
     PromptExceedsCache { needed: usize, available: usize },
     #[error("the JSON schema cannot be used: {0}")]
-    InvalidSchema(String),
+    InvalidSchema(#[from] SchemaError),
     #[error("invalid sampling settings: {0}")]
     InvalidSampling(String),
     #[error("{0}")]

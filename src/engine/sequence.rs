@@ -75,6 +75,14 @@ impl Sequence {
         }
     }
 
+    /// The most tokens it may hold: its prompt and `max_tokens`, within the context.
+    pub fn limit(&self, max_context: usize) -> usize {
+        // Saturating: `--max-tokens` may be as large as a usize holds.
+        self.prompt_len
+            .saturating_add(self.max_tokens)
+            .min(max_context)
+    }
+
     /// Tokens still to run through the model.
     pub fn pending(&self) -> usize {
         self.tokens.len() - self.computed

@@ -11,7 +11,7 @@
 
 use super::RecordError;
 pub use super::names::STORE;
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -88,6 +88,58 @@ fn store_error(path: &Path, e: impl std::fmt::Display) -> RecordError {
     RecordError::format(path, format!("the decision store: {e}"))
 }
 
+/// Why a store cannot be opened to read; one a process writes says which.
+fn open_error(path: &Path, e: redb::DatabaseError) -> RecordError {
+    match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => RecordError::format(
+            path,
+            "the decision store is in use by another process (a `throng api` that stores into it \
+             or reuses it, or a run writing it): stop that process first, or use a copy of the \
+             folder",
+        ),
+        e => store_error(path, e),
+    }
+}
+
+thread_local! {
+    /// Whether this thread is inside [`readable`], whose panics are reported as errors.
+    static READING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `read`, a read of the store at `path`, with redb's panics turned into an error: redb
+/// trusts the pages it wrote, and on a page damaged since (4 KB overwritten in the middle of
+/// the file) it panics ("entered unreachable code") instead of failing. A damaged store must
+/// be left out with a warning, not end the process. The panic's own message is not printed:
+/// a hook installed once passes every other panic to the hook before it.
+fn readable<T>(
+    path: &Path,
+    read: impl FnOnce() -> Result<T, RecordError>,
+) -> Result<T, RecordError> {
+    static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
+    QUIET_HOOK.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !READING.with(std::cell::Cell::get) {
+                before(info)
+            }
+        }));
+    });
+    let was = READING.with(|r| r.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(read));
+    READING.with(|r| r.set(was));
+    result.unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("no message");
+        Err(store_error(
+            path,
+            format!("damaged: a page of it does not read ({why})"),
+        ))
+    })
+}
+
 /// A run's own store, written as it goes. The database is open only while it is written: a
 /// step's replies go in and it is closed again, so that between steps the file is as it will
 /// stay (the manifest's checksum of a paused or finished run holds for it).
@@ -114,7 +166,7 @@ impl Store {
     }
 
     fn db(&self) -> Result<redb::Database, RecordError> {
-        redb::Database::create(&self.path).map_err(|e| store_error(&self.path, e))
+        redb::Database::create(&self.path).map_err(|e| open_error(&self.path, e))
     }
 
     /// Records `model`'s identity (JSON), so that readers know whose replies these are.
@@ -134,20 +186,48 @@ impl Store {
         if replies.is_empty() {
             return Ok(());
         }
-        let db = self.db()?;
-        let w = db.begin_write().map_err(|e| store_error(&self.path, e))?;
-        {
-            let mut table = w
-                .open_table(REPLIES)
-                .map_err(|e| store_error(&self.path, e))?;
-            for (key, reply) in replies {
-                table
-                    .insert(key, reply.encode(key).as_slice())
-                    .map_err(|e| store_error(&self.path, e))?;
-            }
-        }
-        w.commit().map_err(|e| store_error(&self.path, e))
+        insert(&self.db()?, &self.path, replies)
     }
+
+    /// The store held open for writing until the [`HeldStore`] is dropped.
+    pub fn hold(&self) -> Result<HeldStore, RecordError> {
+        Ok(HeldStore {
+            db: self.db()?,
+            path: self.path.clone(),
+        })
+    }
+}
+
+/// A store held open for writing for as long as it lives, as a server's is: no other process
+/// can open it meanwhile, so a reader (`--reuse` of it) is refused at its start, saying why,
+/// instead of taking the file from under the writer between two of its commits.
+pub struct HeldStore {
+    db: redb::Database,
+    path: PathBuf,
+}
+
+impl HeldStore {
+    /// Adds `replies` in one durable transaction.
+    pub fn insert(&self, replies: &[([u8; 32], StoredReply)]) -> Result<(), RecordError> {
+        insert(&self.db, &self.path, replies)
+    }
+}
+
+fn insert(
+    db: &redb::Database,
+    path: &Path,
+    replies: &[([u8; 32], StoredReply)],
+) -> Result<(), RecordError> {
+    let w = db.begin_write().map_err(|e| store_error(path, e))?;
+    {
+        let mut table = w.open_table(REPLIES).map_err(|e| store_error(path, e))?;
+        for (key, reply) in replies {
+            table
+                .insert(key, reply.encode(key).as_slice())
+                .map_err(|e| store_error(path, e))?;
+        }
+    }
+    w.commit().map_err(|e| store_error(path, e))
 }
 
 /// An earlier run's store, read to reuse its replies.
@@ -175,26 +255,35 @@ impl Source {
             ));
         }
         super::verify(dir, STORE)?;
-        let db = redb::ReadOnlyDatabase::open(&path).map_err(|e| store_error(&path, e))?;
-        let r = db.begin_read().map_err(|e| store_error(&path, e))?;
-        let meta = r.open_table(META).map_err(|e| store_error(&path, e))?;
-        let mut models = BTreeMap::new();
-        for entry in meta.iter().map_err(|e| store_error(&path, e))? {
-            let (k, v) = entry.map_err(|e| store_error(&path, e))?;
-            if let Some(model) = k.value().strip_prefix("model:") {
-                models.insert(model.to_string(), v.value().to_string());
+        readable(&path, || {
+            let db = redb::ReadOnlyDatabase::open(&path).map_err(|e| open_error(&path, e))?;
+            let r = db.begin_read().map_err(|e| store_error(&path, e))?;
+            let meta = r.open_table(META).map_err(|e| store_error(&path, e))?;
+            let mut models = BTreeMap::new();
+            for entry in meta.iter().map_err(|e| store_error(&path, e))? {
+                let (k, v) = entry.map_err(|e| store_error(&path, e))?;
+                if let Some(model) = k.value().strip_prefix("model:") {
+                    models.insert(model.to_string(), v.value().to_string());
+                }
             }
-        }
-        let replies = r.open_table(REPLIES).map_err(|e| store_error(&path, e))?;
-        let len = replies.len().map_err(|e| store_error(&path, e))?;
-        drop(replies);
-        drop(meta);
-        drop(r);
-        Ok(Self {
-            db,
-            dir: dir.to_path_buf(),
-            models,
-            len,
+            // Every page of the table read once: redb finds a damaged page only when it
+            // reads it, so a store that passes here will not fail a lookup later (unless
+            // it is damaged while open).
+            let replies = r.open_table(REPLIES).map_err(|e| store_error(&path, e))?;
+            let mut len = 0;
+            for entry in replies.iter().map_err(|e| store_error(&path, e))? {
+                entry.map_err(|e| store_error(&path, e))?;
+                len += 1;
+            }
+            drop(replies);
+            drop(meta);
+            drop(r);
+            Ok(Self {
+                db,
+                dir: dir.to_path_buf(),
+                models,
+                len,
+            })
         })
     }
 
@@ -217,16 +306,18 @@ impl Reader {
     /// What is recorded under `key`. A store redb cannot read is an error; an entry whose
     /// own checksum fails is [`Lookup::Damaged`].
     pub fn get(&self, key: &[u8; 32]) -> Result<Lookup, RecordError> {
-        let Some(bytes) = self
-            .table
-            .get(key)
-            .map_err(|e| store_error(&self.path, e))?
-        else {
-            return Ok(Lookup::Miss);
-        };
-        Ok(match StoredReply::decode(key, bytes.value()) {
-            Some(reply) => Lookup::Hit(reply),
-            None => Lookup::Damaged,
+        readable(&self.path, || {
+            let Some(bytes) = self
+                .table
+                .get(key)
+                .map_err(|e| store_error(&self.path, e))?
+            else {
+                return Ok(Lookup::Miss);
+            };
+            Ok(match StoredReply::decode(key, bytes.value()) {
+                Some(reply) => Lookup::Hit(reply),
+                None => Lookup::Damaged,
+            })
         })
     }
 }
@@ -333,6 +424,40 @@ mod tests {
             });
             assert!(opened.is_err(), "{damage}: a damaged store was read");
         }
+    }
+
+    // Issue 41 A2: 4 KB overwritten in the middle of the file made redb panic ("entered
+    // unreachable code") when the store was opened to reuse, or at a later lookup.
+    #[test]
+    fn a_page_overwritten_anywhere_is_an_error_or_a_miss_never_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let replies: Vec<_> = (0..2000).map(|i| (key(i), reply(i))).collect();
+        store.insert(&replies).unwrap();
+        drop(store);
+        let path = dir.path().join(STORE);
+        let whole = std::fs::read(&path).unwrap();
+        let mut refused = 0;
+        for page in 0..whole.len().div_ceil(4096) {
+            let mut bytes = whole.clone();
+            let end = (page * 4096 + 4096).min(bytes.len());
+            bytes[page * 4096..end].fill(0xAB);
+            std::fs::write(&path, &bytes).unwrap();
+            // Every outcome but a panic (which fails this test) is allowed: refused at open,
+            // refused at a lookup, or read with its damaged entries found by their checksums.
+            let read = Source::open(dir.path()).and_then(|s| {
+                let r = s.reader()?;
+                (0..2000).try_for_each(|i| match r.get(&key(i))? {
+                    Lookup::Hit(got) => {
+                        assert_eq!(got, reply(i), "page {page}: a wrong reply read as right");
+                        Ok(())
+                    }
+                    Lookup::Miss | Lookup::Damaged => Ok(()),
+                })
+            });
+            refused += read.is_err() as usize;
+        }
+        assert!(refused > 0, "no damaged page was noticed");
     }
 
     // Guards against issue 30, item 3: redb does not checksum values, so a byte flipped in a

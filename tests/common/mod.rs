@@ -2,6 +2,7 @@
 //! device or a skip (`cuda`); `cli` runs the built binary.
 #![allow(dead_code)]
 
+pub mod api;
 pub mod book;
 pub mod cli;
 pub mod constrained;

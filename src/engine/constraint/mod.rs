@@ -2,13 +2,77 @@
 //! distinct schema; each sequence carries its own matcher, which masks the logits before
 //! every sample and says which tokens the grammar forces next.
 
-use super::tokenizer::Tokenizer;
-use llguidance::api::TopLevelGrammar;
-use llguidance::{Matcher, ParserFactory};
+mod grammars;
+pub mod limits;
+
+pub use grammars::Grammars;
+pub use limits::Limit;
+use llguidance::Matcher;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::sync::Arc;
 use toktrie::SimpleVob;
+
+/// Why a schema cannot constrain a reply. Every case is the schema's (a client's) doing, but
+/// for [`SchemaError::Setup`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    #[error("a JSON schema must be an object, got {0}")]
+    NotAnObject(String),
+    #[error(transparent)]
+    Limit(#[from] Limit),
+    #[error(
+        "the schema admits no value (a `$ref` that leads only back to itself, or constraints \
+         no value meets): give one that some JSON value satisfies"
+    )]
+    Empty,
+    /// The grammar compiler's refusal, in its words without its internal state.
+    #[error("{0}")]
+    Grammar(String),
+    #[error("the grammar engine cannot be set up for this model's tokenizer: {0}")]
+    Setup(String),
+}
+
+impl SchemaError {
+    /// llguidance's message for a refused grammar, as a client may read it: the parser's
+    /// state and grammar dump cut off, its limits named in throng's terms.
+    pub(crate) fn from_grammar(message: &str) -> Self {
+        let message = message
+            .split("\n<non-verbose/>")
+            .next()
+            .and_then(|m| m.split("\n<state>").next())
+            .unwrap_or(message)
+            .trim();
+        if message.contains("NoExtension") {
+            return SchemaError::Empty;
+        }
+        if let Some(width) = row_width(message) {
+            return SchemaError::Grammar(format!(
+                "the schema is too wide for the decoder: at one point of the reply {width} \
+                 alternatives are open at once, more than it follows (about {} optional \
+                 properties of one object, or `anyOf` alternatives, at most): make fewer of them \
+                 optional, or split the schema",
+                limits::MAX_PROPERTIES
+            ));
+        }
+        let short: String = message.chars().take(400).collect();
+        SchemaError::Grammar(format!("the decoder cannot compile this schema: {short}"))
+    }
+}
+
+/// The item count in llguidance's "Current row has N items; max is M" message.
+fn row_width(message: &str) -> Option<usize> {
+    let rest = message.split("Current row has ").nth(1)?;
+    rest.split(' ').next()?.parse().ok()
+}
+
+/// A value as an error message shows it: at most 80 characters of its JSON.
+fn shown(value: &serde_json::Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(80) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text,
+    }
+}
 
 /// Compact, deterministic JSON (`{"a": 1, "b": true}`): one spelling per value, so replies
 /// differ only where the model chose differently.
@@ -89,95 +153,6 @@ impl std::fmt::Debug for Schema {
     }
 }
 
-/// Distinct schemas kept compiled at most.
-const MAX_COMPILED: usize = 512;
-
-/// Compiles schemas for one tokenizer and hands out matchers.
-pub struct Grammars {
-    factory: Arc<ParserFactory>,
-    /// A fresh matcher to clone per schema.
-    compiled: HashMap<SchemaId, Matcher>,
-}
-
-impl std::fmt::Debug for Grammars {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Grammars")
-            .field("compiled", &self.compiled.len())
-            .finish()
-    }
-}
-
-impl Grammars {
-    /// Builds the token trie of `tokenizer` (padded to the model's `vocab_size`) with the
-    /// model's end-of-turn ids as the grammar's end.
-    pub fn new(tokenizer: &Tokenizer, vocab_size: usize) -> Result<Self, String> {
-        // toktrie_hf_tokenizers is built on an older `tokenizers` than the engine; the JSON
-        // form of the tokenizer is what both versions share.
-        let json = tokenizer
-            .inner()
-            .to_string(false)
-            .map_err(|e| format!("cannot serialise the tokenizer: {e}"))?;
-        let mut bytes = toktrie_hf_tokenizers::ByteTokenizer::from_json_bytes(json.as_bytes())
-            .map_err(|e| format!("cannot build a token trie from the tokenizer: {e}"))?;
-        let eos: Vec<u32> = tokenizer
-            .eos_ids()
-            .iter()
-            .copied()
-            .filter(|&id| (id as usize) < vocab_size)
-            .collect();
-        if !eos.is_empty() {
-            bytes.set_eos_tokens(&eos);
-        }
-        let env = bytes
-            .into_tok_env(Some(vocab_size))
-            .map_err(|e| format!("cannot build a token trie from the tokenizer: {e}"))?;
-        let mut factory = ParserFactory::new(
-            &env,
-            Default::default(),
-            &llguidance::earley::SlicedBiasComputer::general_slices(),
-        )
-        .map_err(|e| format!("cannot set up the grammar engine: {e}"))?;
-        factory.quiet();
-        Ok(Self {
-            factory: Arc::new(factory),
-            compiled: HashMap::new(),
-        })
-    }
-
-    /// A matcher for `schema`, compiled on first sight of that schema.
-    pub fn constraint(&mut self, schema: &Schema) -> Result<Constraint, String> {
-        if !schema.value().is_object() {
-            return Err(format!(
-                "a JSON schema must be an object, got {}",
-                schema.value()
-            ));
-        }
-        let key = schema.id();
-        if let Some(m) = self.compiled.get(&key) {
-            return Ok(Constraint {
-                matcher: Box::new(m.clone()),
-            });
-        }
-        let parser = self
-            .factory
-            .create_parser(TopLevelGrammar::from_json_schema(schema.value().clone()))
-            .map_err(|e| e.to_string())?;
-        let matcher = Matcher::new(Ok(parser));
-        if let Some(e) = matcher.get_error() {
-            return Err(e);
-        }
-        // Schemas that change every step (a cap that follows demand) would grow the cache
-        // without bound; compiling again is cheap next to a step.
-        if self.compiled.len() >= MAX_COMPILED {
-            self.compiled.clear();
-        }
-        self.compiled.insert(key, matcher.clone());
-        Ok(Constraint {
-            matcher: Box::new(matcher),
-        })
-    }
-}
-
 /// One sequence's position in its grammar.
 #[derive(Clone)]
 pub struct Constraint {
@@ -194,9 +169,12 @@ impl std::fmt::Debug for Constraint {
 }
 
 impl Constraint {
-    /// Tokens allowed next (the end-of-turn ids once the value is complete).
+    /// Tokens allowed next (the end-of-turn ids once the value is complete, which is also
+    /// where a schema with one valid reply is after its forced tokens).
     pub fn mask(&mut self) -> Result<SimpleVob, String> {
-        self.matcher.compute_mask().map_err(|e| e.to_string())
+        self.matcher
+            .compute_mask_or_eos()
+            .map_err(|e| e.to_string())
     }
 
     /// Advances past `token`, which the mask allowed.
@@ -204,10 +182,19 @@ impl Constraint {
         self.matcher.consume_token(token).map_err(|e| e.to_string())
     }
 
-    /// Tokens the grammar allows no alternative to (keys, punctuation), consumed: the caller
-    /// appends them without sampling.
-    pub fn forced(&mut self) -> Vec<u32> {
-        self.matcher.consume_ff_tokens()
+    /// Up to `room` of the tokens the grammar allows no alternative to (keys, punctuation),
+    /// consumed: the caller appends them without sampling. Forced tokens past the reply's
+    /// room would be cut from it anyway; a long `const` would otherwise be prefilled whole.
+    pub fn forced(&mut self, room: usize) -> Vec<u32> {
+        if room == 0 {
+            return Vec::new();
+        }
+        let mut forced = self.matcher.compute_ff_tokens();
+        forced.truncate(room);
+        if forced.is_empty() || self.matcher.consume_tokens(&forced).is_err() {
+            return Vec::new();
+        }
+        forced
     }
 
     /// Whether the grammar admits no further token: the value is complete.

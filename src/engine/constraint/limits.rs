@@ -1,0 +1,222 @@
+//! How large a schema the decoder takes: limits chosen on purpose and checked before the
+//! grammar compiler sees a schema, so that what a schema costs to compile (the compiler's
+//! stack and time) and to follow (the width of one mask) is bounded by throng, not by the
+//! schema's author. Past a limit, the error names it, the place and what to do.
+//!
+//! The walk is iterative: a schema built in code (a Python dict, `serde_json::json!`) can be
+//! nested deeper than any parser would have let through.
+
+use serde_json::Value;
+
+/// Properties of one object (its `properties` and `required` names together).
+pub const MAX_PROPERTIES: usize = 4_096;
+/// Subschemas in all, `$defs` included.
+pub const MAX_NODES: usize = 20_000;
+/// Subschemas inside subschemas.
+pub const MAX_DEPTH: usize = 64;
+/// Entries of one `anyOf`, `allOf`, `oneOf` or `prefixItems`.
+pub const MAX_ALTERNATIVES: usize = 1_024;
+/// Values of one `enum`.
+pub const MAX_ENUM: usize = 4_096;
+/// The JSON text of every `const` and `enum` value together, in bytes.
+pub const MAX_LITERAL_BYTES: usize = 256 << 10;
+/// One `pattern` or `patternProperties` key, in bytes.
+pub const MAX_PATTERN_BYTES: usize = 4 << 10;
+
+/// A schema past one of the limits above.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the schema is too large for throng's decoder: {what} {found} at {at}, the most it takes is \
+     {most}; {fix}"
+)]
+pub struct Limit {
+    /// What was counted (`properties of one object`).
+    pub what: &'static str,
+    pub found: usize,
+    pub most: usize,
+    /// A JSON pointer to where (`/` is the root).
+    pub at: String,
+    pub fix: &'static str,
+}
+
+/// Keywords whose value is a schema.
+const SCHEMA_VALUED: &[&str] = &[
+    "additionalProperties",
+    "items",
+    "additionalItems",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+];
+/// Keywords whose value is an array of schemas.
+const SCHEMA_ARRAYS: &[&str] = &["anyOf", "allOf", "oneOf", "prefixItems"];
+/// Keywords whose value maps names to schemas.
+const SCHEMA_MAPS: &[&str] = &[
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+];
+
+/// Refuses the first limit `schema` passes.
+pub fn check(schema: &Value) -> Result<(), Limit> {
+    let mut nodes = 0usize;
+    let mut literal_bytes = 0usize;
+    // (schema, its pointer, its depth)
+    let mut stack: Vec<(&Value, String, usize)> = vec![(schema, String::new(), 0)];
+    while let Some((value, at, depth)) = stack.pop() {
+        let Value::Object(object) = value else {
+            continue;
+        };
+        nodes += 1;
+        let over = |what, found, most, fix| Limit {
+            what,
+            found,
+            most,
+            at: if at.is_empty() {
+                "/".into()
+            } else {
+                at.clone()
+            },
+            fix,
+        };
+        if nodes > MAX_NODES {
+            return Err(over(
+                "subschemas",
+                nodes,
+                MAX_NODES,
+                "split the schema, or ask for fewer fields per reply",
+            ));
+        }
+        if depth > MAX_DEPTH {
+            return Err(over(
+                "levels of nesting",
+                depth,
+                MAX_DEPTH,
+                "flatten the schema",
+            ));
+        }
+        let names = property_names(object);
+        if names > MAX_PROPERTIES {
+            return Err(over(
+                "properties of one object",
+                names,
+                MAX_PROPERTIES,
+                "split the object into several requests, or group its fields into nested objects",
+            ));
+        }
+        for (keyword, sub) in object {
+            let here = || format!("{at}/{}", escape(keyword));
+            match keyword.as_str() {
+                "enum" => {
+                    let n = sub.as_array().map_or(0, Vec::len);
+                    if n > MAX_ENUM {
+                        return Err(over(
+                            "enum values",
+                            n,
+                            MAX_ENUM,
+                            "use a string with a pattern, or split the choice in two",
+                        ));
+                    }
+                    literal_bytes += json_len(sub);
+                }
+                "const" => literal_bytes += json_len(sub),
+                "pattern" => {
+                    let n = sub.as_str().map_or(0, str::len);
+                    if n > MAX_PATTERN_BYTES {
+                        return Err(over(
+                            "bytes of pattern",
+                            n,
+                            MAX_PATTERN_BYTES,
+                            "write a shorter pattern",
+                        ));
+                    }
+                }
+                _ => {}
+            }
+            if literal_bytes > MAX_LITERAL_BYTES {
+                return Err(over(
+                    "bytes of const and enum values",
+                    literal_bytes,
+                    MAX_LITERAL_BYTES,
+                    "a reply cannot be that long: shorten the values",
+                ));
+            }
+            if SCHEMA_VALUED.contains(&keyword.as_str()) {
+                stack.push((sub, here(), depth + 1));
+            } else if SCHEMA_ARRAYS.contains(&keyword.as_str()) {
+                let subs = sub.as_array().map_or(&[][..], Vec::as_slice);
+                if subs.len() > MAX_ALTERNATIVES {
+                    return Err(over(
+                        "entries of one list of schemas",
+                        subs.len(),
+                        MAX_ALTERNATIVES,
+                        "group the alternatives (an `enum` for constants, nested `anyOf`s)",
+                    ));
+                }
+                let base = here();
+                stack.extend(
+                    subs.iter()
+                        .enumerate()
+                        .map(|(i, s)| (s, format!("{base}/{i}"), depth + 1)),
+                );
+            } else if SCHEMA_MAPS.contains(&keyword.as_str()) {
+                let base = here();
+                for (name, s) in sub.as_object().into_iter().flatten() {
+                    if keyword == "patternProperties" && name.len() > MAX_PATTERN_BYTES {
+                        return Err(over(
+                            "bytes of pattern",
+                            name.len(),
+                            MAX_PATTERN_BYTES,
+                            "write a shorter pattern",
+                        ));
+                    }
+                    stack.push((s, format!("{base}/{}", escape(name)), depth + 1));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The names an object schema lists: its `properties` and its `required` names, each once.
+fn property_names(object: &serde_json::Map<String, Value>) -> usize {
+    let properties = object.get("properties").and_then(Value::as_object);
+    let listed = properties.map_or(0, serde_json::Map::len);
+    let required_only = object
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|name| properties.is_none_or(|p| !p.contains_key(*name)))
+        .count();
+    listed + required_only
+}
+
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// A JSON pointer's token for `name` (RFC 6901).
+fn escape(name: &str) -> String {
+    name.replace('~', "~0").replace('/', "~1")
+}
