@@ -6,10 +6,13 @@
 //! - `baseline/candle_quantized_llama`: candle-transformers' own `quantized_llama` on the same
 //!   file, one sequence, as the reference point measured in the same run.
 //!
-//! Weight formats are what the loader may convert the Q4_1 file to: `int8` (the CPU default
-//! where the CPU has AVX-512 VNNI), `f32` (the default elsewhere), `bf16` (the default for
-//! large models on CPUs without VNNI, and on CUDA), `q8_0`, and `native` (Q4_1 as stored,
-//! batch 1 only: it is the slow path being avoided).
+//! Weight formats are what the loader may convert the Q4_1 file to: `gguf` (its blocks as
+//! stored, run by throng's integer kernels: the CPU default where the CPU has AVX2 or AVX-512
+//! VNNI), `int8` (8-bit blocks quantized at load: the default for other files there), `f32`
+//! (the default on CPUs without either), `bf16` (the default for large models on such CPUs,
+//! and on CUDA), `q8_0`, and `native` (Q4_1 through candle's kernels, batch 1 only: the slow
+//! path being avoided). `THRONG_MAX_CPU_ISA=avx2` measures the AVX2 kernels on a CPU that
+//! has AVX-512.
 //! Run: `cargo bench --bench engine` (THRONG_BENCH_QUICK=1 for a short smoke run).
 
 use candle_core::{Device, Tensor};
@@ -181,10 +184,12 @@ fn bench_baseline(c: &mut Criterion) {
 
 fn engine(c: &mut Criterion) {
     bench_baseline(c);
+    bench_prefill(c, WeightFormat::Gguf, "gguf");
     bench_prefill(c, WeightFormat::Int8, "int8");
     bench_prefill(c, WeightFormat::F32, "f32");
     bench_prefill(c, WeightFormat::Q8_0, "q8_0");
     bench_prefill(c, WeightFormat::Bf16, "bf16");
+    bench_decode(c, WeightFormat::Gguf, "gguf", &[1, 8, 32, 64]);
     bench_decode(c, WeightFormat::Int8, "int8", &[1, 8, 32, 64]);
     bench_decode(c, WeightFormat::F32, "f32", &[1, 8, 32, 64]);
     bench_decode(c, WeightFormat::Q8_0, "q8_0", &[1, 8, 32, 64]);

@@ -57,7 +57,7 @@ const KV_FORMATS: [KvFormat; 2] = [KvFormat::Auto, KvFormat::F32];
 
 #[test]
 fn greedy_outputs_do_not_depend_on_who_shares_the_batch() {
-    for weights in common::AUTO_CPU_FORMATS {
+    for weights in common::CPU_FORMATS {
         for kv in KV_FORMATS {
             outputs_do_not_depend_on_who_shares_the_batch(weights, kv);
         }
@@ -128,7 +128,7 @@ impl Client for Staggered {
 
 #[test]
 fn prefix_caching_changes_nothing_but_the_work_done() {
-    for weights in common::AUTO_CPU_FORMATS {
+    for weights in common::CPU_FORMATS {
         for kv in KV_FORMATS {
             prefix_caching_changes_nothing(weights, kv);
         }
@@ -179,7 +179,7 @@ fn the_second_of_two_requests_sharing_a_100_token_prefix_reuses_it() {
 
 #[test]
 fn a_kv_cache_too_small_for_everyone_still_finishes_everyone_identically() {
-    for weights in common::AUTO_CPU_FORMATS {
+    for weights in common::CPU_FORMATS {
         for kv in KV_FORMATS {
             preemption_changes_nothing(weights, kv);
         }

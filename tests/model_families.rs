@@ -31,11 +31,8 @@ fn families() -> Vec<(&'static str, TinyLlama)> {
 }
 
 fn load(dir: &std::path::Path, weights: WeightFormat) -> throng::model::LoadedModel {
-    let opts = LoadOptions {
-        weights,
-        ..LoadOptions::default()
-    };
-    throng::model::loader::load(dir.to_str().unwrap(), &opts).unwrap()
+    let (spec, opts) = common::load_options(dir.to_str().unwrap(), weights);
+    throng::model::loader::load(&spec, &opts).unwrap()
 }
 
 /// candle-transformers' implementation of the family, loaded from the same folder. Its
@@ -165,8 +162,8 @@ fn a_window_shorter_than_the_prompt_holds_in_decode_on_both_attention_paths() {
 }
 
 // Guards against a family whose sequences see each other in a ragged batch (bias rows,
-// expert routing mixing tokens), in f32 within rounding and, under int8 (what `auto` picks
-// on this CPU), bit for bit.
+// expert routing mixing tokens), in f32 within rounding and, under the integer formats (what
+// `auto` picks on this CPU), bit for bit.
 #[test]
 fn ragged_batches_give_each_sequence_its_solo_logits_in_every_family() {
     let lengths = [1usize, 15, 16, 17, 33, 70];
@@ -177,7 +174,7 @@ fn ragged_batches_give_each_sequence_its_solo_logits_in_every_family() {
         .collect();
     for (name, spec) in families() {
         let dir = common::tiny_model(&spec);
-        for weights in common::AUTO_CPU_FORMATS {
+        for weights in common::CPU_FORMATS {
             let model = load(dir.path(), weights).model;
             let got = batched(&model, &seqs, &lengths, 16, 24);
             for (i, (g, s)) in got.iter().zip(&seqs).enumerate() {
@@ -337,7 +334,7 @@ fn requests(n: usize) -> Vec<Request> {
 fn the_engine_serves_every_family_with_constrained_batch_invariant_replies() {
     for (name, spec) in families() {
         let dir = common::tiny_model(&spec);
-        for weights in common::AUTO_CPU_FORMATS {
+        for weights in common::CPU_FORMATS {
             let engine = |cfg| common::engine_with(dir.path().to_str().unwrap(), cfg, weights);
             let together: Vec<_> = engine(EngineConfig::default())
                 .generate(requests(12))

@@ -37,6 +37,10 @@ Subcommands:
   agents.py history-llama-server URL N STEPS SLOTS [PID]
                                                      the history workload through a running
                                                      llama-server (PID: its peak memory)
+  agents.py sequential URL CALLS LABEL [KEY MODEL]   one agent's loop through a running
+                                                     OpenAI-compatible server: CALLS
+                                                     structured calls one after another,
+                                                     each with the agent's history
 
 LABEL names the engine in the result line (default `throng`; run.sh's baseline binary runs as
 `throng-baseline`). A throng binary whose `--requests -` does not read standard input (one
@@ -414,6 +418,51 @@ def run_history_llama_server(url, n, steps, slots, pid=None):
                    errors=errors)
 
 
+def run_sequential(url, calls, label, key=None, model=None):
+    """One agent calling the server CALLS times, each call waiting for the one before (an
+    AutoGen or pydantic-ai loop): its prompt is the rules, its last HISTORY turns and the new
+    observation, its reply held to the schema. Prints seconds in all and per call."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+
+    def ask(body):
+        if model:
+            body["model"] = model
+        req = urllib.request.Request(f"{url}/v1/chat/completions", json.dumps(body).encode(),
+                                     headers)
+        with urllib.request.urlopen(req, timeout=3600) as resp:
+            return json.load(resp)
+
+    ask({k: v for k, v in WARM_UP.items() if k != "tag"})
+    turns, values, generated, times = [], [], 0, []
+    for step in range(1, calls + 1):
+        start = time.perf_counter()
+        reply = ask({
+            "messages": history_messages(0, 1, step, turns),
+            "max_tokens": MAX_TOKENS,
+            "temperature": 0.0,
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "decision", "schema": SCHEMA}},
+        })
+        times.append(time.perf_counter() - start)
+        text = reply["choices"][0]["message"]["content"]
+        generated += reply.get("usage", {}).get("completion_tokens", 0)
+        values.append(parse(text))
+        turns.append((step, text))
+    total = sum(times)
+    print(json.dumps({
+        "engine": label,
+        "workload": "sequential",
+        "calls": calls,
+        "seconds": round(total, 3),
+        "seconds_per_call": round(total / calls, 4),
+        "p50_s": round(sorted(times)[calls // 2], 4),
+        "generated_tokens_per_s": round(generated / total, 1),
+        "valid": sum(valid(v) for v in values),
+    }), flush=True)
+
+
 def main():
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "requests":
@@ -434,6 +483,8 @@ def main():
     elif cmd == "history-llama-server":
         run_history_llama_server(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]),
                                  int(sys.argv[5]), *(int(p) for p in sys.argv[6:7]))
+    elif cmd == "sequential":
+        run_sequential(sys.argv[2], int(sys.argv[3]), sys.argv[4], *sys.argv[5:7])
     else:
         sys.exit(__doc__)
 

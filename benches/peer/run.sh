@@ -10,10 +10,15 @@
 # (single-stream rounds, default 5), THRONG_PEER_HISTORY_STEPS (steps of the history
 # workload, default 10), THRONG_PEER_HISTORY=0 (skip the history workload),
 # THRONG_PEER_DECISIONS=0 (skip the decision workload and the single stream),
+# THRONG_PEER_SEQUENTIAL=0 (skip the sequential agent loop: one agent's 32 structured calls
+# one after another, through `throng api` and through llama-server with one slot),
 # THRONG_PEER_BIN (a throng binary already built, instead of building one),
 # THRONG_PEER_BASELINE (another throng binary, e.g. one built from main: every throng run is
 # repeated with it, labelled throng-baseline, so that before and after come from one run),
-# LLAMA_CPP_PYTHON_VERSION (the PyPI sdist that vendors llama.cpp, default 0.3.36).
+# LLAMA_CPP_PYTHON_VERSION (the PyPI sdist that vendors llama.cpp, default 0.3.36),
+# THRONG_PEER_ISA=avx2 (both engines limited to AVX2, FMA and F16C, as on the CPUs most
+# people have, whatever this CPU has: llama.cpp built with only those, in a build folder of
+# its own, and throng run with THRONG_MAX_CPU_ISA=avx2; default: all this CPU has).
 #
 # It builds throng (release), builds llama-server from the llama.cpp sources vendored in the
 # PyPI sdist of llama-cpp-python (cmake from Debian's packages if missing), fetches SmolLM2-135M
@@ -54,33 +59,48 @@ fi
 "$THRONG" fetch >&2
 MODEL=$(find "${THRONG_CACHE:-$HOME/.cache/throng}" -name 'SmolLM2-135M-Instruct.Q4_1.gguf' | head -1)
 
-SERVER=$WORK/llama.cpp/build/bin/llama-server
+ISA_CAP=${THRONG_PEER_ISA:-native}
+case $ISA_CAP in
+    native) ;;
+    avx2) export THRONG_MAX_CPU_ISA=avx2 ;;
+    *) echo "THRONG_PEER_ISA=$ISA_CAP: give avx2, or leave it unset" >&2; exit 1 ;;
+esac
+BUILD=$WORK/llama.cpp/build-$ISA_CAP
+SERVER=$BUILD/bin/llama-server
 if [[ ! -x $SERVER ]]; then
-    echo "== building llama-server from llama-cpp-python $VERSION (a few minutes)" >&2
+    echo "== building llama-server ($ISA_CAP) from llama-cpp-python $VERSION (a few minutes)" >&2
     command -v cmake >/dev/null || { apt-get update -qq && apt-get install -y -qq cmake; }
-    # The sdist straight from the index's page: `pip download --no-binary :all:` would build
-    # its build dependencies (CMake among them) from source only to read its metadata.
-    mkdir -p "$WORK/sdist"
-    url=$(curl -sf https://pypi.org/simple/llama-cpp-python/ \
-        | grep -o "https://[^\"]*/llama_cpp_python-$VERSION.tar.gz#sha256=[0-9a-f]*" | head -1)
-    [[ -n $url ]] || { echo "llama-cpp-python $VERSION: no sdist on PyPI's index" >&2; exit 1; }
-    curl -sfL -o "$WORK/sdist/llama_cpp_python-$VERSION.tar.gz" "${url%%#*}"
-    echo "${url##*sha256=}  $WORK/sdist/llama_cpp_python-$VERSION.tar.gz" | sha256sum -c --quiet
-    rm -rf "$WORK/src" && mkdir -p "$WORK/src"
-    tar -xzf "$WORK"/sdist/llama_cpp_python-"$VERSION".tar.gz -C "$WORK/src"
-    rm -rf "$WORK/llama.cpp" && mv "$WORK/src/llama_cpp_python-$VERSION/vendor/llama.cpp" "$WORK/llama.cpp"
+    if [[ ! -f $WORK/llama.cpp/CMakeLists.txt ]]; then
+        # The sdist straight from the index's page: `pip download --no-binary :all:` would
+        # build its build dependencies (CMake among them) from source only to read its
+        # metadata.
+        mkdir -p "$WORK/sdist"
+        url=$(curl -sf https://pypi.org/simple/llama-cpp-python/ \
+            | grep -o "https://[^\"]*/llama_cpp_python-$VERSION.tar.gz#sha256=[0-9a-f]*" | head -1)
+        [[ -n $url ]] || { echo "llama-cpp-python $VERSION: no sdist on PyPI's index" >&2; exit 1; }
+        curl -sfL -o "$WORK/sdist/llama_cpp_python-$VERSION.tar.gz" "${url%%#*}"
+        echo "${url##*sha256=}  $WORK/sdist/llama_cpp_python-$VERSION.tar.gz" | sha256sum -c --quiet
+        rm -rf "$WORK/src" && mkdir -p "$WORK/src"
+        tar -xzf "$WORK"/sdist/llama_cpp_python-"$VERSION".tar.gz -C "$WORK/src"
+        rm -rf "$WORK/llama.cpp"
+        mv "$WORK/src/llama_cpp_python-$VERSION/vendor/llama.cpp" "$WORK/llama.cpp"
+    fi
     # The instruction sets this CPU lists, named one by one rather than GGML_NATIVE: a native
     # build also compiles ggml's AMX kernels where the CPU lists AMX, and a virtual machine
     # that does not grant the tile state kills them with SIGILL at the first product.
     ISA=()
-    for flag in avx2:AVX2 bmi2:BMI2 fma:FMA f16c:F16C avx512f:AVX512 avx512vbmi:AVX512_VBMI \
-        avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
-        grep -qw "${flag%%:*}" /proc/cpuinfo && ISA+=("-DGGML_${flag##*:}=ON")
-    done
-    cmake -S "$WORK/llama.cpp" -B "$WORK/llama.cpp/build" -DCMAKE_BUILD_TYPE=Release \
+    if [[ $ISA_CAP == avx2 ]]; then
+        ISA=(-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+    else
+        for flag in avx2:AVX2 bmi2:BMI2 fma:FMA f16c:F16C avx512f:AVX512 avx512vbmi:AVX512_VBMI \
+            avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+            grep -qw "${flag%%:*}" /proc/cpuinfo && ISA+=("-DGGML_${flag##*:}=ON")
+        done
+    fi
+    cmake -S "$WORK/llama.cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
         -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=OFF "${ISA[@]}" >"$WORK/cmake.log"
-    cmake --build "$WORK/llama.cpp/build" --target llama-server llama-bench -j "$(nproc)" >"$WORK/build.log"
+        -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=OFF "${ISA[@]}" >"$WORK/cmake-$ISA_CAP.log"
+    cmake --build "$BUILD" --target llama-server llama-bench -j "$(nproc)" >"$WORK/build-$ISA_CAP.log"
 fi
 
 RESULTS=$WORK/results.jsonl
@@ -154,7 +174,7 @@ for round in $(seq "$ROUNDS"); do
             echo "$round ${t%% *}-$w ${rate:-nan}" | tee -a "$WORK/single.txt" >&2
         done
     done
-    rate=$("$WORK/llama.cpp/build/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 0 -n 128 -r 1 \
+    rate=$("$BUILD/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p 0 -n 128 -r 1 \
         -o csv 2>/dev/null | tail -1 | awk -F, '{print $(NF-1)}' | tr -d '"')
     echo "$round llama.cpp ${rate:-nan}" | tee -a "$WORK/single.txt" >&2
 done
@@ -172,6 +192,47 @@ for engine, rates in runs.items():
     ratio = f"{statistics.median(ratios):.2f}x" if engine != "llama.cpp" and ratios else "-"
     print(f"| {engine} | {statistics.median(rates.values()):.1f} | "
           f"{' '.join(f'{v:.0f}' for v in rates.values())} | {ratio} |")
+EOF
+fi
+
+SEQUENTIAL=$WORK/sequential.jsonl
+: >"$SEQUENTIAL"
+if [[ ${THRONG_PEER_SEQUENTIAL:-1} != 0 ]]; then
+    echo "== sequential: one agent, 32 structured calls one after another" >&2
+    for t in "${THRONGS[@]}"; do
+        for w in "${WEIGHTS[@]}"; do
+            RAYON_NUM_THREADS=$THREADS "${t#* }" api --model "$MODEL" --weights "$w" \
+                --addr "127.0.0.1:$PORT" --api-key bench >"$WORK/api-sequential.log" 2>&1 &
+            PID=$!
+            for _ in $(seq 240); do
+                grep -q '^  base_url=' "$WORK/api-sequential.log" && break
+                kill -0 "$PID" 2>/dev/null || break
+                sleep 0.5
+            done
+            python3 "$AGENT_PY" sequential "http://127.0.0.1:$PORT" 32 "${t%% *}-api-$w" bench \
+                "$MODEL" | tee -a "$SEQUENTIAL" || true
+            kill "$PID"
+            wait "$PID" 2>/dev/null || true
+        done
+    done
+    "$SERVER" -m "$MODEL" -t "$THREADS" -np 1 -c 8192 --port "$PORT" --host 127.0.0.1 \
+        >"$WORK/server-sequential.log" 2>&1 &
+    PID=$!
+    wait_for_server "$PID" || true
+    python3 "$AGENT_PY" sequential "http://127.0.0.1:$PORT" 32 llama-server | tee -a "$SEQUENTIAL" || true
+    kill "$PID"
+    wait "$PID" 2>/dev/null || true
+    python3 - "$SEQUENTIAL" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+peer = next((r["seconds"] for r in rows if r["engine"] == "llama-server"), None)
+print("| sequential agent loop, 32 calls | seconds | per call, mean / p50 | generated tokens/s "
+      "| valid | vs llama-server (time) |")
+print("|---|---|---|---|---|---|")
+for r in rows:
+    ratio = f"{peer / r['seconds']:.2f}x" if peer and r["engine"] != "llama-server" else "-"
+    print(f"| {r['engine']} | {r['seconds']:.2f} | {r['seconds_per_call']:.3f} / {r['p50_s']:.3f} "
+          f"| {r['generated_tokens_per_s']:.0f} | {r['valid']}/{r['calls']} | {ratio} |")
 EOF
 fi
 

@@ -407,7 +407,7 @@ impl PyEngine {
         &self.model
     }
 
-    /// What the weights were stored as and became (`GGUF (Q8_0) -> Int8`).
+    /// What the weights were stored as and became (`GGUF (Q8_0) -> gguf a8`).
     #[getter]
     fn weights(&self) -> &str {
         &self.weights

@@ -2,7 +2,6 @@
 //! "param", "code"}}`, so that the `openai` package raises the exception a framework catches
 //! (`BadRequestError`, `AuthenticationError`, `RateLimitError`...) with throng's words in it.
 
-use super::tools::ToolMode;
 use crate::engine::{RequestError, SchemaError};
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -85,12 +84,9 @@ impl IntoResponse for ApiFailure {
 
 /// The engine's refusal of a request, at the part of the request it is about.
 impl ApiFailure {
-    /// A schema the decoder cannot take, blamed on the part of the request it came from.
-    pub(crate) fn schema(tools: &ToolMode, e: SchemaError) -> Self {
-        let param = match tools {
-            ToolMode::None => "response_format",
-            _ => "tools",
-        };
+    /// A schema the decoder cannot take, blamed on `param`, the part of the request it came
+    /// from (`response_format`, `tools`).
+    pub(crate) fn schema(param: &str, e: SchemaError) -> Self {
         let code = match e {
             SchemaError::Limit(_) => "schema_too_large",
             SchemaError::Setup(_) => {
@@ -118,7 +114,7 @@ impl From<RequestError> for ApiFailure {
             RequestError::PromptExceedsCache { .. } => {
                 ApiFailure::invalid("messages", message).code("context_length_exceeded")
             }
-            RequestError::InvalidSchema(e) => ApiFailure::schema(&ToolMode::None, e),
+            RequestError::InvalidSchema(e) => ApiFailure::schema("response_format", e),
             RequestError::InvalidSampling(_) => ApiFailure::invalid("temperature", message),
             RequestError::ZeroMaxTokens => ApiFailure::invalid("max_tokens", message),
             RequestError::Tokenizer(_) => ApiFailure::invalid("messages", message),

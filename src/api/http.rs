@@ -360,7 +360,7 @@ fn start(
         served
             .encoder
             .prepare_schema(schema)
-            .map_err(|e| ApiFailure::schema(&plan.tools, e))?;
+            .map_err(|e| ApiFailure::schema(plan.tools.schema_param(), e))?;
     }
     let tokens = app.prompt_tokens(served, &plan)?;
     let keys: Vec<RequestKey> = plan

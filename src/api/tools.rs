@@ -82,6 +82,17 @@ pub(crate) enum ToolMode {
     Auto { tools: Vec<Function>, wrapped: bool },
 }
 
+impl ToolMode {
+    /// The part of a request the reply's schema comes from: the tools' parameters (which the
+    /// call's schema holds) when any are offered, else the response format.
+    pub(crate) fn schema_param(&self) -> &'static str {
+        match self {
+            ToolMode::None => "response_format",
+            _ => "tools",
+        }
+    }
+}
+
 /// The mode `tools` and `tool_choice` ask for, each tool's parameters checked.
 pub fn mode(
     tools: Option<Vec<Tool>>,

@@ -82,9 +82,24 @@ pub struct BenchArgs {
     /// Where to write the JSON report (default: runs/bench-SHAPE-AGENTS-TIME.json).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Measure this CPU instead: how fast every thread reads memory together, and the most
+    /// 8-bit products a second the integer kernel's instructions make (no memory traffic),
+    /// printed as one JSON line; the benchmarks give their rates as shares of these.
+    #[arg(long)]
+    pub machine: bool,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    if args.machine {
+        let line = serde_json::json!({
+            "kernel": crate::model::quant::kernel_name(),
+            "threads": rayon::current_num_threads(),
+            "memory_read_gb_per_s": crate::model::quant::memory_read_bytes_per_second() / 1e9,
+            "int8_products_g_per_s": crate::model::quant::int8_peak() / 1e9,
+        });
+        println!("{line}");
+        return Ok(());
+    }
     let device = parse_device(&args.device)?;
     let spec = BenchSpec {
         shape: args.shape,

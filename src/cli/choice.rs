@@ -50,19 +50,27 @@ macro_rules! choice {
 choice! {
     /// `--weights`.
     WeightsArg => WeightFormat {
-        /// int8 on a CPU with a SIMD int8 kernel; otherwise f32 while the dense model fits the
+        /// On a CPU with a SIMD integer kernel (AVX2 or AVX-512 VNNI): a GGUF file's blocks as
+        /// stored (gguf), other weights as int8; otherwise f32 while the dense model fits the
         /// memory budget, else bf16; bf16 on CUDA.
         Auto,
-        /// Keep whatever the file stores (GGUF quantized types run as they are).
+        /// Keep whatever the file stores (GGUF quantized types run by candle's kernels).
         Native,
         F32,
         F16,
         Bf16,
         #[value(name = "q8_0")]
         Q8_0,
-        /// int8 in groups of 64 weights, activations quantized per row in two 8-bit parts,
-        /// integer dot products (CPU).
+        /// 8-bit weights in blocks of 32 (quantized from the file's values), activations in
+        /// two 8-bit parts per block, integer dot products (CPU).
         Int8,
+        /// A GGUF file's own blocks as stored (Q4_0, Q4_1, Q4_K, Q8_0; other types as 8-bit
+        /// blocks), activations in two 8-bit parts per block (some 16 bits: f32's next-token
+        /// distributions to 1e-6 KL), integer dot products (CPU).
+        Gguf,
+        /// As gguf, activations in 8 bits per block of 32 (as llama.cpp): about 1.6 times
+        /// gguf's speed on batches on AVX2, at llama.cpp's accuracy, which changes some replies.
+        Gguf8,
     }
 }
 

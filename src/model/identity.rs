@@ -24,7 +24,7 @@ pub enum Origin {
 pub struct ModelIdentity {
     /// The sha256 of the files the model was read from, in order, or how it was generated.
     pub weights: String,
-    /// What the weights were stored as and became (`GGUF (Q4_1) -> Int8`).
+    /// What the weights were stored as and became (`GGUF (Q4_1) -> gguf a8`).
     pub format: String,
     /// The class of device computing it: `cpu:avx512`, `cpu:avx2`, `cpu:portable` (throng's
     /// CPU kernels pick their code by instruction set) or `cuda`.

@@ -3,14 +3,15 @@
 //! A GGUF file may store weights in types that a device runs slowly (candle has no x86 SIMD
 //! kernel for Q4_1, so it decodes 4x slower than Q8_0). The loader therefore converts every
 //! weight once, at load, to the format the device runs fastest; `WeightFormat::Auto` encodes
-//! that choice, measured by `benches/engine.rs` (see the book's Models chapter,
-//! docs/src/models.md): on a CPU with a SIMD int8 kernel, [`int8`](super::int8) weights are
-//! fastest for a single stream and for batches alike, and batch invariant by construction. A
-//! format is among `Auto`'s choices only while it passes the quality gate against f32
-//! (`throng eval`, [`crate::quality`]).
+//! that choice, measured by `benches/engine.rs` and `benches/peer` (see the book's Models
+//! chapter, docs/src/models.md): on a CPU with a SIMD integer kernel (AVX2 or AVX-512 VNNI),
+//! a GGUF file's own 4- and 8-bit blocks run as they are stored ([`quant`](super::quant)),
+//! and any other weights as 8-bit blocks; fastest for a single stream and for batches alike,
+//! and batch invariant by construction. A format is among `Auto`'s choices only while it
+//! passes the quality gate against f32 (`throng eval`, [`crate::quality`]).
 
 use super::ModelError;
-use super::int8::{self, Int8Matrix};
+use super::quant::{self, Precision, QuantMatrix, blocks};
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use std::borrow::Cow;
@@ -19,8 +20,9 @@ use std::borrow::Cow;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WeightFormat {
-    /// int8 on a CPU with a SIMD int8 kernel; otherwise f32 while the dense model fits the
-    /// memory budget, else bf16; bf16 on CUDA.
+    /// On a CPU with a SIMD integer kernel (AVX2 or AVX-512 VNNI): a GGUF file's blocks as
+    /// stored (`gguf`), other weights as `int8`; without one, f32 while the dense model fits
+    /// the memory budget, else bf16; bf16 on CUDA.
     Auto,
     /// Keep whatever the file stores (GGUF quantized types run as they are).
     Native,
@@ -29,9 +31,18 @@ pub enum WeightFormat {
     Bf16,
     #[serde(rename = "q8_0")]
     Q8_0,
-    /// int8 in groups of 64 weights, activations quantized per row in two 8-bit parts,
-    /// integer dot products (CPU).
+    /// 8-bit weights in blocks of 32 (quantized from the file's values), activations in two
+    /// 8-bit parts per block, integer dot products (CPU).
     Int8,
+    /// A GGUF file's own blocks as they are stored (Q4_0, Q4_1, Q4_K, Q8_0; other types as
+    /// 8-bit blocks quantized at load), activations in two 8-bit parts per block of 32 (some
+    /// 16 bits: f32's next-token distributions to a KL divergence of 1e-6), integer dot
+    /// products (CPU).
+    Gguf,
+    /// As `gguf`, activations in 8 bits per block of 32 (as llama.cpp quantizes them): about
+    /// 1.6 times `gguf`'s speed on batches on AVX2, at llama.cpp's accuracy, which changes
+    /// some replies.
+    Gguf8,
 }
 
 /// Dense models above this size are stored as bf16 on the CPU instead of f32 under `Auto`.
@@ -44,13 +55,17 @@ const CPU_DENSE_LIMIT_BYTES: usize = 6 << 30;
 pub(crate) enum Target {
     Dense(DType),
     Quantized(GgmlDType),
-    /// [`Int8Matrix`]: CPU only.
+    /// [`QuantMatrix`] of 8-bit blocks quantized from the file's values, 16-bit inputs: CPU
+    /// only.
     Int8,
+    /// [`QuantMatrix`] of the file's own blocks where the kernels take them as stored, else
+    /// 8-bit blocks quantized from its values, with inputs in `Precision`: CPU only.
+    Gguf(Precision),
     Native,
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 7] = [
+    pub const ALL: [WeightFormat; 9] = [
         WeightFormat::Auto,
         WeightFormat::Native,
         WeightFormat::F32,
@@ -58,6 +73,8 @@ impl WeightFormat {
         WeightFormat::Bf16,
         WeightFormat::Q8_0,
         WeightFormat::Int8,
+        WeightFormat::Gguf,
+        WeightFormat::Gguf8,
     ];
 
     /// The format as configs, manifests (`weight_format`) and `--weights` spell it.
@@ -70,6 +87,8 @@ impl WeightFormat {
             WeightFormat::Bf16 => "bf16",
             WeightFormat::Q8_0 => "q8_0",
             WeightFormat::Int8 => "int8",
+            WeightFormat::Gguf => "gguf",
+            WeightFormat::Gguf8 => "gguf8",
         }
     }
 
@@ -78,16 +97,32 @@ impl WeightFormat {
         Self::ALL.into_iter().find(|f| f.name() == name)
     }
 
-    /// Resolves `Auto` for a model of `params` parameters on `device`.
-    pub(crate) fn target(self, device: &Device, params: usize) -> Result<Target, ModelError> {
+    /// Resolves `Auto` for a model of `params` parameters on `device`, read from a GGUF
+    /// file (`gguf`) or not.
+    pub(crate) fn target(
+        self,
+        device: &Device,
+        params: usize,
+        gguf: bool,
+    ) -> Result<Target, ModelError> {
+        let cpu_only = |name: &str| {
+            ModelError::InvalidRequest(format!(
+                "{name} weights run on the CPU only; use `--weights auto` (bf16) or `--weights \
+                 f16` on a GPU"
+            ))
+        };
         Ok(match self {
             WeightFormat::Auto if device.is_cpu() => {
-                if int8::has_simd_kernel() {
-                    Target::Int8
-                } else if params * 4 <= CPU_DENSE_LIMIT_BYTES {
-                    Target::Dense(DType::F32)
+                if !quant::has_simd_kernel() {
+                    if params * 4 <= CPU_DENSE_LIMIT_BYTES {
+                        Target::Dense(DType::F32)
+                    } else {
+                        Target::Dense(DType::BF16)
+                    }
+                } else if gguf {
+                    Target::Gguf(Precision::Sixteen)
                 } else {
-                    Target::Dense(DType::BF16)
+                    Target::Int8
                 }
             }
             WeightFormat::Auto => Target::Dense(DType::BF16),
@@ -97,14 +132,33 @@ impl WeightFormat {
             WeightFormat::Bf16 => Target::Dense(DType::BF16),
             WeightFormat::Q8_0 => Target::Quantized(GgmlDType::Q8_0),
             WeightFormat::Int8 if device.is_cpu() => Target::Int8,
-            WeightFormat::Int8 => {
-                return Err(ModelError::InvalidRequest(
-                    "int8 weights run on the CPU only; use `--weights auto` (bf16) or \
-                     `--weights f16` on a GPU"
-                        .into(),
-                ));
+            WeightFormat::Gguf if device.is_cpu() && gguf => Target::Gguf(Precision::Sixteen),
+            WeightFormat::Gguf8 if device.is_cpu() && gguf => Target::Gguf(Precision::Eight),
+            WeightFormat::Gguf | WeightFormat::Gguf8 if device.is_cpu() => {
+                return Err(ModelError::InvalidRequest(format!(
+                    "`--weights {}` keeps a GGUF file's blocks, and this model is not a GGUF \
+                     file: use `--weights int8` (8-bit blocks quantized at load) or `auto`",
+                    self.name()
+                )));
+            }
+            WeightFormat::Int8 | WeightFormat::Gguf | WeightFormat::Gguf8 => {
+                return Err(cpu_only(self.name()));
             }
         })
+    }
+}
+
+impl Target {
+    /// How a model's identity names it (`GGUF (Q4_1) -> gguf a8`): what its replies are a
+    /// function of. The integer formats name their block size and input precision, so that
+    /// replies of an earlier kernel (int8 in groups of 64) are not taken for theirs.
+    pub(crate) fn label(self) -> String {
+        match self {
+            Target::Int8 => "int8 b32 a16".into(),
+            Target::Gguf(Precision::Eight) => "gguf a8".into(),
+            Target::Gguf(Precision::Sixteen) => "gguf a16".into(),
+            other => format!("{other:?}"),
+        }
     }
 }
 
@@ -136,8 +190,8 @@ pub(crate) enum Linear {
     /// `(out, in)` in the activation dtype.
     Dense(Tensor),
     Quantized(QMatMul),
-    /// int8 weights with per-row activation quantization (CPU, f32 activations).
-    Int8(std::sync::Arc<Int8Matrix>),
+    /// Integer blocks with activations quantized per block (CPU, f32 activations).
+    Integer(std::sync::Arc<QuantMatrix>),
     /// Parts of a fused projection that could not share one matrix (GGUF files may mix
     /// quantized types, e.g. q4_k queries with q6_k values); outputs are concatenated.
     Stacked(Vec<Linear>),
@@ -174,24 +228,15 @@ impl Linear {
                 let q = QTensor::quantize_onto(&cat_rows(dense)?, dtype, device)?;
                 Ok(Linear::Quantized(QMatMul::from_qtensor(q)?))
             }
-            Target::Int8 if in_features > int8::MAX_IN_FEATURES => {
-                // Sums this long could overflow 32 bits; such a layer stays exact.
+            Target::Int8 | Target::Gguf(_) if in_features > quant::MAX_IN_FEATURES => {
+                // A row this long would not fit the kernels' indices; such a layer stays exact.
                 Linear::fused(parts, Target::Dense(DType::F32), device)
             }
-            Target::Int8 => {
-                let dense = parts
-                    .iter()
-                    .map(|p| p.to_f32(&Device::Cpu))
-                    .collect::<candle_core::Result<Vec<_>>>()?;
-                let w = cat_rows(dense)?;
-                let (out_features, in_features) = w.dims2()?;
-                let w = w.flatten_all()?.to_vec1::<f32>()?;
-                Ok(Linear::Int8(std::sync::Arc::new(Int8Matrix::quantize(
-                    &w,
-                    out_features,
-                    in_features,
-                ))))
-            }
+            Target::Int8 => Ok(Linear::Integer(std::sync::Arc::new(quantized(
+                &parts,
+                Precision::Sixteen,
+            )?))),
+            Target::Gguf(precision) => stored(parts, precision),
             Target::Native => native(parts, device),
         }
     }
@@ -201,7 +246,7 @@ impl Linear {
         match self {
             Linear::Quantized(_) => true,
             Linear::Stacked(parts) => parts.iter().any(Linear::runs_candle_quantized),
-            Linear::Dense(_) | Linear::Int8(_) => false,
+            Linear::Dense(_) | Linear::Integer(_) => false,
         }
     }
 
@@ -217,7 +262,7 @@ impl Linear {
             }
             Linear::Dense(w) => x.matmul(&w.t()?),
             Linear::Quantized(q) => q.forward(x),
-            Linear::Int8(m) => {
+            Linear::Integer(m) => {
                 let rows = x.dim(0)?;
                 let x = x.contiguous()?;
                 let y = {
@@ -226,7 +271,7 @@ impl Linear {
                         (candle_core::Storage::Cpu(cpu), Some((lo, hi))) => {
                             m.forward(&cpu.as_slice::<f32>()?[lo..hi], rows)
                         }
-                        _ => candle_core::bail!("int8 layers need f32 activations on the CPU"),
+                        _ => candle_core::bail!("integer layers need f32 activations on the CPU"),
                     }
                 };
                 Tensor::from_vec(y, (rows, m.out_features()), &Device::Cpu)
@@ -240,6 +285,77 @@ impl Linear {
             }
         }
     }
+}
+
+/// `parts` stacked and quantized to 8-bit blocks from their values.
+fn quantized(parts: &[SourceWeight], precision: Precision) -> candle_core::Result<QuantMatrix> {
+    let dense = parts
+        .iter()
+        .map(|p| p.to_f32(&Device::Cpu))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let w = cat_rows(dense)?;
+    let (out_features, in_features) = w.dims2()?;
+    let w = w.flatten_all()?.to_vec1::<f32>()?;
+    Ok(QuantMatrix::quantize(
+        &w,
+        out_features,
+        in_features,
+        precision,
+    ))
+}
+
+/// Keeps the file's blocks where the kernels take them as stored: parts of one kind become
+/// one matrix, their rows decoded block by block (no value rounded again); parts of
+/// different kinds, or of types kept as 8-bit blocks, are stacked.
+fn stored(parts: Vec<SourceWeight>, precision: Precision) -> candle_core::Result<Linear> {
+    let kind_of = |p: &SourceWeight| match p {
+        SourceWeight::Quantized(q) => blocks::stored_kind(q.dtype()),
+        SourceWeight::Dense(_) => None,
+    };
+    let first = kind_of(&parts[0]);
+    if parts.iter().any(|p| kind_of(p) != first) {
+        let singles = parts
+            .into_iter()
+            .map(|p| stored(vec![p], precision))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        return Ok(Linear::Stacked(singles));
+    }
+    let Some(kind) = first else {
+        return Ok(Linear::Integer(std::sync::Arc::new(quantized(
+            &parts, precision,
+        )?)));
+    };
+    let in_features = parts[0].dims()?.1;
+    // (dtype, bytes of one row, the rows' bytes) per part.
+    let mut sources = Vec::with_capacity(parts.len());
+    let mut out_features = 0;
+    for part in &parts {
+        let SourceWeight::Quantized(q) = part else {
+            unreachable!("invariant: every part has a stored kind");
+        };
+        let (rows, cols) = q.shape().dims2()?;
+        if cols != in_features || cols % q.dtype().block_size() != 0 {
+            candle_core::bail!(
+                "a weight of {rows}x{cols} is not whole blocks of {:?}",
+                q.dtype()
+            );
+        }
+        let data = q.data()?.into_owned();
+        sources.push((q.dtype(), data.len() / rows.max(1), data, out_features));
+        out_features += rows;
+    }
+    let matrix = QuantMatrix::pack(kind, precision, out_features, in_features, |c| {
+        let (dtype, row, data, first) = sources
+            .iter()
+            .rev()
+            .find(|s| s.3 <= c)
+            .expect("invariant: every channel has a part");
+        let at = (c - first) * row;
+        let mut out = Vec::with_capacity(in_features.div_ceil(quant::BLOCK));
+        blocks::decode_row(*dtype, &data[at..at + row], &mut out);
+        out
+    });
+    Ok(Linear::Integer(std::sync::Arc::new(matrix)))
 }
 
 fn cat_rows(parts: Vec<Tensor>) -> candle_core::Result<Tensor> {

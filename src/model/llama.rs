@@ -314,7 +314,7 @@ impl Llama {
     ) -> Result<Self, ModelError> {
         let dtype = match target {
             Target::Dense(dtype) => dtype,
-            Target::Quantized(_) | Target::Int8 | Target::Native => DType::F32,
+            Target::Quantized(_) | Target::Int8 | Target::Gguf(_) | Target::Native => DType::F32,
         };
         let wrap = |e| ModelError::during("loading weights", e);
         let vector = |source: &mut dyn WeightSource, part: Part| -> Result<Tensor, ModelError> {
@@ -395,6 +395,10 @@ impl Llama {
         let final_norm = vector(source, Part::FinalNorm)?;
         let lm_head = if !cfg.tie_word_embeddings && source.contains(Part::LmHead) {
             source.get(Part::LmHead, &cfg)?
+        } else if matches!(target, Target::Gguf(_)) {
+            // Tied to the embedding: its blocks as stored, read again rather than rounded
+            // from the f32 the lookup table holds.
+            source.get(Part::Embedding, &cfg)?
         } else {
             SourceWeight::Dense(embed_f32)
         };

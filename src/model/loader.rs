@@ -205,7 +205,7 @@ fn load_hf_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError
     files.extend(super::safetensors::shard_paths(dir)?);
     let target = opts
         .weights
-        .target(&opts.device, cfg.parameters() as usize)?;
+        .target(&opts.device, cfg.parameters() as usize, false)?;
     let model = Llama::load(
         cfg,
         &mut source as &mut dyn WeightSource,
@@ -217,7 +217,7 @@ fn load_hf_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError
         model,
         tokenizer,
         chat,
-        weights: format!("safetensors -> {target:?}"),
+        weights: format!("safetensors -> {}", target.label()),
         origin: super::Origin::Files(files),
     })
 }
@@ -278,7 +278,7 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError>
     };
     let target = opts
         .weights
-        .target(&opts.device, cfg.parameters() as usize)?;
+        .target(&opts.device, cfg.parameters() as usize, true)?;
     let model = Llama::load(
         cfg,
         &mut source as &mut dyn WeightSource,
@@ -290,7 +290,7 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError>
         model,
         tokenizer,
         chat,
-        weights: format!("GGUF ({stored}) -> {target:?}"),
+        weights: format!("GGUF ({stored}) -> {}", target.label()),
         origin: super::Origin::Files(
             std::iter::once(path.to_path_buf())
                 .chain(opts.tokenizer.clone())

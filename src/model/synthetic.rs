@@ -285,11 +285,11 @@ pub(crate) fn random_llama(
 ) -> Result<Llama, ModelError> {
     let mut cfg = shape.config();
     cfg.eos_token_ids.clear();
-    let target = weights.target(device, cfg.parameters() as usize)?;
+    let target = weights.target(device, cfg.parameters() as usize, false)?;
     let mut source = RandomWeights {
         device: match target {
             // Quantized and int8 weights are made on the host, as from a file.
-            Target::Quantized(_) | Target::Int8 | Target::Native => Device::Cpu,
+            Target::Quantized(_) | Target::Int8 | Target::Gguf(_) | Target::Native => Device::Cpu,
             Target::Dense(_) => device.clone(),
         },
         seed,
@@ -300,10 +300,12 @@ pub(crate) fn random_llama(
 
 /// The dtype activations and the KV cache take for `weights` on `device`.
 pub(crate) fn activation_dtype(weights: WeightFormat, device: &Device, shape: Shape) -> DType {
-    match weights.target(device, shape.config().parameters() as usize) {
+    match weights.target(device, shape.config().parameters() as usize, false) {
         Ok(Target::Dense(dtype)) => dtype,
         // Loading refuses a format the device cannot hold; until then, f32.
-        Ok(Target::Quantized(_) | Target::Int8 | Target::Native) | Err(_) => DType::F32,
+        Ok(Target::Quantized(_) | Target::Int8 | Target::Gguf(_) | Target::Native) | Err(_) => {
+            DType::F32
+        }
     }
 }
 

@@ -45,9 +45,10 @@ impl DeviceFormat {
             WeightFormat::F16 => DeviceFormat::F16,
             WeightFormat::F32 => DeviceFormat::F32,
             WeightFormat::Q8_0 => DeviceFormat::Q8_0,
-            WeightFormat::Int8 => refuse!(
-                "--weights int8 runs on the CPU only, and a device profile sizes a GPU: give \
-                 --weights auto (bf16) or --weights q8_0"
+            WeightFormat::Int8 | WeightFormat::Gguf | WeightFormat::Gguf8 => refuse!(
+                "--weights {} runs on the CPU only, and a device profile sizes a GPU: give \
+                 --weights auto (bf16) or --weights q8_0",
+                weights.name()
             ),
         })
     }

@@ -132,8 +132,8 @@ impl EvalSpec {
 /// kernels' bits (`model::int8`'s tests), so int8's quality is the same on every CPU, but it
 /// is many times slower, which is why `auto` does not choose it there.
 pub fn auto_choices(device: &Device) -> Vec<WeightFormat> {
-    if device.is_cpu() && crate::model::int8::has_simd_kernel() {
-        vec![WeightFormat::Int8]
+    if device.is_cpu() && crate::model::quant::has_simd_kernel() {
+        vec![WeightFormat::Gguf, WeightFormat::Int8]
     } else {
         vec![WeightFormat::Bf16]
     }

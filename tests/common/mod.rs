@@ -44,11 +44,43 @@ pub fn llama3_tokenizer_dir() -> Option<PathBuf> {
     asset("llama3-tokenizer", "tokenizer.json").map(|p| p.parent().unwrap().to_path_buf())
 }
 
-/// A tiny random Llama written to a fresh temporary folder.
+/// A tiny random Llama written to a fresh temporary folder, with the same weights as a GGUF
+/// file of Q4_1 matrices beside them ([`TINY_GGUF`]), for the formats that keep a GGUF file's
+/// blocks.
 pub fn tiny_model(spec: &TinyLlama) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     spec.write(dir.path()).unwrap();
+    spec.write_gguf_as(
+        &dir.path().join(TINY_GGUF),
+        false,
+        candle_core::quantized::GgmlDType::Q4_1,
+    )
+    .unwrap();
     dir
+}
+
+/// The GGUF copy of a tiny model in its folder.
+pub const TINY_GGUF: &str = "tiny-q4_1.gguf";
+
+/// What loads the model at `spec` as `weights`: the spec itself, or, for a tiny model's
+/// folder under a format that keeps a GGUF file's blocks, its GGUF copy with the folder's
+/// tokenizer.
+pub fn load_options(spec: &str, weights: WeightFormat) -> (String, LoadOptions) {
+    let dir = std::path::Path::new(spec);
+    let keeps_blocks = matches!(weights, WeightFormat::Gguf | WeightFormat::Gguf8);
+    if keeps_blocks && dir.join(TINY_GGUF).is_file() {
+        let opts = LoadOptions {
+            weights,
+            tokenizer: Some(dir.join("tokenizer.json")),
+            ..LoadOptions::default()
+        };
+        return (dir.join(TINY_GGUF).to_str().unwrap().to_string(), opts);
+    }
+    let opts = LoadOptions {
+        weights,
+        ..LoadOptions::default()
+    };
+    (spec.to_string(), opts)
 }
 
 pub fn f32_options() -> LoadOptions {
@@ -58,11 +90,25 @@ pub fn f32_options() -> LoadOptions {
     }
 }
 
-/// Every format `--weights auto` can choose on a CPU: int8 where the CPU has a SIMD int8
-/// kernel, else f32, or bf16 for a model too large for f32. Engine guarantees (batch
-/// invariance, prefix caching, preemption) are checked under each.
-pub const AUTO_CPU_FORMATS: [WeightFormat; 3] =
-    [WeightFormat::Int8, WeightFormat::F32, WeightFormat::Bf16];
+/// Every format `--weights auto` can choose on a CPU: where the CPU has a SIMD integer
+/// kernel, gguf for a GGUF file (a tiny model's folder is loaded from its GGUF copy for it,
+/// [`load_options`]) and int8 for any other, else f32, or bf16 for a model too large for f32.
+pub const AUTO_CPU_FORMATS: [WeightFormat; 4] = [
+    WeightFormat::Gguf,
+    WeightFormat::Int8,
+    WeightFormat::F32,
+    WeightFormat::Bf16,
+];
+
+/// The formats engine guarantees (batch invariance, prefix caching, preemption) are checked
+/// under: `auto`'s choices and gguf8, gguf with 8-bit activations.
+pub const CPU_FORMATS: [WeightFormat; 5] = [
+    WeightFormat::Gguf,
+    WeightFormat::Gguf8,
+    WeightFormat::Int8,
+    WeightFormat::F32,
+    WeightFormat::Bf16,
+];
 
 /// An engine over the model at `spec` with f32 weights and a small KV cache.
 pub fn engine(spec: &str, cfg: EngineConfig) -> Engine {
@@ -71,11 +117,8 @@ pub fn engine(spec: &str, cfg: EngineConfig) -> Engine {
 
 /// An engine over the model at `spec` with `weights` and a small KV cache.
 pub fn engine_with(spec: &str, cfg: EngineConfig, weights: WeightFormat) -> Engine {
-    let opts = LoadOptions {
-        weights,
-        ..LoadOptions::default()
-    };
-    let loaded = loader::load(spec, &opts).unwrap();
+    let (spec, opts) = load_options(spec, weights);
+    let loaded = loader::load(&spec, &opts).unwrap();
     Engine::new(
         loaded,
         EngineConfig {

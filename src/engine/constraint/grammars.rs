@@ -8,8 +8,10 @@
 //! times over, after those limits are checked. A server compiles each request's schema on
 //! that pool before the request reaches the engine, which then finds it compiled.
 
+use super::error::{SchemaError, shown};
 use super::limits;
-use super::{Constraint, Schema, SchemaError, SchemaId};
+use super::schema::{Schema, SchemaId};
+use super::state::Constraint;
 use crate::engine::tokenizer::Tokenizer;
 use llguidance::api::{ParserLimits, TopLevelGrammar};
 use llguidance::{Matcher, ParserFactory};
@@ -190,7 +192,7 @@ fn factory(tokenizer: &Tokenizer, vocab_size: usize) -> Result<ParserFactory, Sc
 fn compile(factory: &ParserFactory, schema: &Schema) -> Result<Matcher, SchemaError> {
     let value = schema.value();
     if !value.is_object() {
-        return Err(SchemaError::NotAnObject(super::shown(value)));
+        return Err(SchemaError::NotAnObject(shown(value)));
     }
     limits::check(value)?;
     let parser = factory

@@ -66,121 +66,141 @@ const SCHEMA_MAPS: &[&str] = &[
 
 /// Refuses the first limit `schema` passes.
 pub fn check(schema: &Value) -> Result<(), Limit> {
-    let mut nodes = 0usize;
-    let mut literal_bytes = 0usize;
-    // (schema, its pointer, its depth)
-    let mut stack: Vec<(&Value, String, usize)> = vec![(schema, String::new(), 0)];
-    while let Some((value, at, depth)) = stack.pop() {
-        let Value::Object(object) = value else {
-            continue;
-        };
-        nodes += 1;
-        let over = |what, found, most, fix| Limit {
-            what,
-            found,
-            most,
-            at: if at.is_empty() {
-                "/".into()
-            } else {
-                at.clone()
-            },
-            fix,
-        };
-        if nodes > MAX_NODES {
-            return Err(over(
-                "subschemas",
-                nodes,
-                MAX_NODES,
-                "split the schema, or ask for fewer fields per reply",
-            ));
+    let mut walk = Walk {
+        nodes: 0,
+        literal_bytes: 0,
+        stack: vec![(schema, String::new(), 0)],
+    };
+    while let Some((value, at, depth)) = walk.stack.pop() {
+        if let Value::Object(object) = value {
+            walk.visit(object, &at, depth)?;
+        }
+    }
+    Ok(())
+}
+
+/// A walk over a schema's subschemas, with what it has counted so far.
+struct Walk<'a> {
+    nodes: usize,
+    literal_bytes: usize,
+    /// Subschemas still to visit: each with its pointer and depth.
+    stack: Vec<(&'a Value, String, usize)>,
+}
+
+/// A limit passed at `at`.
+fn over(what: &'static str, found: usize, most: usize, at: &str, fix: &'static str) -> Limit {
+    Limit {
+        what,
+        found,
+        most,
+        at: if at.is_empty() { "/".into() } else { at.into() },
+        fix,
+    }
+}
+
+impl<'a> Walk<'a> {
+    /// Checks one subschema, and queues the subschemas it holds.
+    fn visit(
+        &mut self,
+        object: &'a serde_json::Map<String, Value>,
+        at: &str,
+        depth: usize,
+    ) -> Result<(), Limit> {
+        self.nodes += 1;
+        if self.nodes > MAX_NODES {
+            let fix = "split the schema, or ask for fewer fields per reply";
+            return Err(over("subschemas", self.nodes, MAX_NODES, at, fix));
         }
         if depth > MAX_DEPTH {
             return Err(over(
                 "levels of nesting",
                 depth,
                 MAX_DEPTH,
+                at,
                 "flatten the schema",
             ));
         }
         let names = property_names(object);
         if names > MAX_PROPERTIES {
+            let fix =
+                "split the object into several requests, or group its fields into nested objects";
             return Err(over(
                 "properties of one object",
                 names,
                 MAX_PROPERTIES,
-                "split the object into several requests, or group its fields into nested objects",
+                at,
+                fix,
             ));
         }
         for (keyword, sub) in object {
-            let here = || format!("{at}/{}", escape(keyword));
-            match keyword.as_str() {
-                "enum" => {
-                    let n = sub.as_array().map_or(0, Vec::len);
-                    if n > MAX_ENUM {
-                        return Err(over(
-                            "enum values",
-                            n,
-                            MAX_ENUM,
-                            "use a string with a pattern, or split the choice in two",
-                        ));
-                    }
-                    literal_bytes += json_len(sub);
+            self.literals(keyword, sub, at)?;
+            self.queue(keyword, sub, at, depth)?;
+        }
+        Ok(())
+    }
+
+    /// Counts the literal values and pattern lengths of one keyword.
+    fn literals(&mut self, keyword: &str, sub: &Value, at: &str) -> Result<(), Limit> {
+        match keyword {
+            "enum" => {
+                let n = sub.as_array().map_or(0, Vec::len);
+                if n > MAX_ENUM {
+                    let fix = "use a string with a pattern, or split the choice in two";
+                    return Err(over("enum values", n, MAX_ENUM, at, fix));
                 }
-                "const" => literal_bytes += json_len(sub),
-                "pattern" => {
-                    let n = sub.as_str().map_or(0, str::len);
-                    if n > MAX_PATTERN_BYTES {
-                        return Err(over(
-                            "bytes of pattern",
-                            n,
-                            MAX_PATTERN_BYTES,
-                            "write a shorter pattern",
-                        ));
-                    }
-                }
-                _ => {}
+                self.literal_bytes += json_len(sub);
             }
-            if literal_bytes > MAX_LITERAL_BYTES {
-                return Err(over(
-                    "bytes of const and enum values",
-                    literal_bytes,
-                    MAX_LITERAL_BYTES,
-                    "a reply cannot be that long: shorten the values",
-                ));
+            "const" => self.literal_bytes += json_len(sub),
+            "pattern" => pattern(sub.as_str().map_or(0, str::len), at)?,
+            _ => {}
+        }
+        if self.literal_bytes > MAX_LITERAL_BYTES {
+            let fix = "a reply cannot be that long: shorten the values";
+            let what = "bytes of const and enum values";
+            return Err(over(what, self.literal_bytes, MAX_LITERAL_BYTES, at, fix));
+        }
+        Ok(())
+    }
+
+    /// Queues the subschemas one keyword holds.
+    fn queue(
+        &mut self,
+        keyword: &str,
+        sub: &'a Value,
+        at: &str,
+        depth: usize,
+    ) -> Result<(), Limit> {
+        let here = format!("{at}/{}", escape(keyword));
+        if SCHEMA_VALUED.contains(&keyword) {
+            self.stack.push((sub, here, depth + 1));
+        } else if SCHEMA_ARRAYS.contains(&keyword) {
+            let subs = sub.as_array().map_or(&[][..], Vec::as_slice);
+            if subs.len() > MAX_ALTERNATIVES {
+                let fix = "group the alternatives (an `enum` for constants, nested `anyOf`s)";
+                let what = "entries of one list of schemas";
+                return Err(over(what, subs.len(), MAX_ALTERNATIVES, &here, fix));
             }
-            if SCHEMA_VALUED.contains(&keyword.as_str()) {
-                stack.push((sub, here(), depth + 1));
-            } else if SCHEMA_ARRAYS.contains(&keyword.as_str()) {
-                let subs = sub.as_array().map_or(&[][..], Vec::as_slice);
-                if subs.len() > MAX_ALTERNATIVES {
-                    return Err(over(
-                        "entries of one list of schemas",
-                        subs.len(),
-                        MAX_ALTERNATIVES,
-                        "group the alternatives (an `enum` for constants, nested `anyOf`s)",
-                    ));
+            let items = subs.iter().enumerate();
+            self.stack
+                .extend(items.map(|(i, s)| (s, format!("{here}/{i}"), depth + 1)));
+        } else if SCHEMA_MAPS.contains(&keyword) {
+            for (name, s) in sub.as_object().into_iter().flatten() {
+                if keyword == "patternProperties" {
+                    pattern(name.len(), &here)?;
                 }
-                let base = here();
-                stack.extend(
-                    subs.iter()
-                        .enumerate()
-                        .map(|(i, s)| (s, format!("{base}/{i}"), depth + 1)),
-                );
-            } else if SCHEMA_MAPS.contains(&keyword.as_str()) {
-                let base = here();
-                for (name, s) in sub.as_object().into_iter().flatten() {
-                    if keyword == "patternProperties" && name.len() > MAX_PATTERN_BYTES {
-                        return Err(over(
-                            "bytes of pattern",
-                            name.len(),
-                            MAX_PATTERN_BYTES,
-                            "write a shorter pattern",
-                        ));
-                    }
-                    stack.push((s, format!("{base}/{}", escape(name)), depth + 1));
-                }
+                self.stack
+                    .push((s, format!("{here}/{}", escape(name)), depth + 1));
             }
         }
+        Ok(())
+    }
+}
+
+/// Refuses a pattern of `len` bytes past [`MAX_PATTERN_BYTES`].
+fn pattern(len: usize, at: &str) -> Result<(), Limit> {
+    if len > MAX_PATTERN_BYTES {
+        let fix = "write a shorter pattern";
+        return Err(over("bytes of pattern", len, MAX_PATTERN_BYTES, at, fix));
     }
     Ok(())
 }
