@@ -112,48 +112,45 @@ pub enum Program {
     Python,
 }
 
-static PROGRAM: std::sync::RwLock<Option<Program>> = std::sync::RwLock::new(None);
-
-/// Sets how the running program is named in messages (see [`Program`]).
-pub fn set_program(program: Program) {
-    *PROGRAM.write().unwrap_or_else(|e| e.into_inner()) = Some(program);
-}
-
-/// How the running program is named: as set, else the command it was invoked as (its file
-/// name when it was found on the `PATH`, its path as given otherwise), else `throng`.
-pub fn program() -> Program {
-    if let Some(p) = PROGRAM.read().unwrap_or_else(|e| e.into_inner()).clone() {
-        return p;
+impl Program {
+    /// The command as it was invoked (`argv[0]`): its file name when it was found on the
+    /// `PATH`, its path as given otherwise; `throng` when there is none.
+    pub fn invoked_as(argv0: &std::ffi::OsStr) -> Self {
+        let invoked = argv0.to_string_lossy().into_owned();
+        Program::Command(match invoked.contains('/') || invoked.is_empty() {
+            // A test harness or `cargo run` runs a binary by its path: `throng` itself is
+            // named plainly when that is its name, a study's binary by the path that reaches
+            // it.
+            true => match std::path::Path::new(&invoked).file_name() {
+                Some(name) if name == "throng" => "throng".into(),
+                Some(_) => invoked,
+                None => "throng".into(),
+            },
+            false => invoked,
+        })
     }
-    let invoked = std::env::args_os()
-        .next()
-        .map(|a| a.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    Program::Command(match invoked.contains('/') || invoked.is_empty() {
-        // A test harness or `cargo run` runs a binary by its path: `throng` itself is named
-        // plainly when that is its name, a study's binary by the path that reaches it.
-        true => match std::path::Path::new(&invoked).file_name() {
-            Some(name) if name == "throng" => "throng".into(),
-            Some(_) => invoked,
-            None => "throng".into(),
-        },
-        false => invoked,
-    })
-}
 
-/// What to run to continue the run in `dir`.
-pub(crate) fn resume_command(dir: &std::path::Path) -> String {
-    match program() {
-        Program::Command(p) => format!("{p} run --resume {}", dir.display()),
-        Program::Python => format!("throng.run(resume={:?})", dir.display().to_string()),
+    /// This process's command, as [`Program::invoked_as`] names it.
+    pub fn this_process() -> Self {
+        Self::invoked_as(&std::env::args_os().next().unwrap_or_default())
     }
-}
 
-/// What to run to write the report of the run in `dir`.
-pub(crate) fn report_command(dir: &std::path::Path) -> String {
-    match program() {
-        Program::Command(p) => format!("{p} report {}", dir.display()),
-        Program::Python => format!("throng.open_run({:?}).report()", dir.display().to_string()),
+    /// What to run to continue the run in `dir`.
+    pub fn resume_command(&self, dir: &std::path::Path) -> String {
+        match self {
+            Program::Command(p) => format!("{p} run --resume {}", dir.display()),
+            Program::Python => format!("throng.run(resume={:?})", dir.display().to_string()),
+        }
+    }
+
+    /// What to run to write the report of the run in `dir`.
+    pub fn report_command(&self, dir: &std::path::Path) -> String {
+        match self {
+            Program::Command(p) => format!("{p} report {}", dir.display()),
+            Program::Python => {
+                format!("throng.open_run({:?}).report()", dir.display().to_string())
+            }
+        }
     }
 }
 
@@ -226,4 +223,42 @@ pub(crate) fn human_bytes(bytes: f64) -> String {
         .display()
         .si()
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Program;
+    use std::ffi::OsStr;
+    use std::path::Path;
+
+    // Messages sent a study's user to `throng`, which does not know their scenario; or named
+    // a test harness's long path for `throng` itself.
+    #[test]
+    fn the_program_is_named_as_it_was_invoked() {
+        let named = |argv0: &str| match Program::invoked_as(OsStr::new(argv0)) {
+            Program::Command(c) => c,
+            Program::Python => unreachable!(),
+        };
+        assert_eq!(named("throng"), "throng");
+        assert_eq!(named("/usr/local/bin/throng"), "throng");
+        assert_eq!(named("target/release/my-study"), "target/release/my-study");
+        assert_eq!(named("my-study"), "my-study");
+        assert_eq!(named(""), "throng");
+    }
+
+    #[test]
+    fn each_program_says_how_to_resume_and_report_in_its_own_words() {
+        let dir = Path::new("runs/x");
+        let study = Program::Command("./my-study".into());
+        assert_eq!(study.resume_command(dir), "./my-study run --resume runs/x");
+        assert_eq!(study.report_command(dir), "./my-study report runs/x");
+        assert_eq!(
+            Program::Python.resume_command(dir),
+            "throng.run(resume=\"runs/x\")"
+        );
+        assert_eq!(
+            Program::Python.report_command(dir),
+            "throng.open_run(\"runs/x\").report()"
+        );
+    }
 }

@@ -10,7 +10,8 @@ pub use crate::sim::config::ScenarioProblem;
 pub use crate::sim::groups::GroupRef;
 pub use crate::sim::population::{Column, Population, PopulationSpec};
 pub use crate::sim::scenario::{
-    CellInfo, Descriptor, ParseError, Parsed, Records, Scenario, Sizing, StateRows, Turn,
+    CellInfo, DecisionProblem, Descriptor, ParseError, Parsed, Records, Scenario, Sizing,
+    StateRows, TableError, Turn,
 };
 pub use arrow_array::RecordBatch;
 pub use rand::{Rng, SeedableRng};

@@ -102,7 +102,7 @@ fn errors_are_openai_error_objects_with_their_status() {
     );
 
     let mut ignored = chat("hi");
-    ignored["frequency_penalty"] = json!(0.5);
+    ignored["frequency_penalty"] = json!(3.0);
     let (status, body) = post(&api, "/chat/completions", &ignored);
     assert_eq!(
         (status, error_of(&body).1),
@@ -979,4 +979,369 @@ fn a_reply_cut_at_max_tokens_is_cut_there_whatever_the_grammar_forces() {
         // The byte tokenizer: three tokens are three characters.
         assert_eq!(choice["message"]["content"], "{\"a", "{stop:?}: {reply}");
     }
+}
+
+// Issue 39 A1: a schema with exactly one valid reply answered 500 ("parser stopped ...
+// NoExtension"). It is that reply, forced to its end.
+#[test]
+fn a_schema_with_one_valid_reply_answers_that_reply() {
+    let api = start(64);
+    let schemas = [
+        json!({"type": "object", "properties": {"k": {"const": "v"}}, "required": ["k"],
+               "additionalProperties": false}),
+        json!({"type": "object", "properties": {"k": {"enum": ["v"]}}, "required": ["k"],
+               "additionalProperties": false}),
+        json!({"enum": [7]}),
+    ];
+    for schema in schemas {
+        let mut body = chat("answer");
+        body["response_format"] =
+            json!({"type": "json_schema", "json_schema": {"name": "one", "schema": schema}});
+        let (status, reply) = post(&api, "/chat/completions", &body);
+        assert_eq!(status, 200, "{schema}: {reply}");
+        let choice = &reply["choices"][0];
+        assert_eq!(choice["finish_reason"], "stop", "{reply}");
+        let value: Value =
+            serde_json::from_str(choice["message"]["content"].as_str().unwrap()).unwrap();
+        assert!(jsonschema::is_valid(&schema, &value), "{value}");
+    }
+}
+
+// Issue 39 A2: a forced call cut by `max_tokens` came back as the content
+// `{"name": "note", "arguments`: the tool protocol's text leaked to the client.
+#[test]
+fn a_forced_call_cut_by_max_tokens_leaks_no_protocol_text() {
+    let api = start(64);
+    for choice in [
+        json!("required"),
+        json!({"type": "function", "function": {"name": "post"}}),
+    ] {
+        let mut body = chat("act");
+        body["tools"] = tools();
+        body["tool_choice"] = choice.clone();
+        body["max_tokens"] = json!(3);
+        let (status, reply) = post(&api, "/chat/completions", &body);
+        assert_eq!(status, 200, "{reply}");
+        let choice = &reply["choices"][0];
+        assert_eq!(choice["finish_reason"], "length", "{reply}");
+        assert_eq!(choice["message"]["content"], Value::Null, "{reply}");
+        assert!(choice["message"].get("tool_calls").is_none(), "{reply}");
+    }
+}
+
+// Issue 39 A3: a tool without `parameters` (no arguments, in OpenAI's reading) got
+// unconstrained arguments: 200 tokens of junk.
+#[test]
+fn a_tool_without_parameters_is_called_with_no_arguments() {
+    let api = start(64);
+    let mut body = chat("wait");
+    body["tools"] = json!([{"type": "function", "function": {"name": "wait"}}]);
+    body["tool_choice"] = json!("required");
+    body["max_tokens"] = json!(40);
+    body["n"] = json!(4);
+    let (status, reply) = post(&api, "/chat/completions", &body);
+    assert_eq!(status, 200, "{reply}");
+    for choice in reply["choices"].as_array().unwrap() {
+        assert_eq!(choice["finish_reason"], "tool_calls", "{reply}");
+        let call = &choice["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["name"], "wait");
+        assert_eq!(call["arguments"], "{}");
+    }
+}
+
+// Issue 39 A6: `json_schema` without its `schema` was answered as "any JSON" (a bare number).
+#[test]
+fn a_json_schema_format_without_its_schema_is_refused_naming_it() {
+    let api = start(64);
+    let mut body = chat("answer");
+    body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "x"}});
+    let (status, reply) = post(&api, "/chat/completions", &body);
+    assert_eq!(status, 400, "{reply}");
+    let (message, param, _) = error_of(&reply);
+    assert_eq!(
+        param,
+        Some("response_format.json_schema.schema"),
+        "{message}"
+    );
+    assert!(message.contains("schema"), "{message}");
+}
+
+// Issue 39 A5: `prompt_cache_key` and `safety_identifier` were refused as unknown fields, and
+// the legacy `functions` got an error that did not name `tools`.
+#[test]
+fn openais_newer_fields_are_taken_and_the_legacy_functions_point_to_tools() {
+    let api = start(64);
+    let mut body = chat("hi");
+    body["prompt_cache_key"] = json!("agent-7");
+    body["safety_identifier"] = json!("user-123");
+    let (status, reply) = post(&api, "/chat/completions", &body);
+    assert_eq!(status, 200, "{reply}");
+    for field in ["functions", "function_call"] {
+        let mut body = chat("hi");
+        body[field] = json!([{"name": "f", "parameters": {"type": "object"}}]);
+        let (status, reply) = post(&api, "/chat/completions", &body);
+        assert_eq!(status, 400, "{reply}");
+        let (message, param, _) = error_of(&reply);
+        assert_eq!(param, Some(field));
+        assert!(
+            message.contains("tools") && message.contains("tool_choice"),
+            "{message}"
+        );
+    }
+}
+
+// Issue 39 A7: the stats counted sampled tokens only (+220 where clients got 671): the
+// tokens a grammar forced are counted too, apart.
+#[test]
+fn the_stats_count_sampled_and_forced_tokens_apart_and_together_what_clients_got() {
+    let api = start(64);
+    let mut given = 0;
+    for i in 0..6 {
+        let mut body = chat(&format!("agent {i}: your bid?"));
+        body["max_tokens"] = json!(30);
+        if i % 2 == 0 {
+            body["response_format"] = json!({"type": "json_schema",
+                "json_schema": {"name": "bid", "schema": bid_schema()}});
+        }
+        let (status, reply) = post(&api, "/chat/completions", &body);
+        assert_eq!(status, 200, "{reply}");
+        given += reply["usage"]["completion_tokens"].as_u64().unwrap();
+    }
+    let status = &stats(&api)["engines"][0]["status"];
+    let sampled = status["generated_tokens"].as_u64().unwrap();
+    let forced = status["forced_tokens"].as_u64().unwrap();
+    assert!(forced > 0, "{status}");
+    assert_eq!(sampled + forced, given, "{status}");
+}
+
+#[test]
+fn logprobs_report_each_generated_token_with_its_likeliest_alternatives() {
+    let api = start(256);
+    let mut body = chat("hi");
+    body["logprobs"] = json!(true);
+    body["top_logprobs"] = json!(3);
+    body["temperature"] = json!(0);
+    let (status, reply) = post(&api, "/chat/completions", &body);
+    assert_eq!(status, 200, "{reply}");
+    let content = reply["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        content.len() as u64,
+        reply["usage"]["completion_tokens"].as_u64().unwrap(),
+        "one entry per generated token: {reply}"
+    );
+    for t in content {
+        let logprob = t["logprob"].as_f64().unwrap();
+        let top = t["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3, "{t}");
+        let tops: Vec<f64> = top.iter().map(|a| a["logprob"].as_f64().unwrap()).collect();
+        assert!(
+            tops.windows(2).all(|w| w[0] >= w[1]),
+            "likeliest first: {t}"
+        );
+        // Greedy: the token drawn is the likeliest, and probabilities are at most 1.
+        assert!((logprob - tops[0]).abs() < 1e-5, "{t}");
+        assert!(tops.iter().all(|&l| l <= 1e-6), "{t}");
+        assert_eq!(
+            t["bytes"].as_array().unwrap().len(),
+            t["token"].as_str().unwrap().len()
+        );
+    }
+
+    // Asked for none: `logprobs` is null, as OpenAI answers.
+    let (_, plain) = post(&api, "/chat/completions", &chat("hi"));
+    assert!(plain["choices"][0]["logprobs"].is_null(), "{plain}");
+
+    // Reporting does not change the reply.
+    let mut same = body.clone();
+    same["logprobs"] = json!(false);
+    same.as_object_mut().unwrap().remove("top_logprobs");
+    let (_, unreported) = post(&api, "/chat/completions", &same);
+    assert_eq!(
+        unreported["choices"][0]["message"],
+        reply["choices"][0]["message"]
+    );
+
+    let mut orphan = chat("hi");
+    orphan["top_logprobs"] = json!(2);
+    let (status, e) = post(&api, "/chat/completions", &orphan);
+    assert_eq!((status, error_of(&e).1), (400, Some("top_logprobs")), "{e}");
+    let mut many = body.clone();
+    many["top_logprobs"] = json!(21);
+    let (status, e) = post(&api, "/chat/completions", &many);
+    assert_eq!((status, error_of(&e).1), (400, Some("top_logprobs")), "{e}");
+}
+
+#[test]
+fn a_token_forced_by_the_grammar_has_logprob_zero() {
+    let api = start(256);
+    let mut body = chat("bid");
+    body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "k", "schema": {
+            "type": "object", "properties": {"k": {"const": "v"}},
+            "required": ["k"], "additionalProperties": false}}});
+    body["logprobs"] = json!(true);
+    let (status, reply) = post(&api, "/chat/completions", &body);
+    assert_eq!(status, 200, "{reply}");
+    let content = reply["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
+    assert!(!content.is_empty());
+    assert!(
+        content.iter().all(|t| t["logprob"].as_f64() == Some(0.0)),
+        "{reply}"
+    );
+}
+
+#[test]
+fn logit_bias_bans_and_forces_tokens() {
+    let api = start(256);
+    let tokenizer = tokenizers::Tokenizer::from_file(
+        api._model.as_ref().unwrap().path().join("tokenizer.json"),
+    )
+    .unwrap();
+    let id = |text: &str| {
+        let ids = tokenizer.encode(text, false).unwrap().get_ids().to_vec();
+        assert_eq!(ids.len(), 1, "{text} is one token");
+        ids[0].to_string()
+    };
+    let (a, b) = (id("a"), id("b"));
+    let mut body = chat("hi");
+    body["logit_bias"] = json!({ a.clone(): 100 });
+    let (status, forced) = post(&api, "/chat/completions", &body);
+    assert_eq!(status, 200, "{forced}");
+    assert_eq!(
+        forced["choices"][0]["message"]["content"],
+        json!("a".repeat(16)),
+        "a token biased by +100 is always drawn"
+    );
+
+    // Banned inside a grammar's choice: the other choice, whatever the seed.
+    let mut choose = chat("pick");
+    choose["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "k",
+        "schema": {"type": "object", "properties": {"k": {"enum": ["a", "b"]}},
+                   "required": ["k"], "additionalProperties": false}}});
+    choose["max_tokens"] = json!(32);
+    for (banned, left) in [(&a, "b"), (&b, "a")] {
+        for seed in 0..4 {
+            let mut ban = choose.clone();
+            ban["seed"] = json!(seed);
+            ban["logit_bias"] = json!({ banned.clone(): -100 });
+            let (status, reply) = post(&api, "/chat/completions", &ban);
+            assert_eq!(status, 200, "{reply}");
+            let value: Value =
+                serde_json::from_str(reply["choices"][0]["message"]["content"].as_str().unwrap())
+                    .unwrap();
+            assert_eq!(value["k"], json!(left), "seed {seed}: {reply}");
+        }
+    }
+
+    for (bias, param) in [
+        (json!({"abc": 1}), "logit_bias.abc"),
+        (json!({"5": 101}), "logit_bias.5"),
+        (json!({"99999999": 1}), "logit_bias"),
+    ] {
+        let mut bad = chat("hi");
+        bad["logit_bias"] = bias;
+        let (status, e) = post(&api, "/chat/completions", &bad);
+        assert_eq!(status, 400, "{e}");
+        assert!(error_of(&e).1.unwrap_or("").starts_with(param), "{e}");
+    }
+}
+
+#[test]
+fn penalties_change_replies_only_where_asked_and_keep_them_reproducible() {
+    let api = start(256);
+    let mut body = chat("hi");
+    body["max_tokens"] = json!(48);
+    let (_, plain) = post(&api, "/chat/completions", &body);
+    let mut penalised = body.clone();
+    penalised["frequency_penalty"] = json!(2.0);
+    penalised["presence_penalty"] = json!(2.0);
+    let (status, a) = post(&api, "/chat/completions", &penalised);
+    assert_eq!(status, 200, "{a}");
+    let (_, b) = post(&api, "/chat/completions", &penalised);
+    assert_eq!(a["choices"], b["choices"], "seeded: the same reply twice");
+    assert_ne!(
+        a["choices"][0]["message"], plain["choices"][0]["message"],
+        "the penalties change the reply"
+    );
+    let mut zero = body.clone();
+    zero["frequency_penalty"] = json!(0);
+    zero["presence_penalty"] = json!(0.0);
+    let (_, z) = post(&api, "/chat/completions", &zero);
+    assert_eq!(
+        z["choices"], plain["choices"],
+        "zero penalties change nothing"
+    );
+    let mut out = body.clone();
+    out["presence_penalty"] = json!(-2.5);
+    let (status, e) = post(&api, "/chat/completions", &out);
+    assert_eq!(
+        (status, error_of(&e).1),
+        (400, Some("presence_penalty")),
+        "{e}"
+    );
+}
+
+#[test]
+fn streamed_tool_calls_send_their_arguments_as_they_are_generated() {
+    let api = start(256);
+    let mut calls = 0;
+    for seed in 0..6 {
+        let mut body = chat("act");
+        body["tools"] = tools();
+        body["tool_choice"] = json!(if seed % 2 == 0 { "required" } else { "auto" });
+        body["max_tokens"] = json!(80);
+        body["seed"] = json!(seed);
+        let (_, whole) = post(&api, "/chat/completions", &body);
+        let message = &whole["choices"][0]["message"];
+        body["stream"] = json!(true);
+        let events = events(&api, &body);
+        let deltas: Vec<&Value> = events
+            .iter()
+            .filter(|e| !e.is_null())
+            .map(|e| &e["choices"][0]["delta"])
+            .collect();
+        let streamed_calls: Vec<&Value> = deltas
+            .iter()
+            .filter_map(|d| d["tool_calls"].get(0))
+            .collect();
+        if let Some(call) = message["tool_calls"].get(0) {
+            calls += 1;
+            let first = streamed_calls[0];
+            assert!(
+                first["id"].as_str().unwrap().starts_with("call_"),
+                "{first}"
+            );
+            assert_eq!(first["function"]["name"], call["function"]["name"]);
+            assert!(
+                streamed_calls[1..].iter().all(|c| c.get("id").is_none()),
+                "only the first chunk of a call names it"
+            );
+            let arguments: String = streamed_calls
+                .iter()
+                .filter_map(|c| c["function"]["arguments"].as_str())
+                .collect();
+            assert_eq!(arguments, call["function"]["arguments"].as_str().unwrap());
+            assert!(
+                streamed_calls.len() > 3,
+                "the arguments come in pieces as they are generated: {streamed_calls:?}"
+            );
+            serde_json::from_str::<Value>(&arguments).unwrap();
+        } else {
+            // Words (or a cut call): the same content as unstreamed, in pieces.
+            assert!(streamed_calls.is_empty() || whole["choices"][0]["finish_reason"] == "length");
+            let content: String = deltas
+                .iter()
+                .filter_map(|d| d["content"].as_str())
+                .collect();
+            assert_eq!(
+                content,
+                message["content"].as_str().unwrap_or(""),
+                "{whole}"
+            );
+        }
+    }
+    assert!(calls > 0, "some replies are calls");
 }

@@ -15,7 +15,7 @@ use throng::scenarios::energy_market::report::{self, Cell, CellSettings, Run, dy
 use throng::scenarios::energy_market::world::Market;
 use throng::scenarios::energy_market::{EnergyMarket, Row, rules};
 use throng::sim::experiment::Overrides;
-use throng::sim::runner::RunOptions;
+use throng::sim::runner::SimOptions;
 use throng::sim::scenario::CellInfo;
 
 fn repo() -> PathBuf {
@@ -36,7 +36,7 @@ fn run_scripted(dir: &Path, body: &str) -> PathBuf {
         &path,
         &Overrides::default(),
         &out,
-        RunOptions::default(),
+        SimOptions::default(),
         None,
     );
     out

@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use throng::scenarios;
 use throng::sim::experiment::Overrides;
-use throng::sim::runner::{Ended, RunOptions};
+use throng::sim::runner::{Ended, SimOptions};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -43,7 +43,7 @@ scenario = { use_personas = false }
 name = "personas"
 "#;
 
-fn run(path: &Path, out: &Path, options: RunOptions) -> Ended {
+fn run(path: &Path, out: &Path, options: SimOptions) -> Ended {
     common::run_experiment(path, &Overrides::default(), out, options, None).0
 }
 
@@ -69,8 +69,8 @@ fn the_same_config_and_seed_give_byte_identical_records() {
     let tmp = tempfile::tempdir().unwrap();
     let path = config(tmp.path(), SMALL);
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-    assert_eq!(run(&path, &a, RunOptions::default()), Ended::Finished);
-    run(&path, &b, RunOptions::default());
+    assert_eq!(run(&path, &a, SimOptions::default()), Ended::Finished);
+    run(&path, &b, SimOptions::default());
     for name in RECORDS {
         assert_eq!(
             bytes(&a, name),
@@ -87,15 +87,15 @@ fn an_interrupted_run_resumes_to_the_same_records() {
     let tmp = tempfile::tempdir().unwrap();
     let path = config(tmp.path(), SMALL);
     let (whole, pieces) = (tmp.path().join("whole"), tmp.path().join("pieces"));
-    run(&path, &whole, RunOptions::default());
+    run(&path, &whole, SimOptions::default());
     // Stop after 4 steps (into the second population), as a killed job would...
     assert_eq!(
         run(
             &path,
             &pieces,
-            RunOptions {
+            SimOptions {
                 stop_after: Some(8),
-                ..RunOptions::default()
+                ..SimOptions::default()
             }
         ),
         Ended::Paused
@@ -114,10 +114,10 @@ fn an_interrupted_run_resumes_to_the_same_records() {
         run(
             &path,
             &pieces,
-            RunOptions {
+            SimOptions {
                 resume: true,
                 stop_after: Some(2),
-                ..RunOptions::default()
+                ..SimOptions::default()
             }
         ),
         Ended::Paused
@@ -126,9 +126,9 @@ fn an_interrupted_run_resumes_to_the_same_records() {
         run(
             &path,
             &pieces,
-            RunOptions {
+            SimOptions {
                 resume: true,
-                ..RunOptions::default()
+                ..SimOptions::default()
             }
         ),
         Ended::Finished
@@ -147,7 +147,7 @@ fn a_scripted_run_reports_figures_and_persona_tests() {
     let tmp = tempfile::tempdir().unwrap();
     let path = config(tmp.path(), SMALL);
     let out = tmp.path().join("run");
-    run(&path, &out, RunOptions::default());
+    run(&path, &out, SimOptions::default());
     let text = scenarios::Registry::builtin().report(&out).unwrap();
     assert!(text.contains("Welch t-test"), "{text}");
     for fig in [
@@ -295,7 +295,7 @@ fn a_population_sets_the_market_personas() {
         "name = \"pop\"\nsteps = 1\npolicy = \"scripted\"\nagents = 40\n\n[scenario]\nname = \"energy_market\"\n\n[population.attributes.persona]\nshares = { greedy = 25, depressed = 75 }\n",
     );
     let out = tmp.path().join("run");
-    run(&path, &out, RunOptions::default());
+    run(&path, &out, SimOptions::default());
     let at_start: Vec<_> = rows(&out).into_iter().filter(|r| r.step == 0).collect();
     assert_eq!(
         at_start.iter().filter(|r| r.persona == "greedy").count(),
@@ -347,7 +347,7 @@ fn exp1_with_smollm2_decides_every_turn_within_its_schema() {
             ..Overrides::default()
         },
         &out,
-        RunOptions::default(),
+        SimOptions::default(),
         Some(engine),
     );
     assert_eq!(ended, Ended::Finished);

@@ -10,7 +10,7 @@ use throng::scenarios::guess::{GuessGame, config::GuessConfig};
 use throng::sim::experiment::Overrides;
 use throng::sim::population::Population;
 use throng::sim::prompt::PromptBook;
-use throng::sim::runner::{Ended, RunOptions};
+use throng::sim::runner::{Ended, SimOptions};
 use throng::sim::scenario::Scenario;
 
 fn repo() -> PathBuf {
@@ -125,7 +125,7 @@ where = { education = "university" }
         &config,
         &Overrides::default(),
         &out,
-        RunOptions::default(),
+        SimOptions::default(),
         Some(engine),
     );
     assert_eq!(ended, Ended::Finished);

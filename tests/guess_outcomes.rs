@@ -393,6 +393,31 @@ shares = {{ "elementary school" = 30, "high school" = 30, "doctorate" = 40 }}
         top.contains("Mixed policy") && top.contains("Small model"),
         "{top}"
     );
+    // Issue 42 item 2: the rates counted scripted decisions as the model's. The model's and
+    // the scripted rules' decisions are counted apart, step by step and in the summary.
+    let steps: Vec<throng::record::StepRecord> = throng::record::read_steps(&out).unwrap();
+    for s in &steps {
+        let (model, scripted) = s.split().expect("steps.csv keeps them apart");
+        assert_eq!(model + scripted, s.decisions);
+        assert!(
+            model > 0 && scripted > model,
+            "{model} model, {scripted} scripted"
+        );
+    }
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let timing = &summary["timing"];
+    let model: u64 = steps.iter().map(|s| s.model_decisions as u64).sum();
+    assert_eq!(timing["model_decisions"], model, "{timing}");
+    assert_eq!(
+        timing["scripted_decisions"].as_u64().unwrap() + model,
+        timing["decisions"].as_u64().unwrap()
+    );
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        page.contains(&format!("{model} model decisions (")) && page.contains("scripted decisions"),
+        "the report's timing counts them apart"
+    );
 
     // Every agent on the tiny model: the small-model note alone.
     let llm = config("llm", "llm", 6, "");

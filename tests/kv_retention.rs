@@ -233,7 +233,7 @@ rules = "fixed"
         &config,
         &throng::sim::experiment::Overrides::default(),
         &out,
-        throng::sim::runner::RunOptions::default(),
+        throng::sim::runner::SimOptions::default(),
         Some(engine),
     );
     assert_eq!(ended, throng::sim::runner::Ended::Finished);

@@ -76,8 +76,8 @@ fn src() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// How many `super::` lead from the file's module to the crate's root: `sim/plan.rs` is
-/// `sim::plan` (2), `sim/mod.rs` is `sim` (1).
+/// How many `super::` lead from the file's module to the crate's root: `sim/footprint.rs` is
+/// `sim::footprint` (2), `sim/mod.rs` is `sim` (1).
 fn depth(file: &Path) -> usize {
     let relative = file.strip_prefix(src()).unwrap();
     let dirs = relative.components().count() - 1;
@@ -149,24 +149,71 @@ fn named_roots(text: &str, depth: usize) -> Vec<(usize, String)> {
     found
 }
 
-/// Every path from `layer`'s files into a module it must not name, as `file:line: what`.
+/// The modules of the crate's root that are one file (`src/seed.rs`, not a folder), by
+/// name, with the top-level modules each names.
+fn root_files() -> BTreeMap<String, Vec<String>> {
+    std::fs::read_dir(src())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .filter_map(|p| {
+            let name = p.file_stem()?.to_str()?.to_string();
+            if name == "lib" || name == "main" {
+                return None;
+            }
+            let text = std::fs::read_to_string(&p).ok()?;
+            let names = named_roots(&text, 1).into_iter().map(|(_, n)| n).collect();
+            Some((name, names))
+        })
+        .collect()
+}
+
+/// The forbidden module `name` leads to through the crate's one-file modules (itself, if it
+/// is forbidden): `sim` naming `crate::reuse`, which names `crate::model`, reaches `model`.
+fn reached<'a>(
+    name: &'a str,
+    forbidden: &[&str],
+    roots: &'a BTreeMap<String, Vec<String>>,
+    seen: &mut Vec<&'a str>,
+) -> Option<Vec<&'a str>> {
+    if seen.contains(&name) {
+        return None;
+    }
+    seen.push(name);
+    if forbidden.contains(&name) {
+        return Some(vec![name]);
+    }
+    for next in roots.get(name)? {
+        if let Some(mut path) = reached(next, forbidden, roots, seen) {
+            path.insert(0, name);
+            return Some(path);
+        }
+    }
+    None
+}
+
+/// Every path from `layer`'s files into a module it must not name, directly or through the
+/// crate's one-file modules, as `file:line: what`.
 fn offences(layer: &str, forbidden: &[&str]) -> Vec<String> {
     let mut files = Vec::new();
     rust_files(&src().join(layer), &mut files);
     files.sort();
     assert!(!files.is_empty(), "no Rust files under src/{layer}");
+    let roots = root_files();
     let mut out = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         for (line, name) in named_roots(&text, depth(&file)) {
-            if forbidden.contains(&name.as_str()) {
-                out.push(format!(
-                    "{}:{line}: {layer} imports crate::{name}",
-                    file.strip_prefix(src().parent().unwrap())
-                        .unwrap()
-                        .display()
-                ));
-            }
+            let Some(path) = reached(&name, forbidden, &roots, &mut Vec::new()) else {
+                continue;
+            };
+            let through: String = path.iter().map(|n| format!(" -> crate::{n}")).collect();
+            out.push(format!(
+                "{}:{line}: {layer} imports{through}",
+                file.strip_prefix(src().parent().unwrap())
+                    .unwrap()
+                    .display()
+            ));
         }
     }
     out
@@ -182,6 +229,32 @@ fn lower_layers_import_nothing_above_them() {
         all.is_empty(),
         "layers import upwards (see docs/src/architecture.md):\n{}",
         all.join("\n")
+    );
+}
+
+// Guards against issue 39, item 21: `sim` reached `model` through `src/reuse.rs`, a file at
+// the crate's root, which the per-layer scan did not follow.
+#[test]
+fn a_layer_reaches_what_the_crates_one_file_modules_it_names_import() {
+    let roots: BTreeMap<String, Vec<String>> = [
+        (
+            "reuse".to_string(),
+            vec!["engine".to_string(), "model".to_string()],
+        ),
+        ("seed".to_string(), vec![]),
+        ("host".to_string(), vec!["reuse".to_string()]),
+    ]
+    .into();
+    let forbidden = ["model", "cli"];
+    assert_eq!(
+        reached("host", &forbidden, &roots, &mut Vec::new()),
+        Some(vec!["host", "reuse", "model"])
+    );
+    assert_eq!(reached("seed", &forbidden, &roots, &mut Vec::new()), None);
+    assert_eq!(reached("engine", &forbidden, &roots, &mut Vec::new()), None);
+    assert_eq!(
+        reached("cli", &forbidden, &roots, &mut Vec::new()),
+        Some(vec!["cli"])
     );
 }
 
@@ -208,15 +281,15 @@ fn the_scan_sees_every_way_of_naming_a_module() {
 }
 
 // Import circles between the files of one module. A module's files form a graph: a file
-// names a sibling (`super::plan::Footprint`, `crate::sim::plan`, `use super::{plan, ...}`, a
-// bare `plan::` in `mod.rs`), and the module's own file (`mod.rs`, `lib.rs` or `x.rs` beside
+// names a sibling (`super::footprint::Footprint`, `crate::sim::footprint`, `use super::{footprint, ...}`, a
+// bare `footprint::` in `mod.rs`), and the module's own file (`mod.rs`, `lib.rs` or `x.rs` beside
 // `x/`) is a node too: a sibling naming `super::Thing` that the module's file defines names
 // that file, and one naming a `Thing` the module's file re-exports (`pub use plan::Thing`)
 // names where it comes from. A sub-folder is one node of its parent's graph. A circle means
 // neither side can be read, tested or moved without the other: the types both need belong
 // in a file of their own below both.
 
-/// A module path below the crate's root: `["sim", "plan"]` for `crate::sim::plan`.
+/// A module path below the crate's root: `["sim", "footprint"]` for `crate::sim::footprint`.
 type ModPath = Vec<String>;
 
 /// The module a file of `src/` holds; `None` for `main.rs`, the binary's own crate.

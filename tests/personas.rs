@@ -7,7 +7,7 @@ mod common;
 use common::TinyLlama;
 use std::path::PathBuf;
 use throng::sim::experiment::Overrides;
-use throng::sim::runner::{Ended, RunOptions};
+use throng::sim::runner::{Ended, SimOptions};
 
 #[test]
 fn personas_are_written_once_and_reused() {
@@ -61,7 +61,7 @@ max_tokens = 20
                 ..Overrides::default()
             },
             &out,
-            RunOptions::default(),
+            SimOptions::default(),
             Some(engine),
         );
         assert_eq!(ended, Ended::Finished);

@@ -7,7 +7,7 @@ use common::TinyLlama;
 use std::path::PathBuf;
 use std::process::Command;
 use throng::model::CausalLm;
-use throng::sim::plan::{Figure, Inputs, Source, Speed};
+use throng::plan::device::{Figure, Inputs, Source, Speed};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

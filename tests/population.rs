@@ -105,7 +105,7 @@ fn numeric_attributes_stay_in_range_and_follow_their_distribution() {
         "[population.attributes.age]\nrange = [18, 80]\ndistribution = { normal = { mean = 42, sd = 15 } }\ninteger = true\n",
     );
     let p = s.draw(20_000, 3);
-    let Column::Numeric { values } = &p.columns[0].1 else {
+    let Column::Numeric { values, .. } = &p.columns[0].1 else {
         panic!()
     };
     assert!(
@@ -117,7 +117,7 @@ fn numeric_attributes_stay_in_range_and_follow_their_distribution() {
     // The truncated normal's mean is a little above 42 (more is cut below than above).
     assert!((42.0..44.0).contains(&mean), "mean {mean}");
     let uniform = spec("[population.attributes.x]\nrange = [0, 1]\n").draw(10_000, 3);
-    let Column::Numeric { values } = &uniform.columns[0].1 else {
+    let Column::Numeric { values, .. } = &uniform.columns[0].1 else {
         panic!()
     };
     // Quota draws of a numeric attribute are stratified: one value per 1/N band.

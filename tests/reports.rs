@@ -141,8 +141,27 @@ fn the_guessing_games_report_keeps_its_figures_and_agrees_with_the_base() {
         );
         assert!((a - b).abs() < 1e-9, "{round} vs {base}");
         compared += 1;
+        // The game's own per-round numbers (aggregates.csv) are on the base too: the winning
+        // number's mean over replicates, by arm and population, with its interval.
+        let winning = s["aggregates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| {
+                m["column"] == "winning_number"
+                    && m["arm"] == round["arm"]
+                    && m["population"] == round["population"]
+                    && m["step"] == round["round"]
+            })
+            .unwrap_or_else(|| panic!("no aggregate mean for {round}"));
+        assert!(winning["mean"].as_f64().unwrap().is_finite(), "{winning}");
     }
     assert_eq!(compared, 2 * 2 * 3, "arms x populations x rounds");
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        page.contains("The study's own measures") && page.contains("aggregate_winning_number"),
+        "the aggregates' section and figures"
+    );
 }
 
 // A grouped game shows its levels on the page, outside the folded breakdowns, where its note

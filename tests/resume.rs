@@ -6,7 +6,9 @@
 mod common;
 
 use common::TinyLlama;
-use common::cli::{RECORDS, Ran, assert_same_records, output, repo, throng};
+use common::cli::{
+    DECISIONS, RECORDS, Ran, assert_same_records, decisions_without_timings, output, repo, throng,
+};
 use std::path::{Path, PathBuf};
 
 /// The guessing game, scripted, three rounds.
@@ -451,4 +453,39 @@ fn a_resume_refuses_a_model_whose_files_changed_since_the_run_started() {
     .unwrap();
     let Ran { ok, text, .. } = resume(&out, &[]);
     assert!(ok, "{text}");
+}
+
+// Guards against issue 39, items 14 and 15: the book said resumed records are byte-identical,
+// where an LLM run's decisions.jsonl differs in what measures the process (`latency_ms`,
+// `cached_tokens`); and the resumed process's engine line counted the whole run's requests
+// (24 where it decided 12).
+#[test]
+fn a_resumed_llm_run_differs_only_in_what_measures_the_process_and_counts_its_own_requests() {
+    let model = common::tiny_model(&TinyLlama::default());
+    let tmp = tempfile::tempdir().unwrap();
+    let config = llm_config(tmp.path());
+    let args = llm_args(model.path(), &["--weights", "f32"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let whole = tmp.path().join("whole");
+    let Ran { ok, text, .. } = run(&config, &whole, &args);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("throng: 36 requests"),
+        "3 steps of 12: {text}"
+    );
+    let out = tmp.path().join("run");
+    let Ran { ok, text, .. } = run(&config, &out, &[&args[..], &["--stop-after", "1"]].concat());
+    assert!(ok, "{text}");
+    let Ran { ok, text, .. } = resume(&out, &[]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("throng: 24 requests"),
+        "the resumed process decided the last 2 steps: {text}"
+    );
+    assert_same_records(&whole, &out, &RECORDS, "resumed");
+    assert_eq!(
+        decisions_without_timings(&whole),
+        decisions_without_timings(&out),
+        "{DECISIONS} without latency_ms and cached_tokens"
+    );
 }

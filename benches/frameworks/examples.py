@@ -5,8 +5,9 @@ simulations make. Prints one line per framework: `ok`, or the error it met.
 
   examples.py BASE_URL API_KEY MODEL [FRAMEWORK...]
 
-FRAMEWORK is concordia, mesa-llm, agentscope or oasis (default: all); OASIS runs from a
-virtualenv of its own (see run.sh).
+FRAMEWORK is concordia, mesa-llm, agentscope, oasis, langchain, instructor, pydantic-ai,
+autogen or dspy (default: all); OASIS runs from a virtualenv of its own, and the last five from
+another (see run.sh).
 """
 
 import asyncio
@@ -90,6 +91,139 @@ def agentscope():
         model.generate_structured_output([UserMsg(name="user", content="Place your bid.")], Bid)
     )
     return f"structured output {result}"[:120]
+
+
+def _bid_model():
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class Bid(BaseModel):
+        # extra="forbid" writes `additionalProperties: false`, so the reply holds these alone.
+        model_config = ConfigDict(extra="forbid")
+        price: float = Field(ge=0.5, le=2.75)
+        reason: str = Field(max_length=60)
+
+    return Bid
+
+
+def langchain():
+    # LangChain's ChatOpenAI takes base_url and api_key; structured output as a json_schema
+    # response format, and a tool bound with tool_choice="required".
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    Bid = _bid_model()
+    llm = ChatOpenAI(model=MODEL, base_url=BASE, api_key=KEY, temperature=0, max_tokens=80)
+    bid = llm.with_structured_output(Bid, method="json_schema").invoke("Place your bid.")
+    assert isinstance(bid, Bid), bid
+
+    @tool
+    def move(direction: str) -> str:
+        """Move on the grid, north or south."""
+        return direction
+
+    message = llm.bind_tools([move], tool_choice="required").invoke("Where do you go?")
+    call = message.tool_calls[0]
+    assert call["name"] == "move" and isinstance(call["args"]["direction"], str), call
+    return f"with_structured_output {bid!r}, bind_tools {call['name']} {call['args']}"
+
+
+def instructor_():
+    # instructor wraps the OpenAI client; in its TOOLS mode the model is a forced tool call,
+    # and create_partial streams the object as the call's arguments arrive.
+    import instructor
+    from openai import OpenAI
+
+    Bid = _bid_model()
+    client = instructor.from_openai(OpenAI(base_url=BASE, api_key=KEY), mode=instructor.Mode.TOOLS)
+    messages = [{"role": "user", "content": "Place your bid."}]
+    bid = client.chat.completions.create(
+        model=MODEL, response_model=Bid, messages=messages, max_tokens=80, max_retries=0
+    )
+    partials = list(client.chat.completions.create_partial(
+        model=MODEL, response_model=Bid, messages=messages, max_tokens=80, max_retries=0
+    ))
+    assert len(partials) > 1 and partials[-1].price == bid.price, (partials, bid)
+    return f"create {bid!r}, create_partial: {len(partials)} partial objects"
+
+
+def pydantic_ai():
+    # pydantic-ai's OpenAI model with a provider holding base_url and api_key; the output type
+    # is its final_result tool, which it forces, and a tool of its own is called first.
+    from pydantic_ai import Agent
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    try:
+        from pydantic_ai.models.openai import OpenAIChatModel as Model
+    except ImportError:  # before pydantic-ai 1.0
+        from pydantic_ai.models.openai import OpenAIModel as Model
+
+    Bid = _bid_model()
+    model = Model(MODEL, provider=OpenAIProvider(base_url=BASE, api_key=KEY))
+    agent = Agent(model, output_type=Bid, model_settings={"max_tokens": 80, "temperature": 0})
+    result = agent.run_sync("Place your bid.")
+    assert isinstance(result.output, Bid), result.output
+    return f"run_sync output {result.output!r}"
+
+
+def autogen():
+    # AutoGen's OpenAIChatCompletionClient takes base_url and, for a model it does not know,
+    # model_info; structured output through its json_output with a Pydantic model, and an
+    # AssistantAgent with a tool.
+    from autogen_core.models import UserMessage
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    Bid = _bid_model()
+    client = OpenAIChatCompletionClient(
+        model=MODEL, base_url=BASE, api_key=KEY,
+        model_info={"vision": False, "function_calling": True, "json_output": True,
+                    "family": "unknown", "structured_output": True},
+    )
+
+    async def calls():
+        result = await client.create(
+            [UserMessage(content="Place your bid.", source="user")], json_output=Bid,
+            extra_create_args={"max_tokens": 80},
+        )
+        return Bid.model_validate_json(result.content)
+
+    bid = asyncio.run(calls())
+    return f"create with json_output {bid!r}"
+
+
+def dspy_():
+    # DSPy with an `openai/` model sends no response format (it knows nothing of the model), so
+    # a small model's typed fields fail to parse. Declared as a provider whose models support a
+    # response schema, its JSONAdapter sends each signature's outputs as a json_schema response
+    # format, which throng holds every reply to. lm15's `vllm` preset is the OpenAI-compatible
+    # local server's dialect (its table's address is only a default: `api_base` wins).
+    import dspy
+    from dspy.lm15 import AccessPolicy, ModelSupport, ProviderDefinition, register_provider
+
+    register_provider(
+        ProviderDefinition.chat(
+            AccessPolicy(provider="throng", env_keys=("THRONG_API_KEY",),
+                         base_url="http://localhost:8000/v1"),
+            compat="vllm",
+        ),
+        supports=ModelSupport(response_schema=True, function_calling=True),
+        replace=True,
+    )
+    lm = dspy.LM(f"throng/{MODEL}", api_base=BASE, api_key=KEY, temperature=0, max_tokens=120,
+                 cache=False)
+    dspy.configure(lm=lm, adapter=dspy.JSONAdapter())
+
+    class Bid(dspy.Signature):
+        """Place a bid for power."""
+
+        market: str = dspy.InputField()
+        price: float = dspy.OutputField(desc="between 0.5 and 2.75")
+        reason: str = dspy.OutputField()
+
+    prediction = dspy.Predict(Bid)(market="demand is high")
+    assert isinstance(prediction.price, float), prediction
+    sent = lm.history[-1]["kwargs"].get("response_format")
+    assert sent is not None and sent != {"type": "json_object"}, sent
+    return f"Predict price={prediction.price} reason={prediction.reason[:30]!r}, schema sent"
 
 
 def _without_torch():
@@ -197,7 +331,8 @@ def oasis():
 
 
 FRAMEWORKS = {"concordia": concordia, "mesa-llm": mesa_llm, "agentscope": agentscope,
-              "oasis": oasis}
+              "oasis": oasis, "langchain": langchain, "instructor": instructor_,
+              "pydantic-ai": pydantic_ai, "autogen": autogen, "dspy": dspy_}
 
 
 def main():

@@ -6,7 +6,8 @@
 #
 #   benches/frameworks/run.sh [THRONG_BIN]
 #
-# OASIS (camel-oasis) has a virtualenv of its own (target/frameworks/oasis-venv) without
+# LangChain, instructor, pydantic-ai, AutoGen and DSPy share a third (target/frameworks/
+# agents-venv). OASIS (camel-oasis) has a virtualenv of its own (target/frameworks/oasis-venv) without
 # PyTorch: camel-oasis without its dependencies (PyTorch, sentence-transformers, unstructured,
 # test tools...), camel-ai at the version it pins, and what its agent, platform and
 # environment import; examples.py stands in for the embedding recommenders' libraries.
@@ -15,6 +16,7 @@ cd "$(dirname "$0")/../.."
 THRONG=${1:-target/release/throng}
 VENV=target/frameworks/venv
 OASIS_VENV=target/frameworks/oasis-venv
+AGENTS_VENV=target/frameworks/agents-venv
 PORT=${THRONG_FRAMEWORKS_PORT:-18123}
 [[ -x $THRONG ]] || cargo build --release --bin throng
 if [[ ! -x $VENV/bin/python ]]; then
@@ -29,6 +31,15 @@ fi
 "$OASIS_VENV/bin/pip" install --quiet "camel-ai==0.2.78" "mcp==1.30.0" "pillow==10.3.0" \
     "pandas==2.2.2" "igraph==0.11.6" "neo4j==5.23.0" "tqdm==4.70.1"
 "$OASIS_VENV/bin/pip" install --quiet --no-deps "camel-oasis==0.2.5"
+# The agent libraries (structured outputs and tool calls through their own OpenAI clients) in a
+# virtualenv of their own: their pins of openai and pydantic differ from the simulation
+# frameworks'.
+if [[ ! -x $AGENTS_VENV/bin/python ]]; then
+    python3 -m venv "$AGENTS_VENV"
+fi
+"$AGENTS_VENV/bin/pip" install --quiet "langchain-openai==1.8.1" "instructor==1.17.0" \
+    "pydantic-ai-slim[openai]==2.38.0" "autogen-agentchat==0.7.5" "autogen-ext[openai]==0.7.5" \
+    "dspy==3.4.1"
 "$THRONG" api --addr "127.0.0.1:$PORT" --api-key frameworks >target/frameworks/api.log 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null || true' EXIT
@@ -41,3 +52,5 @@ done
     smollm2-135m-instruct concordia mesa-llm agentscope 2>/dev/null
 "$OASIS_VENV/bin/python" benches/frameworks/examples.py "http://127.0.0.1:$PORT/v1" frameworks \
     smollm2-135m-instruct oasis 2>/dev/null
+"$AGENTS_VENV/bin/python" benches/frameworks/examples.py "http://127.0.0.1:$PORT/v1" frameworks \
+    smollm2-135m-instruct langchain instructor pydantic-ai autogen dspy 2>/dev/null

@@ -10,6 +10,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, FieldRef, Schema};
 use serde_json::Value;
 use std::sync::Arc;
+use throng::prelude::TableError;
 
 /// The spellings of column types, and the Arrow type of each. Text is `LargeUtf8`, as serde
 /// traces a Rust `String`, so that a Python scenario's tables equal its Rust twin's.
@@ -27,33 +28,33 @@ const TYPES: &[(&str, DataType)] = &[
 ];
 
 /// A column from its declaration: a type of [`TYPES`], with `?` when it may be missing.
-pub fn field(name: &str, spec: &str) -> Result<FieldRef, String> {
+pub fn field(name: &str, spec: &str) -> Result<FieldRef, TableError> {
     let (ty, nullable) = match spec.strip_suffix('?') {
         Some(ty) => (ty, true),
         None => (spec, false),
     };
     let Some((_, data_type)) = TYPES.iter().find(|(n, _)| *n == ty.trim()) else {
-        return Err(format!(
+        return Err(TableError(format!(
             "column `{name}`: unknown type `{spec}` (known: {}; add `?` for a column that may \
              be None)",
             TYPES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-        ));
+        )));
     };
     Ok(Arc::new(Field::new(name, data_type.clone(), nullable)))
 }
 
 /// One column of `rows`, each row's value at the field's name.
-fn column(field: &Field, rows: &[&serde_json::Map<String, Value>]) -> Result<ArrayRef, String> {
+fn column(field: &Field, rows: &[&serde_json::Map<String, Value>]) -> Result<ArrayRef, TableError> {
     let name = field.name();
-    let bad = |v: &Value, what: &str| format!("column `{name}`: {v} is not {what}");
+    let bad = |v: &Value, what: &str| TableError(format!("column `{name}`: {v} is not {what}"));
     let missing = || {
-        format!(
+        TableError(format!(
             "column `{name}` is None or missing in a row: declare it `{}?` to allow that",
             TYPES
                 .iter()
                 .find(|(_, t)| t == field.data_type())
                 .map_or("", |(n, _)| n)
-        )
+        ))
     };
     let values = rows.iter().map(|r| r.get(name).filter(|v| !v.is_null()));
     macro_rules! build {
@@ -120,14 +121,16 @@ fn column(field: &Field, rows: &[&serde_json::Map<String, Value>]) -> Result<Arr
 
 /// A table of `fields` from `rows` (dicts); a row's keys that are not declared are refused,
 /// so that a typo is not silently dropped.
-pub fn batch(fields: &[FieldRef], rows: &[Value]) -> Result<RecordBatch, String> {
+pub fn batch(fields: &[FieldRef], rows: &[Value]) -> Result<RecordBatch, TableError> {
     let mut maps = Vec::with_capacity(rows.len());
     for row in rows {
         let Value::Object(map) = row else {
-            return Err(format!("a row is a dict of its columns, not {row}"));
+            return Err(TableError(format!(
+                "a row is a dict of its columns, not {row}"
+            )));
         };
         if let Some(extra) = map.keys().find(|k| !fields.iter().any(|f| f.name() == *k)) {
-            return Err(format!(
+            return Err(TableError(format!(
                 "a row has `{extra}`, which is not one of the declared columns ({}): declare \
                  it, or leave it out",
                 fields
@@ -135,7 +138,7 @@ pub fn batch(fields: &[FieldRef], rows: &[Value]) -> Result<RecordBatch, String>
                     .map(|f| f.name().as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
-            ));
+            )));
         }
         maps.push(map);
     }
@@ -145,5 +148,6 @@ pub fn batch(fields: &[FieldRef], rows: &[Value]) -> Result<RecordBatch, String>
         .collect::<Result<Vec<_>, _>>()?;
     let schema = Arc::new(Schema::new(fields.to_vec()));
     let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(rows.len()));
-    RecordBatch::try_new_with_options(schema, columns, &options).map_err(|e| e.to_string())
+    RecordBatch::try_new_with_options(schema, columns, &options)
+        .map_err(|e| TableError(e.to_string()))
 }

@@ -297,7 +297,7 @@ enum Failed<'a> {
 impl PyEngine {
     /// Loads `model` (a preset of `throng models`, a model folder, a GGUF file or a Hub repo
     /// id) on `device` (`cpu` or `cuda:N`), its weights converted to `weights` (`auto`,
-    /// `native`, `f32`, `f16`, `bf16`, `q8_0`, `int8`). A bad argument raises
+    /// `native`, `f32`, `f16`, `bf16`, `q8_0`, `int8`, `gguf`, `gguf8`). A bad argument raises
     /// `ArgumentError` naming it; a model that cannot be loaded, `ModelError`.
     #[new]
     #[pyo3(
@@ -389,6 +389,8 @@ impl PyEngine {
                     None => true,
                 },
                 kv_policy: KvPolicy::default(),
+                control_tokens_in_content: false,
+                host_sampling: false,
             },
         };
         let (engine, described) = py
@@ -645,7 +647,7 @@ impl PyEngine {
                     lines.push(Some(throng::engine::jsonl::response_line(
                         i,
                         None,
-                        Err((e, tag.as_deref())),
+                        Err((e.to_string(), tag.as_deref())),
                     )));
                 }
             }

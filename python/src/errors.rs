@@ -102,19 +102,7 @@ pub fn argument(py: Python<'_>, message: String) -> PyErr {
 /// `e`'s message with its chain of causes, as the command line prints it: a cause whose words
 /// the message above already gave is not repeated.
 pub fn message(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut said = text.clone();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let words = c.to_string();
-        if !said.contains(&words) {
-            text.push_str("\n  caused by: ");
-            text.push_str(&words);
-        }
-        said = words;
-        cause = c.source();
-    }
-    text
+    throng::causes::causes(e).join("\n  caused by: ")
 }
 
 /// Whether `e` or one of its causes is an `E`.
@@ -131,13 +119,14 @@ fn caused_by<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'stati
 
 /// A failed run or load as the exception of its kind.
 pub fn from_run(e: &throng::run::RunError) -> PyErr {
+    use throng::run::RunError as Run;
     let text = message(e);
-    if caused_by::<throng::sim::config::ConfigError>(e) {
-        ConfigError::new_err(text)
-    } else if caused_by::<throng::model::ModelError>(e) {
-        ModelError::new_err(text)
-    } else {
-        RunError::new_err(text)
+    match e.part() {
+        Run::Config(_) => ConfigError::new_err(text),
+        Run::Model(_) => ModelError::new_err(text),
+        // A model that failed inside the engine or a step is still the model's failure.
+        part if caused_by::<throng::model::ModelError>(part) => ModelError::new_err(text),
+        _ => RunError::new_err(text),
     }
 }
 
@@ -146,6 +135,7 @@ pub fn from_request(e: &EngineRequestError, text: String) -> PyErr {
     match e {
         EngineRequestError::InvalidSchema(_) => SchemaError::new_err(text),
         EngineRequestError::PromptTooLong { .. }
+        | EngineRequestError::PromptTextTooLong { .. }
         | EngineRequestError::PromptExceedsCache { .. } => PromptTooLongError::new_err(text),
         _ => RequestError::new_err(text),
     }

@@ -28,12 +28,17 @@ create_exception!(
 );
 
 /// The `throng` command, the package's console script: throng's command line over `argv` (the
-/// command's name first) with the scenarios throng ships, as the `throng` binary runs it;
-/// returns its exit status.
+/// command's name first) with the scenarios throng ships and the Python scenario `classes`, as
+/// the `throng` binary runs it; returns its exit status.
 #[pyfunction]
-fn main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
-    throng::host::set_program(throng::host::Program::Command("throng".into()));
-    py.detach(|| throng::cli::main_with_args(&throng::scenarios::Registry::builtin(), argv))
+#[pyo3(signature = (argv, classes = Vec::new()))]
+fn main(
+    py: Python<'_>,
+    argv: Vec<std::ffi::OsString>,
+    classes: Vec<Bound<'_, PyAny>>,
+) -> PyResult<u8> {
+    let registry = runs::registry(&classes)?;
+    Ok(py.detach(|| throng::cli::main_with_args(&registry, argv)))
 }
 
 #[pymodule]

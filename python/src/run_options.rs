@@ -121,6 +121,9 @@ fn options(config: Option<PathBuf>, kw: Kwargs<'_>) -> PyResult<RunOptions> {
         public: flag(&kw.public, "public")?,
         threads: None,
         catch_signals: false,
+        faults: Default::default(),
+        // Messages name how to go on from Python (`throng.run(resume=...)`).
+        program: throng::host::Program::Python,
     })
 }
 

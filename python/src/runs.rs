@@ -14,7 +14,7 @@ use throng::sim::runner::Progress;
 use throng::sim::scenario::Halt;
 
 /// The built-in scenarios and the Python `classes`.
-fn registry(classes: &[Bound<'_, PyAny>]) -> PyResult<Registry> {
+pub(crate) fn registry(classes: &[Bound<'_, PyAny>]) -> PyResult<Registry> {
     let mut registry = Registry::builtin();
     for class in classes {
         registry = registry.with_kind(Arc::new(PyKind::new(class)?));
@@ -123,8 +123,6 @@ pub fn run<'py>(
         threads,
     };
     let mut options = crate::run_options::of(py, config, kwargs)?;
-    // Messages name how to go on from Python (`throng.run(resume=...)`), not the command.
-    throng::host::set_program(throng::host::Program::Python);
     // The interpreter owns the signal handlers: a Ctrl-C is looked for between steps.
     options.catch_signals = false;
     let mut interrupted: Option<PyErr> = None;
@@ -315,10 +313,11 @@ pub fn verify(dir: PathBuf, name: &str) -> PyResult<()> {
 }
 
 /// Writes the report of the run in `dir` (`report.html`, figures, tables), with the scenario
-/// `classes` known beside the built-in ones; returns its key numbers as text.
+/// `classes` known beside the built-in ones; returns its key numbers as text. Never into a
+/// folder a run is still writing, as `throng report` does.
 #[pyfunction]
 pub fn report(py: Python<'_>, dir: PathBuf, classes: Vec<Bound<'_, PyAny>>) -> PyResult<String> {
     let registry = registry(&classes)?;
-    py.detach(|| registry.report(&dir))
-        .map_err(|e| errors::ThrongError::new_err(e.to_string()))
+    py.detach(|| throng::run::report(&registry, &dir, &throng::host::Program::Python))
+        .map_err(|e| errors::from_run(&e))
 }

@@ -283,8 +283,6 @@ def test_aggregates_and_tables_of_its_own_reach_the_run_folder(root, tmp_path, p
         tables = {"pots": {"level": "str", "group": "uint32", "total": "float64"}}
 
         def aggregates(self, world, cell, step):
-            if step == 0:
-                return None
             n = len(world["local"])
             return {
                 "mean_local": sum(world["local"]) / n,
@@ -303,7 +301,6 @@ def test_aggregates_and_tables_of_its_own_reach_the_run_folder(root, tmp_path, p
         root / STUDY / "experiments" / "nested.toml",
         steps=3,
         replicates=2,
-        no_report=True,
         out=tmp_path / "reported",
         scenarios=[Reported],
     )
@@ -311,9 +308,25 @@ def test_aggregates_and_tables_of_its_own_reach_the_run_folder(root, tmp_path, p
     assert list(aggregates.columns) == [
         "arm", "population", "replicate", "step", "mean_local", "free_riders"
     ]
-    assert len(aggregates) == 2 * 2 * 3
+    # Steps 0 (before anyone moves, as in the state table) to 3, per arm and replicate.
+    assert len(aggregates) == 2 * 2 * 4
+    assert set(aggregates.step) == {0, 1, 2, 3}
+    # The report carries them: each column's mean per step over the replicates, by arm.
+    summary = json.loads((tmp_path / "reported" / "summary.json").read_text())
+    means = [m for m in summary["aggregates"] if m["column"] == "mean_local" and m["step"] == 3]
+    assert len(means) == 2 and all(m["replicates"] == 2 for m in means)
+    for m in means:
+        cells = aggregates[(aggregates.arm == m["arm"]) & (aggregates.step == 3)]
+        assert m["mean"] == pytest.approx(cells.mean_local.mean())
+        assert m["ci_low"] <= m["mean"] <= m["ci_high"]
+    page = (tmp_path / "reported" / "report.html").read_text()
+    assert "The study's own measures" in page and "aggregate_mean_local" in page
     state = run.state()
     for _, row in aggregates.iterrows():
+        if row.step == 0:
+            # Before anyone moves: nothing given yet (the study keeps no state row then).
+            assert row.mean_local == 0
+            continue
         mine = state[
             (state.arm == row.arm) & (state.replicate == row.replicate) & (state.step == row.step)
         ]
@@ -531,3 +544,155 @@ def test_declared_knobs_reach_init_over_their_defaults(root, tmp_path):
     assert [g["global_factor"] for g in Trusting.given[1:3]] == [2.0, 8.0]
     # Each instance gets its own copy of a default.
     assert Trusting.given[1]["free_riders"] is not Trusting.knobs["free_riders"]
+
+
+def test_check_population_sees_every_size_and_names_the_agents_line(root, tmp_path, public_goods):
+    class Grid(public_goods.PublicGoods):
+        seen = []
+
+        def check_population(self, spec):
+            super().check_population(spec)
+            Grid.seen.append(spec["sizes"])
+            if max(spec["sizes"]) > 100:
+                raise throng.ScenarioProblem(
+                    "agents", f"{max(spec['sizes'])} agents do not fit a grid of 100 cells"
+                )
+
+    config = root / STUDY / "experiments" / "nested.toml"
+    with pytest.raises(throng.ConfigError) as e:
+        throng.run(config, out=tmp_path / "never", scenarios=[Grid])
+    message = str(e.value)
+    line = config.read_text().splitlines().index("agents = 200") + 1
+    assert f"nested.toml:{line}" in message and "200 agents do not fit" in message, message
+    assert Grid.seen[0] == [200]
+    assert not (tmp_path / "never").exists()
+
+
+# Issue 42 item 7: `profile` gave every value as text, and an integer attribute came back as a
+# float: a study compared "34" with 34, or 34.0 with 34.
+def test_a_population_gives_its_attributes_typed_and_whole_numbers_as_ints(tmp_path):
+    seen = {}
+
+    @throng.scenario
+    class Census(throng.Scenario):
+        name = "census"
+        roles = ["resident"]
+
+        def init(self, population, rng):
+            seen["attributes"] = population.attributes
+            seen["profiles"] = [population.profile(a) for a in range(population.size)]
+            seen["age"] = population.attribute(0, "age")
+            with pytest.raises(KeyError, match="`height` is not an attribute"):
+                population.attribute(0, "height")
+            with pytest.raises(IndexError):
+                population.profile(population.size)
+            return {"n": population.size}
+
+        def num_agents(self, world):
+            return world["n"]
+
+        def turn(self, world, population, agent, step):
+            return {}, {"type": "object"}
+
+        def scripted(self, world, population, agent, rng):
+            return {}
+
+        def resolve(self, world, population, decisions, rng):
+            return None
+
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "resident.jinja").write_text("Decide.\n")
+    (templates / "system.jinja").write_text("You live here.\n")
+    config = tmp_path / "census.toml"
+    config.write_text(textwrap.dedent(f"""\
+        name = "census"
+        seed = 3
+        steps = 1
+        agents = 50
+        policy = "scripted"
+        templates = {str(templates)!r}
+
+        [scenario]
+        name = "census"
+
+        [population.attributes.age]
+        range = [18, 80]
+        integer = true
+
+        [population.attributes.income]
+        range = [0.5, 9.5]
+
+        [population.attributes.region]
+        shares = {{ north = 50, south = 50 }}
+        """))
+    throng.run(config, scenarios=[Census], no_report=True, out=tmp_path / "run")
+    assert seen["attributes"] == ["age", "income", "region"]
+    for profile in seen["profiles"]:
+        (age_name, age), (income_name, income), (region_name, region) = profile
+        assert (age_name, income_name, region_name) == ("age", "income", "region")
+        assert type(age) is int and 18 <= age <= 80
+        assert type(income) is float and 0.5 <= income <= 9.5
+        # The shortest decimal of the stored 32-bit float, not its binary expansion.
+        assert len(repr(income)) <= 12, income
+        assert region in ("north", "south")
+    assert seen["age"] == seen["profiles"][0][0][1]
+
+
+# Issue 42 item 5: `throng report DIR` and `open_run(DIR).report()` without the study's module
+# imported said only that the program did not know the scenario.
+def test_a_python_studys_run_is_reported_from_the_module_it_recorded(
+    root, tmp_path, public_goods, throng_bin
+):
+    run = throng.run(
+        root / STUDY / "experiments" / "nested.toml", steps=1, replicates=1, agents=40,
+        no_report=True, out=tmp_path / "r",
+    )
+    origin = run.manifest["defined_in"]
+    assert origin["language"] == "python" and origin["class"] == "PublicGoods", origin
+    assert origin["file"] == str(root / STUDY / "public_goods.py"), origin
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    fresh = {"cwd": elsewhere, "capture_output": True, "text": True}
+    # A fresh interpreter, where `public_goods` is not importable by name: its file is.
+    opened = subprocess.run(
+        [sys.executable, "-c", f"import throng; print(throng.open_run({str(run.folder)!r}).report())"],
+        **fresh,
+    )
+    assert opened.returncode == 0, opened.stderr
+    assert "payoff" in opened.stdout
+    command = subprocess.run([sys.executable, "-m", "throng", "report", run.folder], **fresh)
+    assert command.returncode == 0, command.stderr
+    assert "report.html" in command.stdout
+    # The binary cannot import Python: it names the class, its file and what to run.
+    binary = subprocess.run([str(throng_bin), "report", run.folder], **fresh)
+    assert binary.returncode != 0
+    said = binary.stderr
+    assert "PublicGoods" in said and str(root / STUDY / "public_goods.py") in said, said
+    assert f"python -m throng report {run.folder}" in said, said
+    paused = throng.run(
+        root / STUDY / "experiments" / "nested.toml", steps=2, replicates=1, agents=40,
+        stop_after=1, no_report=True, out=tmp_path / "paused",
+    )
+    refused = subprocess.run([str(throng_bin), "run", "--resume", paused.folder], **fresh)
+    assert refused.returncode != 0
+    assert f"python -m throng run --resume {paused.folder}" in refused.stderr, refused.stderr
+    resumed = subprocess.run(
+        [sys.executable, "-m", "throng", "run", "--resume", paused.folder, "--no-report"], **fresh
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert throng.open_run(paused.folder).status == "finished"
+
+
+def test_the_throng_command_imports_a_study_named_with_import(root, tmp_path, public_goods):
+    config = root / STUDY / "experiments" / "nested.toml"
+    module = root / STUDY / "public_goods.py"
+    args = ["run", str(config), "--steps", "1", "--replicates", "1", "--agents", "40",
+            "--no-report", "--out", str(tmp_path / "r"), "--policy", "scripted"]
+    bare = subprocess.run([sys.executable, "-m", "throng", *args], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert bare.returncode != 0 and "--import MODULE" in bare.stderr, bare.stderr
+    given = subprocess.run([sys.executable, "-m", "throng", "--import", str(module), *args],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert given.returncode == 0, given.stderr
+    assert (tmp_path / "r" / "state.parquet").exists()

@@ -36,7 +36,8 @@ from ._throng import (
 class ScenarioProblem(_throng.ScenarioProblem):
     """A knob or population a scenario class refuses, raised by its ``__init__`` or
     ``check_population``: throng reports it at the line of the config that sets ``field``
-    (``""``: the whole ``[scenario]`` table)."""
+    (``""``: the whole ``[scenario]`` table; ``"agents"``: the population's size, or
+    ``--agents``)."""
 
     def __init__(self, field, message):
         super().__init__(field, message)

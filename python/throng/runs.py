@@ -7,7 +7,7 @@ import json
 import os
 
 from . import _throng
-from .scenario import registered
+from .scenario import import_defining, registered
 
 
 def run(
@@ -56,6 +56,8 @@ def run(
     ``failed`` in its manifest, with the error, and raises it (``RunError``, with ``folder``,
     for an exception of a Python scenario).
     """
+    if resume is not None:
+        import_defining(os.fspath(resume))
     classes = registered() + [c for c in scenarios if c not in registered()]
     folder, _finished = _throng.run(
         None if config is None else os.fspath(config),
@@ -211,7 +213,9 @@ class Run:
 
     def report(self):
         """Writes the report (``report.html``, figures, tables) and returns its key numbers as
-        text."""
+        text. A scenario written in Python is imported from the module the run recorded,
+        when it is not registered already."""
+        import_defining(self.folder)
         classes = registered() + [c for c in self._scenarios if c not in registered()]
         return _throng.report(self.folder, classes)
 

@@ -1,5 +1,12 @@
 """Scenarios written in Python: the protocol (``throng.Scenario``) and their registration
-(``@throng.scenario``)."""
+(``@throng.scenario``), and the import of the module a run folder records as defining its
+scenario."""
+
+import importlib
+import importlib.util
+import json
+import os
+import sys
 
 _REGISTERED = []
 
@@ -17,6 +24,52 @@ def scenario(cls):
 def registered():
     """The scenario classes registered with ``@throng.scenario``."""
     return list(_REGISTERED)
+
+
+def import_module(name):
+    """Imports ``name``, a module (``ultimatum``, found as ``import`` finds it, the current
+    folder first) or a ``.py`` file, so that its ``@throng.scenario`` classes register."""
+    if name.endswith(".py") or os.sep in name:
+        path = os.path.abspath(name)
+        module = os.path.splitext(os.path.basename(path))[0]
+        if module in sys.modules and getattr(sys.modules[module], "__file__", None) == path:
+            return sys.modules[module]
+        spec = importlib.util.spec_from_file_location(module, path)
+        if spec is None:
+            raise ImportError(f"{name} is not a Python file to import")
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[module] = loaded
+        spec.loader.exec_module(loaded)
+        return loaded
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return importlib.import_module(name)
+
+
+def import_defining(folder):
+    """Imports the module that the run in ``folder`` records as defining its scenario (its
+    manifest's ``defined_in``), unless a class of that name is registered already. A module
+    that cannot be imported is left to the report's or the resume's error, which names it."""
+    try:
+        with open(os.path.join(folder, "manifest.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return
+    origin = manifest.get("defined_in")
+    if not origin or any(c.name == manifest.get("scenario") for c in _REGISTERED):
+        return
+    module, file = origin.get("module"), origin.get("file")
+    # A script run as such is `__main__`, which names no module to import: its file does.
+    # A module is imported by name where that finds it, else from the file it was read from.
+    tries = [file] if module == "__main__" else [module, file]
+    for name in tries:
+        if not name:
+            continue
+        try:
+            import_module(name)
+            return
+        except (ImportError, OSError, SyntaxError):
+            continue
 
 
 class Scenario:
@@ -80,7 +133,8 @@ class Scenario:
     ``aggregates(world, cell, step)`` (a dict of ``aggregates_columns``), ``table(name,
     world, cell, step)`` (a list of rows, dicts of that table's columns), ``describe(world)``
     (written once per cell to ``cells.jsonl``), ``check_population(spec)`` (``spec`` has the
-    ``levels`` and ``attributes`` names).
+    ``levels`` and ``attributes`` names and the ``sizes``, every number of agents the run has:
+    raise ``ScenarioProblem("agents", ...)`` for a size the scenario cannot hold).
 
     An exception raised by a method stops the run, keeping its finished steps: the run's
     manifest says ``failed``, with the exception and its traceback's last lines, and

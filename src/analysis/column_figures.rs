@@ -21,36 +21,14 @@ pub(super) fn draw(
     std::fs::create_dir_all(&figures_dir)?;
     let mut figures = Vec::new();
     for column in columns {
-        let mut series: BTreeMap<String, Vec<(f64, f64, f64, f64)>> = BTreeMap::new();
-        for m in means
-            .iter()
-            .filter(|m| &m.column == column && m.by == "all")
-        {
-            series
-                .entry(format!("{} (n={})", m.arm, m.population))
-                .or_default()
-                .push((
-                    m.step as f64,
-                    m.mean,
-                    m.ci_low.unwrap_or(m.mean),
-                    m.ci_high.unwrap_or(m.mean),
-                ));
-        }
-        let name = format!("mean_{}", slug(column));
-        plot::save(
-            &Lines {
-                title: format!("{column}: mean per step, 95% interval over replicates"),
-                x_label: "step".into(),
-                y_label: column.clone(),
-                series: series
-                    .into_iter()
-                    .map(|(name, points)| Band { name, points })
-                    .collect(),
-                markers: last_step <= 12,
-            },
-            &figures_dir.join(&name),
-        )?;
-        figures.push(format!("figures/{name}"));
+        figures.push(mean_figure(
+            &figures_dir,
+            means,
+            column,
+            &format!("mean_{}", slug(column)),
+            &format!("{column}: mean per step, 95% interval over replicates"),
+            last_step,
+        )?);
         // The distribution over agents at the last step, one panel per arm.
         let mut panels = Vec::new();
         let values = &table
@@ -91,6 +69,44 @@ pub(super) fn draw(
         }
     }
     Ok(figures)
+}
+
+/// The figure `name` (under `figures_dir`) of `column`'s means per step, a line per arm and
+/// population with its interval over replicates; returns its name, from the run folder.
+pub(super) fn mean_figure(
+    figures_dir: &Path,
+    means: &[Mean],
+    column: &str,
+    name: &str,
+    title: &str,
+    last_step: usize,
+) -> Result<String, ReportError> {
+    let mut series: BTreeMap<String, Vec<(f64, f64, f64, f64)>> = BTreeMap::new();
+    for m in means.iter().filter(|m| m.column == column && m.by == "all") {
+        series
+            .entry(format!("{} (n={})", m.arm, m.population))
+            .or_default()
+            .push((
+                m.step as f64,
+                m.mean,
+                m.ci_low.unwrap_or(m.mean),
+                m.ci_high.unwrap_or(m.mean),
+            ));
+    }
+    plot::save(
+        &Lines {
+            title: title.to_string(),
+            x_label: "step".into(),
+            y_label: column.to_string(),
+            series: series
+                .into_iter()
+                .map(|(name, points)| Band { name, points })
+                .collect(),
+            markers: last_step <= 12,
+        },
+        &figures_dir.join(name),
+    )?;
+    Ok(format!("figures/{name}"))
 }
 
 /// Up to 20 equal bins over the values' range, as shares.

@@ -2,7 +2,7 @@
 
 use super::format::number;
 use super::html::{self, esc};
-use super::state::{texts, whole};
+use crate::record::columns::{texts, wholes};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Float64Type;
 use arrow_array::{Array, RecordBatch};
@@ -14,7 +14,10 @@ use std::collections::BTreeMap;
 pub fn level_names(groups: &[RecordBatch]) -> Vec<String> {
     let mut names = Vec::new();
     for b in groups {
-        if let Some(levels) = b.column_by_name("level").and_then(|c| texts(c.as_ref())) {
+        if let Some(levels) = b
+            .column_by_name("level")
+            .and_then(|c| texts(c.as_ref(), "-"))
+        {
             for l in levels {
                 if !names.contains(&l) {
                     names.push(l);
@@ -48,8 +51,9 @@ pub fn level_spreads(groups: &[RecordBatch]) -> Vec<LevelSpread> {
     let mut order: Vec<String> = Vec::new();
     for b in groups {
         let (Some(level), Some(step)) = (
-            b.column_by_name("level").and_then(|c| texts(c.as_ref())),
-            b.column_by_name("step").and_then(|c| whole(c.as_ref())),
+            b.column_by_name("level")
+                .and_then(|c| texts(c.as_ref(), "-")),
+            b.column_by_name("step").and_then(|c| wholes(c.as_ref())),
         ) else {
             continue;
         };

@@ -1,6 +1,8 @@
 //! Every numeric column's mean per step, over the replicates' means, by arm and population
 //! and broken down by role, policy, attribute and group level.
 
+use super::format::interval_text;
+use super::html::{self, esc};
 use super::state::Table;
 use super::stats::{Bounds, Summary};
 use serde::Serialize;
@@ -22,6 +24,51 @@ pub struct Mean {
     /// The 95% interval over replicates; none with a single replicate.
     pub ci_low: Option<f64>,
     pub ci_high: Option<f64>,
+}
+
+impl Mean {
+    /// `mean [low, high]`, or `mean (1 replicate: no interval)`.
+    pub(super) fn shown(&self) -> String {
+        interval_text(self.mean, self.ci_low.zip(self.ci_high), self.replicates)
+    }
+
+    /// Its line of a terminal summary: `  arm n=N [value ]column: mean [low, high]`, with
+    /// the breakdown's `value` where it says which part of the agents it is.
+    pub(super) fn line(&self, with_value: bool) -> String {
+        let value = match with_value {
+            true => format!("{} ", self.value),
+            false => String::new(),
+        };
+        format!(
+            "  {} n={} {value}{}: {}",
+            self.arm,
+            self.population,
+            self.column,
+            self.shown()
+        )
+    }
+}
+
+/// A page's table of `means`: arm, agents, column, replicates, mean and interval.
+pub(super) fn table_html<'a>(means: impl Iterator<Item = &'a Mean>) -> String {
+    html::table(
+        &[
+            "arm",
+            "agents",
+            "column",
+            "replicates",
+            "mean [95% interval]",
+        ],
+        means.map(|m| {
+            vec![
+                esc(&m.arm),
+                m.population.to_string(),
+                esc(&m.column),
+                m.replicates.to_string(),
+                m.shown(),
+            ]
+        }),
+    )
 }
 
 /// Means per (arm, population, breakdown, value, step, column), each over its replicates,

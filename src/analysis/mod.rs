@@ -1,6 +1,7 @@
 //! What every scenario's report uses: statistics, figures and HTML pages. Scenario-specific
 //! reports live with their scenario.
 
+mod aggregates;
 pub mod caveats;
 mod column_figures;
 pub mod counterfactual;
@@ -56,11 +57,13 @@ pub enum ReportError {
         what: &'static str,
     },
     /// The run's scenario is not one this program registered.
-    #[error(
-        "no report for scenario `{scenario}`: this program knows {known} (a study's own \
-         scenario is reported by the study's own program)"
-    )]
-    UnknownScenario { scenario: String, known: String },
+    #[error("no report for scenario `{scenario}`: this program knows {known}; {fix}")]
+    UnknownScenario {
+        scenario: String,
+        known: String,
+        /// What to run instead (see [`crate::scenarios::unknown_fix`]).
+        fix: String,
+    },
     /// What a study's own report found wrong, in words: for failures none of the kinds above
     /// describes.
     #[error("{0}")]

@@ -1,6 +1,7 @@
 //! The report every scenario gets: per-step means of every numeric state column with 95%
 //! intervals over replicates (by arm, and broken down by role, policy, population attribute
-//! and group level), their distributions at the last step, the headline table, the caveats
+//! and group level), their distributions at the last step, the same means of the study's own
+//! per-cell measures (`aggregates.csv`, [`super::aggregates`]), the headline table, the caveats
 //! of a scripted or mixed policy or a small model, and the run's timing. A scenario's own
 //! report adds its own sections, figures and numbers on top of this one through
 //! [`write_with`] and [`Own`]: the base places them on its page, in `summary.json` and at the
@@ -8,19 +9,22 @@
 //! run in one paragraph), the same breakdowns of every column, and the same timing.
 //!
 //! Files, in the run folder: `report.html`, `summary.json`, `means.csv` (every mean with its
-//! interval, long format, for one's own analysis), and `figures/<column>.svg|png`.
+//! interval, long format, for one's own analysis), `figures/<column>.svg|png` and
+//! `figures/aggregate_<column>.svg|png`.
 
 use super::ReportError;
+use super::aggregates::{self, Aggregates};
 use super::caveats::{ScriptedRules, Study};
 use super::column_figures;
 use super::counterfactual;
-use super::format::{interval_text, write_csv};
+use super::format::write_csv;
 use super::html::{self, esc};
 use super::levels::level_spreads_html;
 pub use super::levels::{LevelSpread, level_names, level_spreads};
 pub use super::means::Mean;
-use super::means::means;
-use super::state::flatten;
+use super::means::{means, table_html};
+use super::state::{Table, flatten};
+use super::stats::Bounds;
 use crate::record::{self, Manifest};
 use arrow_array::RecordBatch;
 use serde::Serialize;
@@ -29,7 +33,7 @@ use std::path::Path;
 
 /// What a scenario tells the base report about itself.
 #[derive(Debug, Clone, Default)]
-pub struct Options {
+pub struct OverviewOptions {
     /// The study it reproduces, for the small-model caveat (none: no such caveat).
     pub study: Option<Study>,
     /// Its scripted policy in words, for the scripted and mixed caveats.
@@ -43,6 +47,9 @@ pub struct Options {
 pub struct Overview {
     pub columns: Vec<String>,
     pub means: Vec<Mean>,
+    /// The means per step of the study's own per-cell measures (`aggregates.csv`), each over
+    /// the replicates, by arm and population.
+    pub aggregates: Vec<Mean>,
     pub notes: Vec<String>,
     pub timing: Timing,
     /// Every figure of the page, the scenario's first (paths under the run folder, without
@@ -57,7 +64,7 @@ pub struct Overview {
 #[derive(Debug, Default)]
 pub struct Own {
     /// The notes a reader must see first, when the scenario words them itself (they replace
-    /// the caveats the base would write from [`Options`]).
+    /// the caveats the base would write from [`OverviewOptions`]).
     pub notes: Option<Vec<String>>,
     /// Its sections of `report.html`, shown after the run's paragraph and before the base's
     /// breakdowns of every column.
@@ -65,7 +72,8 @@ pub struct Own {
     /// Its figures, already drawn (paths under the run folder, without their extension).
     pub figures: Vec<String>,
     /// Its numbers: the fields of this object sit at the top of `summary.json`, beside the
-    /// base's (`columns`, `means`, `notes`, `timing`, `figures`, which win a clash).
+    /// base's (`columns`, `means`, `aggregates`, `notes`, `timing`, `figures`, which win a
+    /// clash).
     pub summary: serde_json::Map<String, serde_json::Value>,
     /// Its lines for the terminal, in place of the base's table of means.
     pub text: Option<String>,
@@ -95,10 +103,39 @@ pub struct Timing {
     pub seconds: f64,
     pub decisions: usize,
     pub decisions_per_second: f64,
+    /// Of `decisions`, those of the LLM policy and their rate, and those of scripted rules:
+    /// `None` for a run recorded before they were kept apart.
+    pub model_decisions: Option<usize>,
+    pub model_decisions_per_second: Option<f64>,
+    pub scripted_decisions: Option<usize>,
     pub prompt_tokens: usize,
     pub cached_tokens: usize,
     /// Of prompt tokens, the share served from the prefix cache.
     pub prefix_hit_rate: f64,
+}
+
+/// The note on how the intervals of shares (columns whose values all lie in [0, 1]) are made,
+/// naming those columns, with the replicates and agents they rest on.
+fn share_note(table: &Table, manifest: &Manifest) -> Option<String> {
+    let shares: Vec<String> = table
+        .numbers
+        .iter()
+        .filter(|(_, values)| Bounds::of(values.iter().copied()) == Bounds::Share)
+        .map(|(name, _)| format!("`{name}`"))
+        .collect();
+    if shares.is_empty() || manifest.replicates < 2 {
+        return None;
+    }
+    let r = manifest.replicates;
+    Some(format!(
+        "{} lie in [0, 1]: their 95% intervals are Wilson's score intervals at the effective \
+         number of observations the spread of the {r} replicates implies (p(1 - p) / se^2, \
+         Kish) with Student's t quantile for {r} replicates, or, where the replicates agree as \
+         much as independent agents would or more, at the agents pooled over them (the \
+         population size times {r}) with the normal quantile: they stay in [0, 1] and never \
+         widen as the replicates agree more.",
+        shares.join(", ")
+    ))
 }
 
 /// The note on intervals cut at 0, naming their columns.
@@ -122,18 +159,50 @@ fn timing(dir: &Path) -> Timing {
         steps: steps.len(),
         ..Timing::default()
     };
+    let mut split = Some((0, 0));
     for s in &steps {
         t.seconds += s.seconds;
         t.decisions += s.decisions;
         t.prompt_tokens += s.prompt_tokens;
         t.cached_tokens += s.cached_tokens;
+        split = split
+            .zip(s.split())
+            .map(|((m, k), (sm, sk))| (m + sm, k + sk));
     }
     t.decisions_per_second = t.decisions as f64 / t.seconds.max(1e-9);
+    if let Some((model, scripted)) = split {
+        t.model_decisions = Some(model);
+        t.model_decisions_per_second = Some(model as f64 / t.seconds.max(1e-9));
+        t.scripted_decisions = Some(scripted);
+    }
     t.prefix_hit_rate = t.cached_tokens as f64 / t.prompt_tokens.max(1) as f64;
     t
 }
 
-fn notes(m: &Manifest, options: &Options) -> Vec<String> {
+impl Timing {
+    /// The run's decisions in words: the model's and their rate apart from the scripted ones,
+    /// which cost nothing and would inflate a rate of the model.
+    pub fn decisions_said(&self) -> String {
+        match (self.model_decisions, self.scripted_decisions) {
+            (Some(0), Some(scripted)) => format!("{scripted} scripted decisions"),
+            (Some(model), Some(scripted)) => {
+                let rate = self.model_decisions_per_second.unwrap_or_default();
+                match scripted {
+                    0 => format!("{model} model decisions ({rate:.1}/s)"),
+                    _ => format!(
+                        "{model} model decisions ({rate:.1}/s) and {scripted} scripted decisions"
+                    ),
+                }
+            }
+            _ => format!(
+                "{} decisions ({:.1}/s)",
+                self.decisions, self.decisions_per_second
+            ),
+        }
+    }
+}
+
+fn notes(m: &Manifest, options: &OverviewOptions) -> Vec<String> {
     match (&options.study, &options.scripted) {
         (Some(study), Some(scripted)) => super::caveats::notes(m, study, scripted, String::new),
         _ => match m.policy.as_str() {
@@ -157,12 +226,16 @@ fn notes(m: &Manifest, options: &Options) -> Vec<String> {
 }
 
 /// Writes the base report into `dir` (see the module's documentation).
-pub fn write(dir: &Path, options: &Options) -> Result<Overview, ReportError> {
+pub fn write(dir: &Path, options: &OverviewOptions) -> Result<Overview, ReportError> {
     write_with(dir, options, Own::default())
 }
 
 /// Writes the base report into `dir` with a scenario's own part in it.
-pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, ReportError> {
+pub fn write_with(
+    dir: &Path,
+    options: &OverviewOptions,
+    own: Own,
+) -> Result<Overview, ReportError> {
     let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
     let groups = record::read_table(dir, record::GROUPS).unwrap_or_default();
     let levels: Vec<String> = level_names(&groups);
@@ -175,6 +248,7 @@ pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, R
         None => notes(&manifest, options),
     };
     notes.extend(cut_note(&cut));
+    notes.extend(share_note(&table, &manifest));
     let comparison = match &manifest.counterfactual {
         None => None,
         Some(cf) => match counterfactual::compare(dir, &table, cf, &levels) {
@@ -194,11 +268,23 @@ pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, R
     let last_step = table.step.iter().copied().max().unwrap_or(0) as usize;
     let figures = column_figures::draw(dir, &table, &means, &columns, last_step)?;
     write_csv(&dir.join("means.csv"), &means)?;
-    let base_figures = figures.len();
-    let figures: Vec<String> = own.figures.into_iter().chain(figures).collect();
+    let aggregates = aggregates::read(dir)?.unwrap_or_default();
+    notes.extend(cut_note(&aggregates.cut));
+    // The study's figures, then its aggregates', then every column's.
+    let (own_count, aggregate_count) = (own.figures.len(), aggregates.figures.len());
+    let figures: Vec<String> = own
+        .figures
+        .into_iter()
+        .chain(aggregates.figures.iter().cloned())
+        .chain(figures)
+        .collect();
+    let own_text_is_base = own.text.is_none();
     let mut text = own
         .text
         .unwrap_or_else(|| summary_text(&manifest, &notes, &means, &timing, last_step));
+    if own_text_is_base {
+        text.push_str(&aggregates_text(&aggregates, last_step));
+    }
     if let Some(c) = &comparison {
         text.push_str(&counterfactual::text(c));
     }
@@ -206,6 +292,7 @@ pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, R
         summary: text,
         columns,
         means,
+        aggregates: aggregates.means.clone(),
         notes,
         timing,
         figures,
@@ -219,9 +306,8 @@ pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, R
     }
     summary.extend(Own::summary_of(&overview)?);
     record::write_json_atomic(&dir.join("summary.json"), &summary)?;
-    let (own_figures, base_figures) = overview
-        .figures
-        .split_at(overview.figures.len() - base_figures);
+    let (own_figures, rest) = overview.figures.split_at(own_count);
+    let base_figures = &rest[aggregate_count..];
     let page = page(
         &manifest,
         options,
@@ -234,6 +320,7 @@ pub fn write_with(dir: &Path, options: &Options, own: Own) -> Result<Overview, R
                 .map(counterfactual::html)
                 .unwrap_or_default(),
             base_figures,
+            aggregates: &aggregates.html(last_step),
         },
         &groups,
         last_step,
@@ -250,11 +337,8 @@ struct Sections<'a> {
     /// The run beside its base, for a counterfactual run.
     counterfactual: &'a str,
     base_figures: &'a [String],
-}
-
-/// `mean [low, high]`, or `mean (1 replicate: no interval)`.
-fn with_interval(m: &Mean) -> String {
-    interval_text(m.mean, m.ci_low.zip(m.ci_high), m.replicates)
+    /// The study's own measures, when it keeps aggregates.
+    aggregates: &'a str,
 }
 
 fn headline(means: &[Mean], last_step: usize) -> Vec<&Mean> {
@@ -277,13 +361,12 @@ fn summary_text(
     }
     let _ = writeln!(
         out,
-        "{} ({}): {} steps in {:.1} s, {} decisions ({:.1}/s), prefix-cache hits {:.0}%",
+        "{} ({}): {} steps in {:.1} s, {}, prefix-cache hits {:.0}%",
         manifest.name,
         manifest.scenario,
         timing.steps,
         timing.seconds,
-        timing.decisions,
-        timing.decisions_per_second,
+        timing.decisions_said(),
         timing.prefix_hit_rate * 100.0
     );
     if let Some(r) = &manifest.reuse {
@@ -295,26 +378,48 @@ fn summary_text(
             r.saved_seconds
         );
     }
-    let _ = writeln!(
-        out,
-        "at step {last_step}, mean [95% interval over replicates]:"
-    );
-    for m in headline(means, last_step) {
+    out.push_str(&last_step_text(means, last_step));
+    out
+}
+
+/// The means at the last step, for the terminal: per role where agents play several (a mean
+/// over proposers and responders together says nothing of either, as `means.csv` knows),
+/// else over every agent.
+fn last_step_text(means: &[Mean], last_step: usize) -> String {
+    let by_role: Vec<&Mean> = means
+        .iter()
+        .filter(|m| m.by == "role" && m.step == last_step)
+        .collect();
+    let (title, lines) = match by_role.is_empty() {
+        true => ("", headline(means, last_step)),
+        false => ("by role, ", by_role),
+    };
+    let mut out = format!("at step {last_step}, {title}mean [95% interval over replicates]:\n");
+    for m in lines {
+        let _ = writeln!(out, "{}", m.line(!title.is_empty()));
+    }
+    out
+}
+
+/// The study's own measures at the last step, for the text printed at the end of a run.
+fn aggregates_text(aggregates: &Aggregates, last_step: usize) -> String {
+    let mut out = String::new();
+    let mut at = aggregates.at(last_step).peekable();
+    if at.peek().is_some() {
         let _ = writeln!(
             out,
-            "  {} n={} {}: {}",
-            m.arm,
-            m.population,
-            m.column,
-            with_interval(m)
+            "the study's own measures (aggregates.csv) at step {last_step}:"
         );
+    }
+    for m in at {
+        let _ = writeln!(out, "{}", m.line(false));
     }
     out
 }
 
 fn page(
     manifest: &Manifest,
-    options: &Options,
+    options: &OverviewOptions,
     o: &Overview,
     sections: Sections<'_>,
     groups: &[RecordBatch],
@@ -334,6 +439,7 @@ fn page(
         body.push_str(&html::figures(sections.own_figures));
     }
     body.push_str(sections.counterfactual);
+    body.push_str(sections.aggregates);
     // A scenario's own sections come first; its every-column breakdowns fold away under
     // them, where a reader looking for one column finds it.
     let own = !sections.own.is_empty();
@@ -363,12 +469,11 @@ fn page(
     let t = &o.timing;
     let _ = write!(
         body,
-        "<h2>Timing</h2><p>{} steps in {:.1} s; {} decisions, {:.1} per second; {} prompt \
-         tokens, {:.0}% of them from the prefix cache.</p>",
+        "<h2>Timing</h2><p>{} steps in {:.1} s; {}; {} prompt tokens, {:.0}% of them from \
+         the prefix cache.</p>",
         t.steps,
         t.seconds,
-        t.decisions,
-        t.decisions_per_second,
+        html::esc(&t.decisions_said()),
         t.prompt_tokens,
         t.prefix_hit_rate * 100.0
     );
@@ -408,28 +513,10 @@ fn run_paragraph(m: &Manifest) -> String {
 
 /// The means of every numeric column at the last step, whole and by each breakdown.
 fn columns_html(o: &Overview, last_step: usize) -> String {
-    let cell = with_interval;
     let mut body = format!(
         "<h2>At step {last_step}</h2><p>Mean over agents, 95% interval over replicates.</p>"
     );
-    body.push_str(&html::table(
-        &[
-            "arm",
-            "agents",
-            "column",
-            "replicates",
-            "mean [95% interval]",
-        ],
-        headline(&o.means, last_step).into_iter().map(|m| {
-            vec![
-                esc(&m.arm),
-                m.population.to_string(),
-                esc(&m.column),
-                m.replicates.to_string(),
-                cell(m),
-            ]
-        }),
-    ));
+    body.push_str(&table_html(headline(&o.means, last_step).into_iter()));
     let breakdowns: std::collections::BTreeSet<&str> = o
         .means
         .iter()
@@ -449,10 +536,52 @@ fn columns_html(o: &Overview, last_step: usize) -> String {
                         m.population.to_string(),
                         esc(&m.value),
                         esc(&m.column),
-                        cell(m),
+                        m.shown(),
                     ]
                 }),
         ));
     }
     body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mean(by: &str, value: &str, column: &str, mean: f64) -> Mean {
+        Mean {
+            arm: "a".into(),
+            population: 40,
+            by: by.into(),
+            value: value.into(),
+            step: 5,
+            column: column.into(),
+            replicates: 3,
+            mean,
+            ci_low: Some(mean - 1.0),
+            ci_high: Some(mean + 1.0),
+        }
+    }
+
+    // Guards against issue 42, item 8: an ultimatum game's terminal summary averaged payoff
+    // over proposers and responders together.
+    #[test]
+    fn the_last_step_is_shown_per_role_where_agents_play_several() {
+        let means = [
+            mean("all", "all", "payoff", 5.0),
+            mean("role", "proposer", "payoff", 7.0),
+            mean("role", "responder", "payoff", 3.0),
+        ];
+        let text = last_step_text(&means, 5);
+        assert!(text.contains("by role"), "{text}");
+        assert!(text.contains("a n=40 proposer payoff: 7"), "{text}");
+        assert!(text.contains("a n=40 responder payoff: 3"), "{text}");
+        assert!(
+            !text.contains("payoff: 5"),
+            "no mean over both roles: {text}"
+        );
+        // One role: over every agent.
+        let text = last_step_text(&means[..1], 5);
+        assert!(text.contains("a n=40 payoff: 5"), "{text}");
+    }
 }

@@ -215,14 +215,28 @@ impl Lines {
             .x_label_area_size(45)
             .y_label_area_size(75)
             .build_cartesian_2d(x0..x1, y0..y1)?;
-        chart
-            .configure_mesh()
-            .x_desc(&self.x_label)
+        // Steps and population sizes are whole numbers: label them so (never 2.0, never
+        // 0.2), at most ten of them.
+        let whole_x = self
+            .series
+            .iter()
+            .flat_map(|s| &s.points)
+            .all(|p| p.0.fract() == 0.0);
+        let whole = |x: &f64| match (x - x.round()).abs() < 1e-9 {
+            true => format!("{}", x.round() as i64),
+            false => String::new(),
+        };
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc(&self.x_label)
             .y_desc(&self.y_label)
             .label_style((FAMILY, 14))
             .axis_desc_style((FAMILY, 16))
-            .light_line_style(WHITE.mix(0.0))
-            .draw()?;
+            .light_line_style(WHITE.mix(0.0));
+        if whole_x {
+            let span = (x1 - x0).floor().max(1.0) as usize;
+            mesh.x_labels((span + 1).min(10)).x_label_formatter(&whole);
+        }
+        mesh.draw()?;
         for (i, s) in self.series.iter().enumerate() {
             let c = color(i);
             if s.points.iter().any(|p| p.3 > p.2) {
@@ -573,5 +587,55 @@ mod tests {
         );
         assert!(e.to_string().contains("fig.png"), "{e}");
         assert!(std::error::Error::source(&e).is_some(), "{e}");
+    }
+
+    // Guards against issue 39, item 16: a figure over steps 0 to 2 labelled its axis 0.0, 0.2,
+    // ... 2.0.
+    #[test]
+    fn whole_steps_are_labelled_as_whole_numbers() {
+        let dir = tempfile::tempdir().unwrap();
+        let stem = dir.path().join("fig");
+        let labels = |xs: &[f64]| {
+            let figure = Lines {
+                title: "t".into(),
+                x_label: "step".into(),
+                y_label: "y".into(),
+                series: vec![Band::line("a", xs.iter().map(|&x| (x, x * 0.37)))],
+                markers: false,
+            };
+            save(&figure, &stem).unwrap();
+            let svg = std::fs::read_to_string(stem.with_extension("svg")).unwrap();
+            // Numeric labels with their height; the x axis's are the lowest on the page.
+            let numeric: Vec<(f64, String)> = svg
+                .split("<text")
+                .skip(1)
+                .filter_map(|t| {
+                    let (attributes, rest) = t.split_once('>')?;
+                    let text = rest.split_once("</text>")?.0.trim().to_string();
+                    let y = attributes
+                        .split_once("y=\"")?
+                        .1
+                        .split_once('"')?
+                        .0
+                        .parse()
+                        .ok()?;
+                    text.parse::<f64>().is_ok().then_some((y, text))
+                })
+                .collect();
+            let lowest = numeric.iter().map(|n| n.0).fold(f64::MIN, f64::max);
+            numeric
+                .into_iter()
+                .filter(|n| n.0 == lowest)
+                .map(|n| n.1)
+                .collect::<Vec<_>>()
+        };
+        for steps in [vec![0.0, 1.0, 2.0], (0..=40).map(f64::from).collect()] {
+            let text = labels(&steps);
+            assert!(text.len() >= 3 && text.len() <= 10, "{text:?}");
+            assert!(
+                text.iter().all(|t| t.parse::<i64>().is_ok()),
+                "whole numbers only: {text:?}"
+            );
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! (coded, so that a million agents' rows hold numbers, not strings) and its numbers.
 
 use super::{ColumnProblem, ReportError};
+use crate::record::columns::wholes;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Float64Type;
 use arrow_array::{Array, RecordBatch};
@@ -51,28 +52,6 @@ impl Coded {
         }
         Some(())
     }
-}
-
-pub(super) fn texts(column: &dyn Array) -> Option<Vec<String>> {
-    let utf8 = arrow_cast::cast(column, &DataType::Utf8).ok()?;
-    let s = utf8.as_string::<i32>();
-    Some(
-        (0..s.len())
-            .map(|i| {
-                if s.is_valid(i) {
-                    s.value(i).to_string()
-                } else {
-                    "-".into()
-                }
-            })
-            .collect(),
-    )
-}
-
-pub(super) fn whole(column: &dyn Array) -> Option<Vec<usize>> {
-    let f = arrow_cast::cast(column, &DataType::Float64).ok()?;
-    let f = f.as_primitive::<Float64Type>();
-    Some(f.values().iter().map(|&v| v as usize).collect())
 }
 
 /// Reads the rows of `batches` (one scenario's state table).
@@ -125,7 +104,7 @@ pub(super) fn flatten(batches: &[RecordBatch], levels: &[String]) -> Result<Tabl
             ("step", &mut t.step),
         ] {
             into.extend(
-                whole(get(name)?.as_ref())
+                wholes(get(name)?.as_ref())
                     .unwrap_or_default()
                     .into_iter()
                     .map(|v| v as u32),

@@ -129,10 +129,15 @@ impl Summary {
     ///
     /// The replicate is the unit of independence, so the interval is Wilson's at the effective
     /// number of observations `n = p(1 - p) / se^2`, `se` the standard error of the mean over
-    /// replicates (Kish's design effect): where the share is far from its bounds it matches
-    /// Student's t, whose quantile it uses. When every replicate has the same share (`se` = 0),
-    /// the `observations` (the agent values pooled) stand in for `n`, so that a share of 0 in
-    /// every replicate still gets an upper bound above 0.
+    /// replicates (Kish's design effect), with Student's t quantile for the replicates: where
+    /// the share is far from its bounds it matches Student's t. `n` is at most the
+    /// `observations` (the agent values pooled): replicates that agree as much as independent
+    /// agents would, or more, get the pooled agents' binomial interval (Wilson's at their
+    /// count, the normal quantile), and so do replicates that agree exactly (`se` = 0): a
+    /// share of 0 in every replicate still gets an upper bound above 0, and an interval never
+    /// widens as replicates agree more (it did when `se` = 0 alone fell back to the pooled
+    /// count at Student's quantile: 0.90 in three replicates of 20 agents got [0.632, 0.979],
+    /// 0.90, 0.95, 0.90 got [0.816, 0.965]).
     pub(crate) fn of_share(values: &[f64], observations: usize) -> Option<Self> {
         let mut s = Self::of(values)?;
         s.method = Method::Wilson;
@@ -141,12 +146,18 @@ impl Summary {
         }
         let p = s.mean.clamp(0.0, 1.0);
         let se2 = s.sd.powi(2) / s.n as f64;
-        let n = if se2 > 0.0 {
-            p * (1.0 - p) / se2
-        } else {
-            observations.max(s.n) as f64
+        let pooled = observations.max(s.n) as f64;
+        let effective = match se2 > 0.0 {
+            true => p * (1.0 - p) / se2,
+            false => f64::INFINITY,
         };
-        let z = t_quantile(s.n - 1);
+        // The replicates' spread, estimated from few of them, sets the width (Student's t);
+        // replicates that agree as much as independent agents would, or more, leave the
+        // pooled agents' own binomial uncertainty (the normal quantile).
+        let (n, z) = match effective < pooled {
+            true => (effective, t_quantile(s.n - 1)),
+            false => (pooled, NORMAL_95),
+        };
         let (lo, hi) = wilson(p, n, z);
         s.ci_low = lo;
         s.ci_high = hi;
@@ -191,6 +202,9 @@ fn wilson(p: f64, n: f64, z: f64) -> (f64, f64) {
     };
     (low, high)
 }
+
+/// The normal distribution's 97.5th percentile.
+const NORMAL_95: f64 = 1.959_963_984_540_054;
 
 fn t_quantile(df: usize) -> f64 {
     StudentsT::new(0.0, 1.0, df as f64)
@@ -387,15 +401,17 @@ mod tests {
         let middle: Vec<f64> = (0..200)
             .map(|i| 0.4 + 0.2 * ((i % 7) as f64 / 6.0))
             .collect();
+        // (200 replicates of 200 agents: their spread is the agents' own, as independent
+        // agents' would be.)
         let (t, w) = (
             Summary::of(&middle).unwrap(),
-            Summary::of_share(&middle, 2000).unwrap(),
+            Summary::of_share(&middle, 40_000).unwrap(),
         );
         assert!((t.ci_low - w.ci_low).abs() < 1e-3 && (t.ci_high - w.ci_high).abs() < 1e-3);
         // No agent said yes in any replicate: still an upper bound, from the agents counted.
         let none = Summary::of_share(&[0.0, 0.0, 0.0], 60).unwrap();
         let (lo, hi) = none.interval().unwrap();
-        let z2 = t_quantile(2).powi(2);
+        let z2 = NORMAL_95.powi(2);
         assert!(
             lo == 0.0 && (hi - z2 / (60.0 + z2)).abs() < 1e-12,
             "{none:?}"
@@ -406,6 +422,32 @@ mod tests {
             (lo - 0.1078).abs() < 1e-4 && (hi - 0.6032).abs() < 1e-4,
             "{lo} {hi}"
         );
+    }
+
+    // Guards against issue 42, item 3: identical replicates (0.90, 0.90, 0.90) got
+    // [0.632, 0.979], wider than (0.90, 0.95, 0.90) at [0.816, 0.965].
+    #[test]
+    fn a_shares_interval_never_widens_as_replicates_agree_more() {
+        let width = |values: &[f64]| {
+            let s = Summary::of_share(values, 60).unwrap();
+            s.ci_high - s.ci_low
+        };
+        let same = width(&[0.9, 0.9, 0.9]);
+        // The issue's two: identical replicates now get the pooled agents' interval.
+        let s = Summary::of_share(&[0.9, 0.9, 0.9], 60).unwrap();
+        assert!(
+            (s.ci_low - 0.798).abs() < 1e-3 && (s.ci_high - 0.953).abs() < 1e-3,
+            "{s:?}"
+        );
+        assert!(same <= width(&[0.85, 0.95, 0.9]) + 1e-12);
+        // The same mean, replicates drawing together: the interval narrows or stays.
+        let mut last = f64::INFINITY;
+        for spread in [0.09, 0.05, 0.02, 0.01, 0.001, 0.0] {
+            let w = width(&[0.9 - spread, 0.9, 0.9 + spread]);
+            assert!(w <= last + 1e-12, "spread {spread}: {w} after {last}");
+            last = w;
+        }
+        assert!((last - same).abs() < 1e-12);
     }
 
     #[test]

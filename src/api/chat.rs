@@ -9,7 +9,10 @@ use super::error::ApiFailure;
 use super::memo::{self, Seen};
 use super::schema;
 use super::tools::{self, ToolMode};
-use crate::engine::{FinishReason, Message, Request, Response, SamplingParams, Schema};
+use crate::engine::{
+    FinishReason, LogitRules, MAX_TOP_LOGPROBS, Message, Request, Response, SamplingParams, Schema,
+    Tokenizer,
+};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -41,6 +44,14 @@ pub(crate) struct ChatRequest {
     /// Who is asking: the key under which the engine keeps this caller's history cached for
     /// its next call (the `X-Throng-Agent` header says the same).
     pub user: Option<String>,
+    /// OpenAI's newer name for a cache key: the retention key where `user` is not given.
+    pub prompt_cache_key: Option<String>,
+    /// OpenAI's abuse-tracking id: accepted, not used.
+    #[allow(dead_code)]
+    pub safety_identifier: Option<String>,
+    /// The legacy form of `tools` and `tool_choice`: refused, naming them.
+    pub functions: Option<Value>,
+    pub function_call: Option<Value>,
     pub frequency_penalty: Option<f32>,
     pub presence_penalty: Option<f32>,
     pub logit_bias: Option<Map<String, Value>>,
@@ -114,7 +125,7 @@ pub enum Content {
 
 /// What the server answers with, decided from the request before any engine work.
 #[derive(Debug)]
-pub struct Plan {
+pub struct ChatJob {
     /// One per choice, each with the conversation as messages.
     pub requests: Vec<Request>,
     /// The assistant messages of the conversation that may repeat a reply of this server:
@@ -137,21 +148,9 @@ pub struct Limits {
 impl ChatRequest {
     /// The engine requests of this body, one per choice; `seed` is the request's seed when it
     /// gives none (see [`super::seeds`]).
-    pub fn plan(self, limits: Limits, default_seed: u64) -> Result<Plan, ApiFailure> {
-        neutral(
-            "frequency_penalty",
-            self.frequency_penalty.is_none_or(|v| v == 0.0),
-        )?;
-        neutral(
-            "presence_penalty",
-            self.presence_penalty.is_none_or(|v| v == 0.0),
-        )?;
-        neutral(
-            "logit_bias",
-            self.logit_bias.as_ref().is_none_or(Map::is_empty),
-        )?;
-        neutral("logprobs", self.logprobs != Some(true))?;
-        neutral("top_logprobs", self.top_logprobs.is_none_or(|v| v == 0))?;
+    pub fn plan(self, limits: Limits, default_seed: u64) -> Result<ChatJob, ApiFailure> {
+        self.refuse_legacy_functions()?;
+        let logits = self.logit_rules()?;
         one_of(
             "reasoning_effort",
             self.reasoning_effort.as_deref(),
@@ -162,6 +161,76 @@ impl ChatRequest {
             self.verbosity.as_deref(),
             &["low", "medium", "high"],
         )?;
+        let n = self.choices(limits)?;
+        let max_tokens = self.max_tokens(limits)?;
+        let (temperature, top_p) = self.sampling_bounds()?;
+        let stop = self.stop_strings()?;
+        let stream = self.stream.unwrap_or(false);
+        if self.stream_options.is_some() && !stream {
+            return Err(ApiFailure::invalid(
+                "stream_options",
+                "stream_options is only for stream: true",
+            ));
+        }
+        let response = response_schema(self.response_format)?;
+        let tools = tools::mode(self.tools, self.tool_choice, response.as_ref())?;
+        let (messages, seen) = prompt_messages(&self.model, self.messages, &tools)?;
+        let schema = tools.schema(response).map(Schema::new);
+        let seed = self.seed.map_or(default_seed, |s| s as u64);
+        let retention_key = self
+            .user
+            .filter(|u| !u.is_empty())
+            .or(self.prompt_cache_key.filter(|k| !k.is_empty()));
+        let requests = (0..n)
+            .map(|i| Request {
+                prompt: crate::engine::Prompt::Messages(messages.clone()),
+                json_schema: schema.clone(),
+                sampling: SamplingParams {
+                    temperature,
+                    top_k: self.top_k,
+                    top_p,
+                    seed: if n == 1 {
+                        seed
+                    } else {
+                        crate::seed::derive(seed, &[i as u64])
+                    },
+                },
+                max_tokens,
+                stop: stop.clone(),
+                logits: logits.clone(),
+                tag: None,
+                retention_key: retention_key.clone(),
+            })
+            .collect();
+        Ok(ChatJob {
+            requests,
+            seen,
+            stream,
+            include_usage: self.stream_options.is_some_and(|o| o.include_usage),
+            tools,
+        })
+    }
+
+    fn refuse_legacy_functions(&self) -> Result<(), ApiFailure> {
+        for (field, given) in [
+            ("functions", self.functions.is_some()),
+            ("function_call", self.function_call.is_some()),
+        ] {
+            if given {
+                return Err(ApiFailure::invalid(
+                    field,
+                    format!(
+                        "`{field}` is the legacy form of tools: send each function as \
+                         `tools: [{{\"type\": \"function\", \"function\": {{...}}}}]` and \
+                         the choice as `tool_choice`"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn choices(&self, limits: Limits) -> Result<usize, ApiFailure> {
         let n = self.n.unwrap_or(1);
         if n == 0 || n > limits.max_choices {
             return Err(ApiFailure::invalid(
@@ -172,6 +241,10 @@ impl ChatRequest {
                 ),
             ));
         }
+        Ok(n)
+    }
+
+    fn max_tokens(&self, limits: Limits) -> Result<usize, ApiFailure> {
         let max_tokens = match (self.max_tokens, self.max_completion_tokens) {
             (Some(a), Some(b)) if a != b => {
                 return Err(ApiFailure::invalid(
@@ -189,7 +262,11 @@ impl ChatRequest {
         };
         // An upper bound: one above the server's (Concordia asks 5000 for a short choice) is
         // held to the server's, and a reply that reaches it ends with "length".
-        let max_tokens = max_tokens.min(limits.max_tokens);
+        Ok(max_tokens.min(limits.max_tokens))
+    }
+
+    /// `temperature` and `top_p`, defaulted and checked; `top_k` checked.
+    fn sampling_bounds(&self) -> Result<(f32, f32), ApiFailure> {
         let temperature = self.temperature.unwrap_or(1.0);
         if !(0.0..=2.0).contains(&temperature) {
             return Err(ApiFailure::invalid(
@@ -210,10 +287,14 @@ impl ChatRequest {
                 "top_k must be at least 1 (or left out)",
             ));
         }
-        let stop = match self.stop {
+        Ok((temperature, top_p))
+    }
+
+    fn stop_strings(&self) -> Result<Vec<String>, ApiFailure> {
+        let stop = match &self.stop {
             None => Vec::new(),
-            Some(Stop::One(s)) => vec![s],
-            Some(Stop::Many(v)) => v,
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
         };
         if stop.len() > 4 || stop.iter().any(String::is_empty) {
             return Err(ApiFailure::invalid(
@@ -221,59 +302,88 @@ impl ChatRequest {
                 "stop takes up to 4 strings, none empty",
             ));
         }
-        let stream = self.stream.unwrap_or(false);
-        if self.stream_options.is_some() && !stream {
-            return Err(ApiFailure::invalid(
-                "stream_options",
-                "stream_options is only for stream: true",
-            ));
+        Ok(stop)
+    }
+}
+
+/// The schema `response_format` asks of the reply, checked; `None` for free text.
+fn response_schema(format: Option<ResponseFormat>) -> Result<Option<Value>, ApiFailure> {
+    Ok(match format {
+        None | Some(ResponseFormat::Text) => None,
+        Some(ResponseFormat::JsonObject) => Some(json!({"type": "object"})),
+        Some(ResponseFormat::JsonSchema { json_schema }) => {
+            // OpenAI refuses a json_schema format without its schema; answering it as
+            // "any JSON" gave a bare number to a client that asked for an object.
+            let schema = json_schema.schema.ok_or_else(|| {
+                ApiFailure::invalid(
+                    "response_format.json_schema.schema",
+                    "response_format.json_schema needs its `schema`: the JSON schema the \
+                     reply must satisfy (or use {\"type\": \"json_object\"} for any object)",
+                )
+            })?;
+            schema::check(&schema).map_err(|e| {
+                ApiFailure::invalid(
+                    "response_format",
+                    format!("response_format.json_schema.schema: {e}"),
+                )
+                .code("unsupported_schema_keyword")
+            })?;
+            Some(schema)
         }
-        let response = match self.response_format {
-            None | Some(ResponseFormat::Text) => None,
-            Some(ResponseFormat::JsonObject) => Some(json!({"type": "object"})),
-            Some(ResponseFormat::JsonSchema { json_schema }) => {
-                let schema = json_schema.schema.unwrap_or_else(|| json!({}));
-                schema::check(&schema).map_err(|e| {
-                    ApiFailure::invalid(
-                        "response_format",
-                        format!("response_format.json_schema.schema: {e}"),
-                    )
-                    .code("unsupported_schema_keyword")
-                })?;
-                Some(schema)
-            }
+    })
+}
+
+impl ChatRequest {
+    /// The bias, penalties and log-probabilities asked, each checked as OpenAI bounds it (the
+    /// engine checks the token ids against its vocabulary).
+    fn logit_rules(&self) -> Result<LogitRules, ApiFailure> {
+        let penalty = |field: &str, p: Option<f32>| match p {
+            Some(p) if !(-2.0..=2.0).contains(&p) => Err(ApiFailure::invalid(
+                field,
+                format!("{field} must be between -2 and 2, got {p}"),
+            )),
+            p => Ok(p.unwrap_or(0.0)),
         };
-        let tools = tools::mode(self.tools, self.tool_choice, response.as_ref())?;
-        let (messages, seen) = prompt_messages(&self.model, self.messages, &tools)?;
-        let schema = tools.schema(response).map(Schema::new);
-        let seed = self.seed.map_or(default_seed, |s| s as u64);
-        let retention_key = self.user.filter(|u| !u.is_empty());
-        let requests = (0..n)
-            .map(|i| Request {
-                prompt: crate::engine::Prompt::Messages(messages.clone()),
-                json_schema: schema.clone(),
-                sampling: SamplingParams {
-                    temperature,
-                    top_k: self.top_k,
-                    top_p,
-                    seed: if n == 1 {
-                        seed
-                    } else {
-                        crate::seed::derive(seed, &[i as u64])
-                    },
-                },
-                max_tokens,
-                stop: stop.clone(),
-                tag: None,
-                retention_key: retention_key.clone(),
-            })
-            .collect();
-        Ok(Plan {
-            requests,
-            seen,
-            stream,
-            include_usage: self.stream_options.is_some_and(|o| o.include_usage),
-            tools,
+        let mut bias = Vec::new();
+        for (token, value) in self.logit_bias.iter().flatten() {
+            let at = format!("logit_bias.{token}");
+            let id: u32 = token.parse().map_err(|_| {
+                ApiFailure::invalid(&at, "logit_bias is keyed by token ids: `{\"1234\": -100}`")
+            })?;
+            let b = value
+                .as_f64()
+                .filter(|b| (-100.0..=100.0).contains(b))
+                .ok_or_else(|| {
+                    ApiFailure::invalid(&at, format!("a bias is between -100 and 100, got {value}"))
+                })?;
+            bias.push((id, b as f32));
+        }
+        // In token order, so that the same biases key the same request however they were sent.
+        bias.sort_by_key(|&(t, _)| t);
+        let logprobs = match (self.logprobs, self.top_logprobs) {
+            (Some(true), top) => {
+                let top = top.unwrap_or(0) as usize;
+                if top > MAX_TOP_LOGPROBS {
+                    return Err(ApiFailure::invalid(
+                        "top_logprobs",
+                        format!("top_logprobs is 0 to {MAX_TOP_LOGPROBS}, got {top}"),
+                    ));
+                }
+                Some(top)
+            }
+            (_, Some(top)) if top > 0 => {
+                return Err(ApiFailure::invalid(
+                    "top_logprobs",
+                    "top_logprobs needs logprobs: true",
+                ));
+            }
+            _ => None,
+        };
+        Ok(LogitRules {
+            bias,
+            frequency_penalty: penalty("frequency_penalty", self.frequency_penalty)?,
+            presence_penalty: penalty("presence_penalty", self.presence_penalty)?,
+            logprobs,
         })
     }
 }
@@ -286,19 +396,6 @@ fn one_of(field: &str, given: Option<&str>, values: &[&str]) -> Result<(), ApiFa
         )),
         _ => Ok(()),
     }
-}
-
-fn neutral(field: &str, ok: bool) -> Result<(), ApiFailure> {
-    if ok {
-        return Ok(());
-    }
-    Err(ApiFailure::invalid(
-        field,
-        format!(
-            "{field} is not implemented by throng: leave it out (or at its neutral value) rather \
-             than have it ignored"
-        ),
-    ))
 }
 
 /// Assistant turns by their index among the messages, with what a client saw of each.
@@ -436,7 +533,7 @@ pub(crate) fn seen_of(model: &str, response: &Response, tools: &ToolMode) -> See
             call["function"]["name"].as_str().unwrap_or_default(),
             call["function"]["arguments"].as_str().unwrap_or_default(),
         ),
-        None => memo::seen_text(model, &tools.content(response)),
+        None => memo::seen_text(model, &tools.content(response).unwrap_or_default()),
     }
 }
 
@@ -468,8 +565,15 @@ impl Usage {
     }
 }
 
-/// One choice of the reply: its message (text or a tool call) and why it ended.
-pub fn choice(index: usize, response: &Response, tools: &ToolMode, id: &str) -> Value {
+/// One choice of the reply: its message (text or a tool call), why it ended, and its
+/// tokens' log-probabilities when asked (read with `tokenizer`).
+pub fn choice(
+    index: usize,
+    response: &Response,
+    tools: &ToolMode,
+    id: &str,
+    tokenizer: &Tokenizer,
+) -> Value {
     let (message, finish) = match tools.reply(response, id, index) {
         Some(call) => (
             json!({"role": "assistant", "content": null, "tool_calls": [call]}),
@@ -480,7 +584,35 @@ pub fn choice(index: usize, response: &Response, tools: &ToolMode, id: &str) -> 
             finish_reason(response.finish_reason),
         ),
     };
-    json!({"index": index, "message": message, "finish_reason": finish, "logprobs": null})
+    let logprobs = response
+        .logprobs
+        .as_ref()
+        .map_or(Value::Null, |l| logprobs(l, tokenizer));
+    json!({"index": index, "message": message, "finish_reason": finish, "logprobs": logprobs})
+}
+
+/// OpenAI's `logprobs` of a choice: each token's text, log-probability, UTF-8 bytes and
+/// likeliest alternatives. A log-probability of minus infinity (a token the grammar did not
+/// allow) is written -9999, as OpenAI writes what it does not report.
+fn logprobs(entries: &[crate::engine::TokenLogprob], tokenizer: &Tokenizer) -> Value {
+    let token = |id: u32, logprob: f32| {
+        let text = tokenizer.decode(&[id], false).unwrap_or_default();
+        let logprob = if logprob.is_finite() {
+            logprob
+        } else {
+            -9999.0
+        };
+        json!({"token": text, "logprob": logprob, "bytes": text.as_bytes()})
+    };
+    let content: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            let mut t = token(e.token, e.logprob);
+            t["top_logprobs"] = e.top.iter().map(|&(id, l)| token(id, l)).collect();
+            t
+        })
+        .collect();
+    json!({"content": content, "refusal": null})
 }
 
 pub fn finish_reason(reason: FinishReason) -> &'static str {

@@ -37,6 +37,24 @@ impl ApiFailure {
         Self::new(StatusCode::BAD_REQUEST, message).at(param)
     }
 
+    /// `value` read as a `T`, or a 400 naming the field it fails at (`max_tokens`,
+    /// `messages[1].role`) as its `param` and in its message.
+    pub fn parse<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, Self> {
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            match path.as_str() {
+                "." | "" => Self::invalid_body(format!("the request body: {inner}")),
+                _ => Self::invalid(path.clone(), format!("`{path}`: {inner}")),
+            }
+        })
+    }
+
+    /// A body that is not a request at all (no one field to blame).
+    fn invalid_body(message: String) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
     pub fn at(mut self, param: impl Into<String>) -> Self {
         self.param = Some(param.into());
         self
@@ -108,14 +126,28 @@ impl From<RequestError> for ApiFailure {
             RequestError::UnknownRole { .. } | RequestError::Template(_) => {
                 ApiFailure::invalid("messages", message)
             }
-            RequestError::PromptTooLong { .. } => {
+            RequestError::PromptTooLong { .. } | RequestError::PromptTextTooLong { .. } => {
                 ApiFailure::invalid("messages", message).code("context_length_exceeded")
             }
             RequestError::PromptExceedsCache { .. } => {
                 ApiFailure::invalid("messages", message).code("context_length_exceeded")
             }
             RequestError::InvalidSchema(e) => ApiFailure::schema("response_format", e),
-            RequestError::InvalidSampling(_) => ApiFailure::invalid("temperature", message),
+            RequestError::InvalidSampling(problem) => {
+                // The problem starts with the field it is about.
+                let field = [
+                    "logit_bias",
+                    "frequency_penalty",
+                    "presence_penalty",
+                    "top_logprobs",
+                    "top_p",
+                    "top_k",
+                ]
+                .into_iter()
+                .find(|f| problem.starts_with(f))
+                .unwrap_or("temperature");
+                ApiFailure::invalid(field, message)
+            }
             RequestError::ZeroMaxTokens => ApiFailure::invalid("max_tokens", message),
             RequestError::Tokenizer(_) => ApiFailure::invalid("messages", message),
             RequestError::Engine(_) => ApiFailure::new(StatusCode::INTERNAL_SERVER_ERROR, message),

@@ -2,8 +2,9 @@
 //! JSON reply, or server-sent events as the engine steps.
 
 use super::app::{App, Served};
-use super::chat::{self, ChatRequest, Limits, Plan, Usage};
+use super::chat::{self, ChatJob, ChatRequest, Limits, Usage};
 use super::error::ApiFailure;
+use super::tool_stream::{Delta, Shown};
 use super::tools::ToolMode;
 use crate::engine::{Prompt, RequestError, RequestKey, Response as Reply, Sink};
 use axum::Router;
@@ -32,6 +33,25 @@ pub(super) fn router(app: Arc<App>) -> Router {
         .route("/v1/models/{*id}", get(model))
         .route("/v1/throng/stats", get(stats))
         .route("/v1/throng/expect_calls", post(expect_calls))
+        .method_not_allowed_fallback(|request: Request| async move {
+            let allowed = match request.uri().path() {
+                "/v1/chat/completions" | "/v1/throng/expect_calls" => "POST",
+                _ => "GET",
+            };
+            let mut response = ApiFailure::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!(
+                    "{} is not a method of {}: use {allowed}",
+                    request.method(),
+                    request.uri().path()
+                ),
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allowed));
+            response
+        })
         .fallback(|request: Request| async move {
             ApiFailure::new(
                 StatusCode::NOT_FOUND,
@@ -48,6 +68,13 @@ pub(super) fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
+/// The credentials of an `Authorization` value in the `Bearer` scheme, whose name is
+/// case-insensitive (RFC 7235): `Bearer K`, `bearer K`, `BEARER K`.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+}
+
 /// Every request names this server in its Host header (a page of another site, its name
 /// rebound to this machine, is refused) and carries the API key as OpenAI's clients send it.
 async fn guard(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
@@ -58,7 +85,7 @@ async fn guard(State(app): State<Arc<App>>, request: Request, next: Next) -> Res
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer_token);
     let refused = match given {
         Some(key) if app.access.is_token(key.trim()) => None,
         Some(_) => Some("wrong API key: give the key `throng api` printed (or --api-key)"),
@@ -136,9 +163,13 @@ async fn expect_calls(
     let announced = body
         .map_err(|e| ApiFailure::new(e.status(), e.body_text()))
         .and_then(|body| {
-            serde_json::from_slice::<ExpectCalls>(&body).map_err(|e| {
-                ApiFailure::new(StatusCode::BAD_REQUEST, format!("the request body: {e}"))
-            })
+            let value: Value = serde_json::from_slice(&body).map_err(|e| {
+                ApiFailure::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("the body is not JSON: {e}"),
+                )
+            })?;
+            ApiFailure::parse::<ExpectCalls>(value)
         });
     let announced = match announced {
         Ok(a) => a,
@@ -248,6 +279,9 @@ impl Drop for Slot {
 }
 
 /// What the engine says of one choice.
+// A reply (with its log-probabilities) is sent once per choice, text once per token: boxing
+// it would save the per-token messages' size for an allocation per reply, and they are few.
+#[allow(clippy::large_enum_variant)]
 enum Said {
     Text(usize, String),
     Done(usize, Result<Reply, RequestError>),
@@ -305,7 +339,7 @@ async fn chat_completions(
 /// A request on its way: what was asked, of which model, each choice's key, and the channel
 /// its choices come back on.
 struct Turn {
-    plan: Plan,
+    plan: ChatJob,
     model: usize,
     keys: Vec<RequestKey>,
     rx: mpsc::UnboundedReceiver<Said>,
@@ -347,8 +381,7 @@ fn start(
         Some(s) if !s.is_null() => 0,
         _ => app.seeds.next(&value),
     };
-    let request: ChatRequest = serde_json::from_value(value)
-        .map_err(|e| ApiFailure::new(StatusCode::BAD_REQUEST, format!("the request body: {e}")))?;
+    let request: ChatRequest = ApiFailure::parse(value)?;
     let limits = Limits {
         max_choices: served.max_seqs,
         max_tokens: app.max_tokens,
@@ -380,7 +413,11 @@ fn start(
     let (tx, rx) = mpsc::unbounded_channel();
     for (index, request) in plan.requests.iter().enumerate() {
         let slot = slots.one();
-        if let Some(reply) = app.reused(&keys[index]) {
+        // A stored reply keeps no log-probabilities: one that asks for them is decoded.
+        if let Some(reply) = (request.logits.logprobs.is_none())
+            .then(|| app.reused(&keys[index]))
+            .flatten()
+        {
             drop(slot);
             let _ = tx.send(Said::Text(index, reply.text.clone()));
             let _ = tx.send(Said::Done(index, Ok(reply)));
@@ -406,30 +443,32 @@ fn start(
 
 impl App {
     /// The prompt's token ids: the conversation rendered, with each assistant turn that
-    /// repeats a reply remembered here as the model wrote it (its text and ids).
-    fn prompt_tokens(&self, served: &Served, plan: &Plan) -> Result<Vec<u32>, ApiFailure> {
+    /// repeats a reply remembered here, word for word, as the ids the model wrote it in.
+    fn prompt_tokens(&self, served: &Served, plan: &ChatJob) -> Result<Vec<u32>, ApiFailure> {
         let Some(Prompt::Messages(messages)) = plan.requests.first().map(|r| &r.prompt) else {
             return Err(ApiFailure::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "invariant: a chat request has messages",
             ));
         };
-        let mut messages = messages.clone();
+        // A remembered reply stands in only for exactly its own text: what this request
+        // renders for the turn. A reply written otherwise (an answer generated as
+        // `{"content": ...}` under `tools`, a call the client sends back as its parts) is
+        // rendered from what the client sent, so that the prompt's text never depends on
+        // what other clients were answered.
         let written: Vec<_> = plan
             .seen
             .iter()
             .filter_map(|(at, seen)| Some((*at, self.memo.get(seen)?)))
+            .filter(|(at, w)| messages.get(*at).is_some_and(|m| m.content == w.text))
             .collect();
-        for (at, w) in &written {
-            messages[*at].content = w.text.clone();
-        }
         let replies: Vec<(usize, &[u32])> = written
             .iter()
             .map(|(at, w)| (*at, w.ids.as_slice()))
             .collect();
         let spliced = served
             .encoder
-            .spliced_tokens(&messages, &replies)
+            .spliced_tokens(messages, &replies)
             .map_err(ApiFailure::from)?;
         if spliced.spliced > 0 {
             self.spliced.fetch_add(1, Ordering::SeqCst);
@@ -500,7 +539,10 @@ async fn whole(app: Arc<App>, turn: Turn, id: String) -> Response {
     let choices: Vec<Value> = replies
         .iter()
         .enumerate()
-        .map(|(i, r)| chat::choice(i, r, &plan.tools, &id))
+        .map(|(i, r)| {
+            let tokenizer = app.models[model].encoder.tokenizer();
+            chat::choice(i, r, &plan.tools, &id, tokenizer)
+        })
         .collect();
     axum::Json(json!({
         "id": format!("chatcmpl-{id}"),
@@ -548,6 +590,7 @@ async fn stream(app: Arc<App>, turn: Turn, id: String) -> Response {
         include_usage: plan.include_usage,
         replies: vec![None; plan.requests.len()],
         started: vec![false; plan.requests.len()],
+        shown: (0..plan.requests.len()).map(|_| Shown::default()).collect(),
         left: plan.requests.len(),
         failed: false,
     };
@@ -598,6 +641,8 @@ struct Chunks {
     include_usage: bool,
     replies: Vec<Option<Reply>>,
     started: Vec<bool>,
+    /// What each choice held to tools has shown of its reply.
+    shown: Vec<Shown>,
     left: usize,
     failed: bool,
 }
@@ -623,6 +668,24 @@ impl Chunks {
         )
     }
 
+    /// The chunk of a piece of a reply held to tools (OpenAI's form: a call's first chunk
+    /// carries its id, type and name, the next ones pieces of its arguments).
+    fn shown_delta(&self, index: usize, delta: Delta) -> Event {
+        let call =
+            |function: Value| json!({"tool_calls": [json!({"index": 0, "function": function})]});
+        let delta = match delta {
+            Delta::Call(name) => json!({"tool_calls": [{
+                "index": 0,
+                "id": format!("call_{}_{index}", self.call_id),
+                "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }]}),
+            Delta::Arguments(arguments) => call(json!({"arguments": arguments})),
+            Delta::Content(words) => json!({"content": words}),
+        };
+        self.delta(index, delta, None)
+    }
+
     /// The role comes first in each choice's first chunk.
     fn opening(&mut self, index: usize, out: &mut Vec<Event>) {
         if !self.started[index] {
@@ -636,38 +699,44 @@ impl Chunks {
         match said {
             Said::Text(i, text) => {
                 self.opening(i, &mut out);
-                // A reply held to tools may be a call: it is sent whole when it ends.
-                if matches!(self.tools, ToolMode::None) && !text.is_empty() {
-                    out.push(self.delta(i, json!({"content": text}), None));
+                if matches!(self.tools, ToolMode::None) {
+                    if !text.is_empty() {
+                        out.push(self.delta(i, json!({"content": text}), None));
+                    }
+                } else {
+                    let deltas = self.shown[i].on_text(&text, &self.tools.names());
+                    out.extend(deltas.into_iter().map(|d| self.shown_delta(i, d)));
                 }
             }
             Said::Done(i, Ok(reply)) => {
                 self.app
                     .keep(self.model, &self.keys[i], &self.tools, &reply);
                 self.opening(i, &mut out);
-                let choice = chat::choice(i, &reply, &self.tools, &self.call_id);
+                let tokenizer = self.app.models[self.model].encoder.tokenizer();
+                let choice = chat::choice(i, &reply, &self.tools, &self.call_id, tokenizer);
                 let message = &choice["message"];
                 let finish = choice["finish_reason"]
                     .as_str()
                     .unwrap_or("stop")
                     .to_string();
-                if let Some(calls) = message.get("tool_calls") {
-                    let calls: Vec<Value> = calls
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .enumerate()
-                        .map(|(k, c)| {
-                            let mut c = c.clone();
-                            c["index"] = json!(k);
-                            c
-                        })
-                        .collect();
-                    out.push(self.delta(i, json!({"tool_calls": calls}), None));
-                } else if !matches!(self.tools, ToolMode::None) {
-                    out.push(self.delta(i, json!({"content": message["content"]}), None));
+                if !matches!(self.tools, ToolMode::None) {
+                    let function = &message["tool_calls"][0]["function"];
+                    let call = function["name"]
+                        .as_str()
+                        .zip(function["arguments"].as_str());
+                    let deltas = self.shown[i].on_end(call, message["content"].as_str());
+                    out.extend(
+                        deltas
+                            .into_iter()
+                            .filter(|d| !matches!(d, Delta::Arguments(a) | Delta::Content(a) if a.is_empty()))
+                            .map(|d| self.shown_delta(i, d)),
+                    );
                 }
-                out.push(self.delta(i, json!({}), Some(&finish)));
+                // The choice's log-probabilities, when asked, come whole with its last chunk.
+                out.push(
+                    self.chunk(json!([{"index": i, "delta": {}, "finish_reason": finish,
+                    "logprobs": choice["logprobs"]}])),
+                );
                 self.replies[i] = Some(reply);
                 self.left -= 1;
             }

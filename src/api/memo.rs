@@ -1,13 +1,15 @@
 //! The replies this server generated, by what a client sees of them, so that a conversation
-//! that sends one back as an assistant message gets it as the model wrote it: its generated
-//! text (a call or an answer in words under `auto` as the JSON object it was) and its token
-//! ids, spliced into the next prompt ([`PromptEncoder::spliced_tokens`]). The prompt up to the
-//! end of the reply is then the one that already ran, and the prefix cache holds it.
+//! that sends one back as an assistant message gets it as the token ids the model generated
+//! ([`PromptEncoder::spliced_tokens`]): the prompt up to the end of the reply is then the one
+//! that already ran, and the prefix cache holds it.
 //!
 //! A reply comes back as the client saw it: its content, or one call's name and arguments.
-//! Its entry is keyed by that, per model. Replies are remembered in order of use up to a
-//! bound; one forgotten (or never generated here, or edited by the client) is rendered from
-//! its text, as any history is.
+//! Its entry is keyed by that, per model. It is spliced in only where its generated text is
+//! exactly the text the request renders for that turn: never does a remembered reply change
+//! what a prompt says (an answer generated as `{"content": ...}` under `tools`, or a call
+//! whose JSON the model spaced otherwise than history writes it, goes in as the client's
+//! text). Replies are remembered in order of use up to a bound; one forgotten (or never
+//! generated here, or edited by the client) is rendered from its text, as any history is.
 
 use crate::engine::{PromptEncoder, Response};
 use sha2::{Digest, Sha256};

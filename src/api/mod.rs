@@ -11,6 +11,7 @@
 //! and the engine drops its sequences before the next step.
 
 mod app;
+mod call_text;
 mod chat;
 mod error;
 mod http;
@@ -19,6 +20,7 @@ mod rounds;
 mod schema;
 mod seeds;
 mod store;
+mod tool_stream;
 mod tools;
 
 pub use app::Served;
@@ -29,6 +31,7 @@ pub use schema::{Unenforceable, check as check_schema};
 pub use store::StoreError;
 
 use crate::serve::access::Access;
+pub use crate::serve::connections::ConnectionLimits;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,6 +54,8 @@ pub struct ApiOptions {
     pub store: Option<PathBuf>,
     /// Earlier stores (runs' or servers') whose replies answer requests of the same input.
     pub reuse: Vec<PathBuf>,
+    /// The idle timeout and the cap on connections held.
+    pub connections: ConnectionLimits,
 }
 
 /// Why the server cannot start.
@@ -86,6 +91,7 @@ pub enum ApiError {
 pub struct ApiServer {
     app: Arc<App>,
     listener: std::net::TcpListener,
+    connections: ConnectionLimits,
     warnings: Vec<String>,
 }
 
@@ -162,6 +168,7 @@ impl ApiServer {
         Ok(ApiServer {
             app: Arc::new(app),
             listener,
+            connections: options.connections,
             warnings,
         })
     }
@@ -196,6 +203,7 @@ impl ApiServer {
             self.listener,
             app,
             "throng-api",
+            self.connections,
             stop,
         )?)
     }

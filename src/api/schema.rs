@@ -99,6 +99,14 @@ fn walk(schema: &Value, pointer: &mut String) -> Result<(), Unenforceable> {
                 fix: fix(keyword),
             });
         }
+        // JSON Schema: "The value of multipleOf MUST be a number, strictly greater than 0."
+        if keyword == "multipleOf" && !value.as_f64().is_some_and(|m| m > 0.0) {
+            return Err(Unenforceable {
+                keyword: keyword.clone(),
+                pointer: shown(pointer),
+                fix: format!("multipleOf is a number above 0, not {value}"),
+            });
+        }
         let len = pointer.len();
         pointer.push('/');
         pointer.push_str(&escape(keyword));

@@ -169,13 +169,18 @@ pub fn mode(
     }
 }
 
+/// The arguments of a tool without `parameters`: none (OpenAI's reading), so `{}`.
+fn no_arguments() -> Value {
+    json!({"type": "object", "properties": {}, "additionalProperties": false})
+}
+
 /// The schema of one call of `f`.
 fn call_schema(f: &Function) -> Value {
     json!({
         "type": "object",
         "properties": {
             "name": {"const": f.name},
-            "arguments": f.parameters.clone().unwrap_or_else(|| json!({"type": "object"})),
+            "arguments": f.parameters.clone().unwrap_or_else(no_arguments),
         },
         "required": ["name", "arguments"],
         "additionalProperties": false,
@@ -201,6 +206,11 @@ fn any_of(mut schemas: Vec<Value>) -> Value {
 }
 
 impl ToolMode {
+    /// The names of the tools a reply may call.
+    pub(crate) fn names(&self) -> Vec<&str> {
+        self.tools().iter().map(|f| f.name.as_str()).collect()
+    }
+
     fn tools(&self) -> &[Function] {
         match self {
             ToolMode::None => &[],
@@ -235,10 +245,7 @@ impl ToolMode {
         }
         let mut text = String::from("You have these tools:\n");
         for f in tools {
-            let parameters = f
-                .parameters
-                .clone()
-                .unwrap_or_else(|| json!({"type": "object"}));
+            let parameters = f.parameters.clone().unwrap_or_else(no_arguments);
             text.push_str(&format!("- {}", f.name));
             if let Some(d) = f.description.as_deref().filter(|d| !d.is_empty()) {
                 text.push_str(&format!(": {d}"));
@@ -266,23 +273,35 @@ impl ToolMode {
         if value.len() != 2 || !self.tools().iter().any(|f| f.name == name) {
             return None;
         }
-        let arguments = value.get("arguments")?;
+        // The arguments as the model wrote them, as OpenAI returns them (and as they stream).
+        let arguments = super::call_text::raw_arguments(&response.text).map_or_else(
+            || value.get("arguments").map(Value::to_string),
+            |a| Some(a.into()),
+        )?;
         Some(json!({
             "id": format!("call_{id}_{index}"),
             "type": "function",
-            "function": {"name": name, "arguments": arguments.to_string()},
+            "function": {"name": name, "arguments": arguments},
         }))
     }
 
-    /// The text of a reply that is not a call.
-    pub fn content(&self, response: &Response) -> String {
-        if let ToolMode::Auto { wrapped: true, .. } = self
-            && let Some(Value::String(words)) =
-                response.value.as_ref().and_then(|v| v.get("content"))
-        {
-            return words.clone();
+    /// The text of a reply that is not a call; `None` for a call cut short (by
+    /// `max_tokens`), whose protocol text is never a client's content, as vLLM answers it.
+    pub fn content(&self, response: &Response) -> Option<String> {
+        match self {
+            ToolMode::None | ToolMode::Auto { wrapped: false, .. } => Some(response.text.clone()),
+            ToolMode::Required(_) | ToolMode::Named(_) => {
+                response.value.is_some().then(|| response.text.clone())
+            }
+            ToolMode::Auto { wrapped: true, .. } => match &response.value {
+                Some(value) => match value.get("content") {
+                    Some(Value::String(words)) => Some(words.clone()),
+                    _ => Some(response.text.clone()),
+                },
+                // Cut: the words so far of an answer in words, nothing of a call.
+                None => super::call_text::cut_words(&response.text),
+            },
         }
-        response.text.clone()
     }
 }
 

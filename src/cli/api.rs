@@ -1,7 +1,7 @@
 //! `throng api`: the engine behind an OpenAI-compatible API (see [`crate::api`]).
 
 use super::{EngineArgs, ModelArgs};
-use crate::api::{ApiOptions, ApiServer, Served};
+use crate::api::{ApiOptions, ApiServer, ConnectionLimits, Served};
 use crate::engine::EngineHandle;
 use anyhow::{Context, Result, bail};
 use std::net::SocketAddr;
@@ -50,6 +50,14 @@ pub struct ApiArgs {
     /// answered with that reply, without the model; repeatable.
     #[arg(long, value_name = "DIR")]
     pub reuse: Vec<std::path::PathBuf>,
+    /// Close a connection that sends no complete request head for this long: idle between
+    /// requests, silent, or sending its headers too slowly. In seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout: u64,
+    /// Connections held at once (fewer where the open-file limit leaves less room); at the
+    /// cap a new connection takes the place of the one idle longest.
+    #[arg(long, default_value_t = 1024, value_parser = super::numbers::at_least_one())]
+    pub max_connections: usize,
 }
 
 pub fn run(args: ApiArgs) -> Result<()> {
@@ -117,6 +125,10 @@ pub fn run(args: ApiArgs) -> Result<()> {
             max_tokens: args.max_tokens,
             store: args.store.clone(),
             reuse: args.reuse.clone(),
+            connections: ConnectionLimits {
+                idle_timeout: std::time::Duration::from_secs(args.idle_timeout),
+                max_connections: args.max_connections,
+            },
         },
         served,
     )?;

@@ -6,7 +6,7 @@ use super::ModelArgs;
 use super::numbers::{at_least_one, temperature, top_p};
 use crate::engine::summary;
 use crate::engine::{Message, Prompt, SamplingParams};
-use crate::generate::{Options, Outcome, Requests, Source};
+use crate::generate::{GenerateOptions, Outcome, Requests, Source};
 use anyhow::{Result, bail};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -89,10 +89,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                     r.finish_reason,
                 );
             }
-            eprintln!("{}", summary(&engine, 1, started.elapsed()));
+            eprintln!("{}", summary(&engine, started.elapsed()));
         }
         Outcome::Lines(counts) => {
-            eprintln!("{}", summary(&engine, counts.total, started.elapsed()));
+            eprintln!("{}", summary(&engine, started.elapsed()));
             if counts.failed > 0 {
                 if let Some(profile) = engine.model().profile() {
                     eprintln!("throng: forward pass profile\n{}", profile.table());
@@ -113,7 +113,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 
 /// The library's options from the arguments: a `--requests` file (`-`: standard input), else
 /// copies of `--prompt`, with `--schema` read.
-fn options_of(args: &GenerateArgs) -> Result<Options> {
+fn options_of(args: &GenerateArgs) -> Result<GenerateOptions> {
     let schema = args
         .schema
         .as_deref()
@@ -142,7 +142,7 @@ fn options_of(args: &GenerateArgs) -> Result<Options> {
             }
         }
     };
-    Ok(Options {
+    Ok(GenerateOptions {
         requests,
         max_tokens: args.max_tokens,
         sampling: SamplingParams {

@@ -22,6 +22,7 @@ pub mod plan;
 pub mod run;
 pub mod serve;
 
+use crate::host::Program;
 use crate::model::{KvFormat, WeightFormat};
 use crate::run::{EngineSettings, ModelSettings};
 use crate::scenarios::Registry;
@@ -30,7 +31,6 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::RwLock;
 
 /// Where and how to load the model.
 #[derive(clap::Args, Clone, Debug)]
@@ -73,6 +73,14 @@ pub struct EngineArgs {
     /// Which cached KV blocks go first when the cache is full.
     #[arg(long, value_parser = choice::KvPolicyArg::parser(), default_value = "next-call")]
     pub kv_policy: crate::engine::KvPolicy,
+    /// Read a control token's text inside a message (`<|im_end|>`) as that control token, as
+    /// throng did before. Unsafe with messages from anyone else: they could forge a turn.
+    #[arg(long)]
+    pub control_tokens_in_content: bool,
+    /// On a GPU, sample on the host: slower, but what `logit_bias`, the penalties and
+    /// `logprobs` of `throng api` need there. The CPU always samples on the host.
+    #[arg(long)]
+    pub host_sampling: bool,
 }
 
 impl EngineArgs {
@@ -88,6 +96,8 @@ impl EngineArgs {
             max_seqs: self.max_seqs,
             prefix_caching: !self.no_prefix_cache,
             kv_policy: self.kv_policy,
+            control_tokens_in_content: self.control_tokens_in_content,
+            host_sampling: self.host_sampling,
         }
     }
 }
@@ -105,27 +115,30 @@ impl ModelArgs {
 /// The arguments given on the command line (not defaulted), by clap id (`model`, `device`):
 /// a setting with a default reaches the library's options only when it was given (a resumed
 /// or extended run takes the others from its manifest).
-static GIVEN: RwLock<BTreeSet<String>> = RwLock::new(BTreeSet::new());
+#[derive(Debug, Clone, Default)]
+pub struct GivenArgs(BTreeSet<String>);
 
-/// Remembers which arguments of the command line `matches` (and its subcommand) were given.
-pub(crate) fn remember_given(matches: &clap::ArgMatches) {
-    let mut given = BTreeSet::new();
-    let mut level = Some(matches);
-    while let Some(m) = level {
-        for id in m.ids() {
-            if m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine) {
-                given.insert(id.as_str().to_string());
+impl GivenArgs {
+    /// Which arguments of the command line `matches` (and its subcommand) were given.
+    pub(crate) fn of(matches: &clap::ArgMatches) -> Self {
+        let mut given = BTreeSet::new();
+        let mut level = Some(matches);
+        while let Some(m) = level {
+            for id in m.ids() {
+                if m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine) {
+                    given.insert(id.as_str().to_string());
+                }
             }
+            level = m.subcommand().map(|(_, sub)| sub);
         }
-        level = m.subcommand().map(|(_, sub)| sub);
+        Self(given)
     }
-    *GIVEN.write().unwrap_or_else(|e| e.into_inner()) = given;
-}
 
-/// Whether argument `id` (`model` for `--model`) was given on the command line, rather than
-/// left at its default.
-pub fn given(id: &str) -> bool {
-    GIVEN.read().unwrap_or_else(|e| e.into_inner()).contains(id)
+    /// Whether argument `id` (`model` for `--model`) was given, rather than left at its
+    /// default.
+    pub fn has(&self, id: &str) -> bool {
+        self.0.contains(id)
+    }
 }
 
 /// Which argument of `args` (the process's, program name first) clap refused as invalid
@@ -259,15 +272,8 @@ pub fn main_with_args(registry: &Registry, argv: Vec<OsString>) -> u8 {
             // The chain of causes, without anyhow's backtrace: the messages name the problem
             // and the fix; a backtrace would bury them.
             // A cause whose words the message above already gave is not repeated.
-            eprintln!("Error: {e}");
-            let mut said = e.to_string();
-            for cause in e.chain().skip(1) {
-                let cause = cause.to_string();
-                if !said.contains(&cause) {
-                    eprintln!("  caused by: {cause}");
-                }
-                said = cause;
-            }
+            let said = crate::causes::causes(e.as_ref());
+            eprintln!("Error: {}", said.join("\n  caused by: "));
             1
         }
     }
@@ -275,8 +281,8 @@ pub fn main_with_args(registry: &Registry, argv: Vec<OsString>) -> u8 {
 
 /// The command line, parsed as `Cli::parse` would, but a value that must be text and is not
 /// valid UTF-8 is named (clap says only "invalid UTF-8 was detected in one or more
-/// arguments"), and which arguments were given is remembered (`cli::given`).
-fn parse(argv: Vec<OsString>) -> Cli {
+/// arguments"), with which arguments were given ([`GivenArgs`]).
+fn parse(argv: Vec<OsString>) -> (Cli, GivenArgs) {
     let matches = Cli::command()
         .try_get_matches_from(&argv)
         .unwrap_or_else(|e| match e.kind() {
@@ -291,12 +297,17 @@ fn parse(argv: Vec<OsString>) -> Cli {
             }
             _ => e.exit(),
         });
-    remember_given(&matches);
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    let given = GivenArgs::of(&matches);
+    (
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()),
+        given,
+    )
 }
 
 fn run(registry: &Registry, argv: Vec<OsString>) -> Result<()> {
-    let cli = parse(argv);
+    // Messages that say what to run next name the command as it was invoked.
+    let program = Program::invoked_as(argv.first().map_or("".as_ref(), |a| a.as_os_str()));
+    let (cli, given) = parse(argv);
     if let Some(threads) = cli.threads {
         // SAFETY: set before any thread exists; candle and gemm read it when they start.
         unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };
@@ -312,9 +323,9 @@ fn run(registry: &Registry, argv: Vec<OsString>) -> Result<()> {
     }
     match cli.command {
         Command::Generate(args) => generate::run(*args),
-        Command::Run(args) => run::run(registry, *args, cli.threads),
-        Command::Plan(args) => plan::run(registry, *args),
-        Command::Report { dir } => run::report(registry, dir),
+        Command::Run(args) => run::run(registry, *args, cli.threads, &given, program),
+        Command::Plan(args) => plan::run(registry, *args, &given),
+        Command::Report { dir } => run::report(registry, dir, &program),
         Command::Bench(args) => bench::run(*args),
         Command::Eval(args) => eval::run(*args),
         Command::Serve(args) => serve::run(*args),

@@ -1,7 +1,7 @@
 //! `throng plan CONFIG`: the flags become the library's [`PlanOptions`], and
 //! [`crate::plan::plan`] writes the plan to standard output.
 
-use super::{ModelArgs, given};
+use super::{GivenArgs, ModelArgs};
 use crate::plan::PlanOptions;
 use crate::scenarios::Registry;
 use crate::sim::config::{PolicyKind, Split};
@@ -59,26 +59,26 @@ fn step_seconds(text: &str) -> Result<f64, String> {
 
 impl PlanArgs {
     /// The library's options these flags give.
-    pub fn options(self) -> PlanOptions {
+    pub fn options(self, given: &GivenArgs) -> PlanOptions {
         PlanOptions {
             config: self.config,
             devices: self.devices,
             device_profile: self.device_profile,
-            sample: given("sample").then_some(self.sample),
+            sample: given.has("sample").then_some(self.sample),
             target_step: self.target_step,
             agents: self.agents,
             replicates: self.replicates,
             steps: self.steps,
             policy: self.policy,
             split: self.split,
-            model: given("model").then(|| self.model.model.clone()),
+            model: given.has("model").then(|| self.model.model.clone()),
             settings: self.model.settings(),
         }
     }
 }
 
-pub fn run(registry: &Registry, args: PlanArgs) -> Result<()> {
-    let options = args.options();
+pub fn run(registry: &Registry, args: PlanArgs, given: &GivenArgs) -> Result<()> {
+    let options = args.options(given);
     crate::plan::plan(registry, &options, &mut std::io::stdout().lock())?;
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! `throng run CONFIG` and `throng run --resume RUN_DIR`: the flags become the library's
 //! [`RunOptions`], [`crate::run::run`] runs them, and what it says at the end is printed.
 
-use super::{ModelArgs, given};
+use super::{GivenArgs, ModelArgs};
+use crate::host::Program;
 use crate::run::{Bar, EngineChoices, RunOptions};
 use crate::scenarios::Registry;
 use crate::sim::config::{PolicyKind, Split};
@@ -70,7 +71,12 @@ impl RunArgs {
     /// The library's options these flags give; `threads`: the global --threads, if given.
     /// A setting with a default counts as given only when its flag was on the command line
     /// (a resumed or extended run takes the others from its manifest).
-    pub fn options(self, threads: Option<usize>) -> RunOptions {
+    pub fn options(
+        self,
+        threads: Option<usize>,
+        given: &GivenArgs,
+        program: Program,
+    ) -> RunOptions {
         let engine = &self.model.engine;
         RunOptions {
             config: self.config,
@@ -80,13 +86,13 @@ impl RunArgs {
             replicates: self.replicates,
             steps: self.steps,
             agents: self.agents,
-            model: given("model").then(|| self.model.model.clone()),
+            model: given.has("model").then(|| self.model.model.clone()),
             engine: EngineChoices {
-                device: given("device").then(|| engine.device.clone()),
-                weights: given("weights").then_some(engine.weights),
+                device: given.has("device").then(|| engine.device.clone()),
+                weights: given.has("weights").then_some(engine.weights),
                 tokenizer: engine.tokenizer.clone(),
                 kv_memory: engine.kv_memory.map(|b| b.as_u64()),
-                kv_format: given("kv_format").then_some(engine.kv_format),
+                kv_format: given.has("kv_format").then_some(engine.kv_format),
                 max_batch_tokens: engine.max_batch_tokens,
                 max_seqs: Some(engine.max_seqs),
                 prefix_caching: Some(!engine.no_prefix_cache),
@@ -103,13 +109,23 @@ impl RunArgs {
             public: self.public,
             threads,
             catch_signals: true,
+            // The command line is where a test asks a run to crash (tests/faults.rs).
+            faults: crate::sim::runner::Faults::from_env(),
+            program,
         }
     }
 }
 
 /// `threads`: the global --threads, if given.
-pub fn run(registry: &Registry, args: RunArgs, threads: Option<usize>) -> Result<()> {
-    let outcome = crate::run::run(registry, args.options(threads), &mut Bar::default())?;
+pub fn run(
+    registry: &Registry,
+    args: RunArgs,
+    threads: Option<usize>,
+    given: &GivenArgs,
+    program: Program,
+) -> Result<()> {
+    let options = args.options(threads, given, program);
+    let outcome = crate::run::run(registry, options, &mut Bar::default())?;
     for line in outcome.lines() {
         out!("{line}")?;
     }
@@ -117,8 +133,8 @@ pub fn run(registry: &Registry, args: RunArgs, threads: Option<usize>) -> Result
 }
 
 /// `throng report RUN_DIR`.
-pub fn report(registry: &Registry, dir: PathBuf) -> Result<()> {
-    let text = crate::run::report(registry, &dir)?;
+pub fn report(registry: &Registry, dir: PathBuf, program: &Program) -> Result<()> {
+    let text = crate::run::report(registry, &dir, program)?;
     out!("{}", text.trim_end())?;
     out!("report: {}", dir.join("report.html").display())?;
     Ok(())

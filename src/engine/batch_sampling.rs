@@ -2,7 +2,8 @@
 //! on the host (the CPU path, or on request on a GPU), or on the device (GPUs), where the
 //! logits stay and only one token id per row comes back.
 
-use super::constraint::apply_mask;
+use super::constraint::{GrammarError, apply_mask};
+use super::logit_rules::TokenLogprob;
 use super::sequence::Sequence;
 use crate::model::ModelError;
 use candle_core::Tensor;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use toktrie::SimpleVob;
 
 /// A sequence's grammar mask for this step, or why it could not be computed.
-pub(crate) type Mask = Result<SimpleVob, String>;
+pub(crate) type Mask = Result<SimpleVob, GrammarError>;
 
 /// Where the tokens are picked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +26,7 @@ pub(crate) enum PickOn {
 /// What [`pick`] found, per running sequence.
 pub(crate) struct Picked {
     /// The token, or why there is none; `None` for sequences that do not sample this step.
-    pub tokens: Vec<Option<Result<u32, String>>>,
+    pub tokens: Vec<Option<Result<u32, NoToken>>>,
     /// Applying masks and sampling (on the device: uploading, launching and waiting for it).
     pub sampling: Duration,
     /// Copies between host and device: logits down (host), or masks and draws up and token
@@ -34,19 +35,28 @@ pub(crate) struct Picked {
     pub copies: Duration,
 }
 
-/// Why no token could be picked for a row under `mask` (its grammar's, if it has one): the
-/// grammar allowed none, or the model gave no finite logit to any token it allowed (NaN or
-/// infinite logits, which only broken weights or an overflow make; a request without a
-/// schema was once told that its grammar had allowed no token).
-fn no_token(mask: Option<&SimpleVob>) -> String {
+/// Why no token could be picked for a row: the request fails with it, the others go on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NoToken {
+    #[error("the grammar failed: {0}")]
+    GrammarFailed(GrammarError),
+    #[error("the grammar allowed no token (the schema may be unsatisfiable)")]
+    GrammarAllowedNone,
+    /// NaN or infinite logits, which only broken weights or an overflow make (a request
+    /// without a schema was once told that its grammar had allowed no token).
+    #[error(
+        "the model gave no finite logit (NaN or infinity) to any token it could pick: its \
+         weights or its computation are broken; check the model file (download it again), or \
+         try another --weights format (f16 overflows where bf16 and f32 do not)"
+    )]
+    NoFiniteLogit,
+}
+
+/// Why no token could be picked for a row under `mask` (its grammar's, if it has one).
+fn no_token(mask: Option<&SimpleVob>) -> NoToken {
     match mask {
-        Some(mask) if mask.is_zero() => {
-            "the grammar allowed no token (the schema may be unsatisfiable)".into()
-        }
-        _ => "the model gave no finite logit (NaN or infinity) to any token it could pick: its \
-              weights or its computation are broken; check the model file (download it again), \
-              or try another --weights format (f16 overflows where bf16 and f32 do not)"
-            .into(),
+        Some(mask) if mask.is_zero() => NoToken::GrammarAllowedNone,
+        _ => NoToken::NoFiniteLogit,
     }
 }
 
@@ -86,15 +96,22 @@ fn pick_on_host(
         .zip(masks.par_iter())
         .map(|((seq, row), mask)| {
             let row = row.as_mut()?;
+            if seq.rules.changes_logits() {
+                seq.rules.apply(row, seq.generated());
+            }
             let mask = match mask {
-                Some(Err(e)) => return Some(Err(format!("the grammar failed: {e}"))),
+                Some(Err(e)) => return Some(Err(NoToken::GrammarFailed(e.clone()))),
                 Some(Ok(mask)) => {
                     apply_mask(row, mask);
                     Some(mask)
                 }
                 None => None,
             };
-            Some(seq.sampler.sample(row).ok_or_else(|| no_token(mask)))
+            let token = seq.sampler.sample(row).ok_or_else(|| no_token(mask));
+            if let (Ok(token), Some(top)) = (&token, seq.rules.logprobs) {
+                seq.logprobs.push(TokenLogprob::of(row, *token, top));
+            }
+            Some(token)
         })
         .collect();
     Ok(Picked {
@@ -158,10 +175,10 @@ fn pick_on_device(
     }
     let (ids, copies) = sample_on_device(&logits, &rows, profile)
         .map_err(|e| ModelError::during("sampling on the device", e))?;
-    let mut tokens: Vec<Option<Result<u32, String>>> = vec![None; running.len()];
+    let mut tokens: Vec<Option<Result<u32, NoToken>>> = vec![None; running.len()];
     for (&(i, _), id) in order.iter().zip(ids) {
         tokens[i] = Some(match &masks[i] {
-            Some(Err(e)) => Err(format!("the grammar failed: {e}")),
+            Some(Err(e)) => Err(NoToken::GrammarFailed(e.clone())),
             Some(Ok(mask)) => id.ok_or_else(|| no_token(Some(mask))),
             None => id.ok_or_else(|| no_token(None)),
         });
@@ -226,7 +243,7 @@ mod tests {
         let errors: Vec<String> = picked
             .tokens
             .into_iter()
-            .map(|t| t.unwrap().unwrap_err())
+            .map(|t| t.unwrap().unwrap_err().to_string())
             .collect();
         for e in &errors[..2] {
             assert!(

@@ -39,6 +39,13 @@ pub trait Client {
         Ok(())
     }
 
+    /// A step ended: `engine` counts it (its tokens, its steps) before any request it ended
+    /// is answered by [`Client::finished`], so that what a caller reads on its answer
+    /// includes the step that made it.
+    fn step_counted(&mut self, _engine: &Engine) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
     /// A request queued earlier finished or failed.
     fn finished(
         &mut self,
@@ -96,9 +103,9 @@ impl<K> Queue<'_, K> {
 
     /// Cancels every request in flight whose key `cancel` picks (its reader went away): it
     /// leaves the batch before the next step, its blocks freed, and is never answered, its
-    /// key dropped here. Returns how many. The others' replies do not change (batch
+    /// key handed back to be dropped. Returns those keys. The others' replies do not change (batch
     /// invariance).
-    pub fn cancel_where(&mut self, mut cancel: impl FnMut(&K) -> bool) -> usize {
+    pub fn cancel_where(&mut self, mut cancel: impl FnMut(&K) -> bool) -> Vec<K> {
         let mut ids: Vec<SeqId> = self
             .keys
             .iter()
@@ -107,14 +114,15 @@ impl<K> Queue<'_, K> {
             .collect();
         // In arrival order, so that blocks are freed in the same order on every run.
         ids.sort_unstable();
-        for id in &ids {
-            let cancelled = self.engine.cancel(*id);
-            debug_assert!(cancelled, "invariant: every key is of a request in flight");
-            // Dropped after the engine let go of the request: a key whose drop tells its
-            // caller (a closed channel) says so once the blocks are free.
-            self.keys.remove(id);
-        }
-        ids.len()
+        ids.iter()
+            .filter_map(|id| {
+                let cancelled = self.engine.cancel(*id);
+                debug_assert!(cancelled, "invariant: every key is of a request in flight");
+                // Handed back after the engine let go of the request: a key whose drop tells
+                // its caller (a closed channel) says so once the blocks are free.
+                self.keys.remove(id)
+            })
+            .collect()
     }
 
     /// Announces the next round of calls (see [`Engine::expect_calls`]), between steps: for
@@ -164,6 +172,7 @@ impl Engine {
                 client.text(key, text)?;
             }
             let finished = out.finished.len();
+            client.step_counted(self)?;
             for (id, result) in out.finished {
                 let key = keys
                     .remove(&id)

@@ -8,7 +8,8 @@ use super::drive::{Client, Fill, Queue, Refused};
 use super::llm_engine::Engine;
 use super::request::{Request, RequestError, Response};
 use std::convert::Infallible;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
 /// Where one request's text and result go. Implemented by the HTTP server over a tokio
@@ -23,7 +24,8 @@ pub trait Sink: Send + 'static {
     fn cancelled(&self) -> bool;
 }
 
-/// What the engine is doing and has done, answered between steps.
+/// What the engine is doing and has done, as of its last step (published between steps, so
+/// that asking never waits for one).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct EngineStatus {
     /// Requests queued and not admitted to the batch yet.
@@ -49,7 +51,22 @@ pub struct EngineStatus {
 enum Msg {
     Submit(Request, Box<dyn Sink>),
     ExpectCalls(Vec<String>),
-    Status(mpsc::Sender<EngineStatus>),
+}
+
+/// The engine's status as the actor last published it, and whether the actor still runs.
+#[derive(Default)]
+struct Published {
+    status: Mutex<EngineStatus>,
+    running: AtomicBool,
+}
+
+/// Marks the actor stopped when it ends, by returning or by a panic.
+struct Running(Arc<Published>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.store(false, Ordering::SeqCst);
+    }
 }
 
 fn stopped() -> RequestError {
@@ -60,6 +77,7 @@ fn stopped() -> RequestError {
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::Sender<Msg>,
+    published: Arc<Published>,
 }
 
 /// A submitted request's future response.
@@ -95,11 +113,14 @@ impl EngineHandle {
     /// the join handle, once every handle is dropped and its work is done.
     pub fn spawn(engine: Engine) -> (EngineHandle, JoinHandle<Engine>) {
         let (tx, rx) = mpsc::channel();
+        let published = Arc::new(Published::default());
+        published.running.store(true, Ordering::SeqCst);
+        let running = Running(Arc::clone(&published));
         let thread = std::thread::Builder::new()
             .name("throng-engine".into())
-            .spawn(move || serve(engine, rx))
+            .spawn(move || serve(engine, rx, running))
             .expect("invariant: the OS can start a thread");
-        (EngineHandle { tx }, thread)
+        (EngineHandle { tx, published }, thread)
     }
 
     /// Queues `request`; its text and result go to `sink`.
@@ -122,11 +143,17 @@ impl EngineHandle {
         self.submit(request).wait()
     }
 
-    /// What the engine is doing, once the messages sent before this one are taken in.
+    /// What the engine is doing, as of its last step: read at once, never queued behind a
+    /// step (a server's stats under load took seconds when the engine answered them).
     pub fn status(&self) -> Result<EngineStatus, RequestError> {
-        let (reply, rx) = mpsc::channel();
-        self.tx.send(Msg::Status(reply)).map_err(|_| stopped())?;
-        rx.recv().map_err(|_| stopped())
+        if !self.published.running.load(Ordering::SeqCst) {
+            return Err(stopped());
+        }
+        Ok(*self
+            .published
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Announces the next round of calls by retention key, as [`Engine::expect_calls`] does:
@@ -141,35 +168,47 @@ struct Actor {
     rx: mpsc::Receiver<Msg>,
     cancelled: u64,
     finished: u64,
+    running: Running,
 }
 
 impl Actor {
     fn take(&mut self, queue: &mut Queue<'_, Box<dyn Sink>>, msg: Msg) {
         match msg {
             // Its reader left while it sat in the channel: it never runs.
-            Msg::Submit(_, sink) if sink.cancelled() => self.cancelled += 1,
+            Msg::Submit(_, sink) if sink.cancelled() => {
+                self.cancelled += 1;
+                self.publish(queue.engine());
+                drop(sink);
+            }
             Msg::Submit(request, sink) => {
                 if let Err(Refused { key, error }) = queue.submit(sink, request) {
                     key.done(Err(error));
                 }
             }
             Msg::ExpectCalls(keys) => queue.expect_calls(keys),
-            Msg::Status(reply) => {
-                let engine = queue.engine();
-                let totals = engine.totals();
-                let _ = reply.send(EngineStatus {
-                    waiting: engine.num_waiting(),
-                    running: engine.num_running(),
-                    cancelled: self.cancelled,
-                    finished: self.finished,
-                    steps: totals.steps,
-                    generated_tokens: totals.generated_tokens,
-                    forced_tokens: totals.forced_tokens,
-                    prompt_tokens: totals.prompt_tokens,
-                    cached_tokens: totals.cache.hit_tokens,
-                });
-            }
         }
+    }
+
+    /// Publishes what the engine is doing now, for [`EngineHandle::status`].
+    fn publish(&self, engine: &Engine) {
+        let totals = engine.totals();
+        let status = EngineStatus {
+            waiting: engine.num_waiting(),
+            running: engine.num_running(),
+            cancelled: self.cancelled,
+            finished: self.finished,
+            steps: totals.steps,
+            generated_tokens: totals.generated_tokens,
+            forced_tokens: totals.forced_tokens,
+            prompt_tokens: totals.prompt_tokens,
+            cached_tokens: totals.cache.hit_tokens,
+        };
+        *self
+            .running
+            .0
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = status;
     }
 }
 
@@ -179,10 +218,17 @@ impl Client for Actor {
 
     fn fill(&mut self, queue: &mut Queue<'_, Box<dyn Sink>>) -> Result<Fill, Infallible> {
         // Readers that went away since the last step: their requests leave before the next.
-        self.cancelled += queue.cancel_where(|sink| sink.cancelled()) as u64;
+        let gone = queue.cancel_where(|sink| sink.cancelled());
+        if !gone.is_empty() {
+            self.cancelled += gone.len() as u64;
+            // Published before the sinks are dropped, which is how their callers learn of it.
+            self.publish(queue.engine());
+            drop(gone);
+        }
         // Block only when there is nothing to run; otherwise take whatever has arrived so it
         // joins the next step.
         if queue.idle() {
+            self.publish(queue.engine());
             match self.rx.recv() {
                 Ok(msg) => self.take(queue, msg),
                 Err(_) => return Ok(Fill::Done),
@@ -195,6 +241,7 @@ impl Client for Actor {
                 // readers still asked before each step whether they left; the first fill
                 // with nothing in flight ends the run in `recv` above.
                 Err(mpsc::TryRecvError::Empty | mpsc::TryRecvError::Disconnected) => {
+                    self.publish(queue.engine());
                     return Ok(Fill::More);
                 }
             }
@@ -206,22 +253,38 @@ impl Client for Actor {
         Ok(())
     }
 
+    // Every step, not only those that end a request: a status read under load is a step old
+    // at most.
+    fn step_counted(&mut self, engine: &Engine) -> Result<(), Infallible> {
+        self.publish(engine);
+        Ok(())
+    }
+
     fn finished(
         &mut self,
         sink: Box<dyn Sink>,
         result: Result<Response, RequestError>,
     ) -> Result<(), Infallible> {
         self.finished += 1;
+        // Published before the caller hears of it, so that a status read on its answer
+        // counts it finished (out of the batch it is since `step_counted`).
+        self.running
+            .0
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .finished = self.finished;
         sink.done(result);
         Ok(())
     }
 }
 
-fn serve(mut engine: Engine, rx: mpsc::Receiver<Msg>) -> Engine {
+fn serve(mut engine: Engine, rx: mpsc::Receiver<Msg>, running: Running) -> Engine {
     let mut actor = Actor {
         rx,
         cancelled: 0,
         finished: 0,
+        running,
     };
     let Ok(()) = engine.run(usize::MAX, &mut actor);
     engine

@@ -22,6 +22,24 @@ struct RequestLine {
     tag: Option<String>,
 }
 
+/// Why a line of a `--requests` file is no request; `at` names the line
+/// (`requests.jsonl line 3`).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestLineError {
+    #[error("{at}: not a valid request: {source}")]
+    NotARequest {
+        at: String,
+        source: serde_json::Error,
+    },
+    #[error("{at}: give either `messages` or `prompt`")]
+    NoPrompt { at: String },
+    #[error(
+        "{at}: not valid UTF-8 (byte 0x{byte:02x} at column {column}): a requests file is JSON \
+         Lines, which must be UTF-8; re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
+    )]
+    NotUtf8 { at: String, byte: u8, column: usize },
+}
+
 /// One line of output.
 #[derive(Serialize)]
 struct ResponseLine<'a> {
@@ -47,13 +65,16 @@ pub fn request_from_json(
     at: &str,
     max_tokens: usize,
     sampling: SamplingParams,
-) -> Result<Request, String> {
+) -> Result<Request, RequestLineError> {
     let r: RequestLine =
-        serde_json::from_str(text).map_err(|e| format!("{at}: not a valid request: {e}"))?;
+        serde_json::from_str(text).map_err(|source| RequestLineError::NotARequest {
+            at: at.to_string(),
+            source,
+        })?;
     let prompt = match (r.messages, r.prompt) {
         (Some(messages), None) => Prompt::Messages(messages),
         (None, Some(text)) => Prompt::Text(text),
-        _ => return Err(format!("{at}: give either `messages` or `prompt`")),
+        _ => return Err(RequestLineError::NoPrompt { at: at.to_string() }),
     };
     let mut request = Request::new(prompt)
         .with_max_tokens(r.max_tokens.unwrap_or(max_tokens))

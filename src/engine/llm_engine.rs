@@ -8,6 +8,7 @@ use super::batch_sampling::{self, Mask, PickOn};
 use super::block_manager::BlockManager;
 use super::chat::ChatTemplate;
 use super::constraint::Grammars;
+use super::logit_rules::TokenLogprob;
 use super::metrics::{EngineTotals, StepMetrics};
 use super::model_runner::ModelRunner;
 use super::postprocess::{Ending, Postprocess, push_token, streamable};
@@ -65,6 +66,10 @@ pub struct EngineConfig {
     /// Measure each phase of a step exactly (inputs, forward, attention, sampling, copies):
     /// on a GPU this waits for the device at every phase boundary, a few times per step.
     pub profile: bool,
+    /// Read a control token's text inside a message (`<|im_end|>`) as that control token, as
+    /// throng did before: only for callers who write every message themselves. By default a
+    /// message's content is text, whatever it spells.
+    pub control_tokens_in_content: bool,
 }
 
 impl Default for EngineConfig {
@@ -82,6 +87,7 @@ impl Default for EngineConfig {
             kv_format: KvFormat::Auto,
             host_sampling: false,
             profile: false,
+            control_tokens_in_content: false,
         }
     }
 }
@@ -223,6 +229,8 @@ impl Engine {
             chat: ChatTemplate::new(&chat)?,
             identity,
             vocab: model_cfg.vocab_size,
+            control_tokens_in_content: cfg.control_tokens_in_content,
+            max_context,
         };
         Ok(Self {
             prompts,
@@ -368,6 +376,18 @@ impl Engine {
         if let Some(problem) = request.sampling.problem() {
             return Err(RequestError::InvalidSampling(problem));
         }
+        if let Some(problem) = request.logits.problem(self.prompts.vocab) {
+            return Err(RequestError::InvalidSampling(problem));
+        }
+        if self.pick_on == PickOn::Device && !request.logits.is_neutral() {
+            // The device kernel reads raw logits only; the host path applies the rules.
+            return Err(RequestError::InvalidSampling(
+                "logit_bias, frequency and presence penalties and logprobs are computed on the \
+                 host: start the engine with host sampling (`--host-sampling`, \
+                 EngineConfig::host_sampling) to use them on a GPU"
+                    .into(),
+            ));
+        }
         let constraint = match &request.json_schema {
             None => None,
             // Compiled on the grammars' own threads (a server compiled it already).
@@ -395,7 +415,12 @@ impl Engine {
             Sampler::new(request.sampling),
             request.max_tokens,
         );
-        seq.stop = request.stop;
+        // A stop string inside a constrained reply would cut its JSON short of parsing: the
+        // grammar alone says where such a reply ends, so its stop strings are not applied.
+        if constraint.is_none() {
+            seq.stop = request.stop;
+        }
+        seq.rules = request.logits;
         seq.tag = request.tag;
         seq.retention_key = request.retention_key;
         seq.constraint = constraint;
@@ -406,10 +431,14 @@ impl Engine {
                 let forced = c.forced(room);
                 self.totals.forced_tokens += forced.len() as u64;
                 for t in forced {
+                    if seq.rules.logprobs.is_some() {
+                        seq.logprobs.push(TokenLogprob::forced(t));
+                    }
                     push_token(&self.prompts.tokenizer, &mut seq, t);
                 }
             }
         }
+        self.totals.requests += 1;
         self.totals.prompt_tokens += seq.prompt_len as u64;
         self.scheduler.add(seq);
         Ok(id)
@@ -487,7 +516,7 @@ impl Engine {
             seq.first_token.get_or_insert_with(Instant::now);
             let ending = match &sampled[p.index] {
                 None => unreachable!("every chunk that wants logits got a row"),
-                Some(Err(message)) => Some(Ending::Failed(message.clone())),
+                Some(Err(why)) => Some(Ending::Failed(why.to_string())),
                 Some(Ok(token)) if post.tokenizer.is_eos(*token) => {
                     Some(Ending::Finished(FinishReason::Stop))
                 }
@@ -687,6 +716,12 @@ impl Engine {
             })?),
             _ => None,
         };
+        let logprobs = seq.rules.logprobs.is_some().then(|| {
+            let mut logprobs = seq.logprobs;
+            // The end-of-turn token is not a token of the reply.
+            logprobs.truncate(token_ids.len());
+            logprobs
+        });
         Ok(Response {
             text,
             value,
@@ -701,6 +736,7 @@ impl Engine {
                 decode: now - first_token,
             },
             tag: seq.tag,
+            logprobs,
         })
     }
 }

@@ -34,6 +34,8 @@ pub struct StepMetrics {
 /// Totals over the engine's life.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct EngineTotals {
+    /// Requests this engine took (in this process: a resumed run counts only its own).
+    pub requests: u64,
     pub steps: u64,
     pub prompt_tokens: u64,
     pub prefill_tokens: u64,

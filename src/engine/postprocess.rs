@@ -1,6 +1,7 @@
 //! A step's third move: a sampled token appended to its sequence, with what its grammar
 //! forces, the sequence's stop strings and limits checked, and its text made ready to stream.
 
+use super::logit_rules::TokenLogprob;
 use super::metrics::EngineTotals;
 use super::request::FinishReason;
 use super::sequence::Sequence;
@@ -44,6 +45,9 @@ impl Postprocess<'_> {
             let forced = c.forced(limit.saturating_sub(seq.tokens.len()));
             totals.forced_tokens += forced.len() as u64;
             for t in forced {
+                if seq.rules.logprobs.is_some() {
+                    seq.logprobs.push(TokenLogprob::forced(t));
+                }
                 push_token(self.tokenizer, seq, t);
             }
         }

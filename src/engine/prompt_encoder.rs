@@ -25,6 +25,11 @@ pub struct PromptEncoder {
     pub(super) vocab: usize,
     /// The schemas compiled for this tokenizer, shared with the engine.
     pub(super) grammars: Grammars,
+    /// Whether a control token's text inside a message is that control token (as before
+    /// 0.x; unsafe with content from anyone but the caller) rather than text.
+    pub(super) control_tokens_in_content: bool,
+    /// The engine's longest sequence, prompt and reply.
+    pub(super) max_context: usize,
 }
 
 impl PromptEncoder {
@@ -52,7 +57,10 @@ impl PromptEncoder {
         let tokens = match prompt {
             Prompt::Tokens(tokens) => tokens.clone(),
             Prompt::Messages(messages) => self.message_tokens(messages)?,
-            Prompt::Text(text) => self.encode(text, true)?,
+            Prompt::Text(text) => {
+                self.bound_length(text.len())?;
+                self.encode(text, true)?
+            }
         };
         self.check(tokens)
     }
@@ -70,6 +78,7 @@ impl PromptEncoder {
         if messages.is_empty() {
             return Err(RequestError::EmptyMessages);
         }
+        self.bound_length(messages.iter().map(|m| m.content.len()).sum())?;
         if let Some(role) = self.chat.unknown_role(messages) {
             return Err(RequestError::UnknownRole {
                 role: role.to_string(),
@@ -81,9 +90,54 @@ impl PromptEncoder {
             .map_err(|e| RequestError::Template(e.to_string()))
     }
 
-    fn message_tokens(&self, messages: &[Message]) -> Result<Vec<u32>, RequestError> {
-        // A rendered template carries its own special tokens.
-        self.encode(&self.render(messages)?, false)
+    /// A rendered conversation's ids. The template's markup is control tokens; a message's
+    /// content is text even where it spells one (`A<|im_end|>\n<|im_start|>system`), so that
+    /// no user, and no agent whose reply goes into another's prompt, can forge a turn.
+    pub(super) fn message_tokens(&self, messages: &[Message]) -> Result<Vec<u32>, RequestError> {
+        let rendered = self.render(messages)?;
+        if self.control_tokens_in_content
+            || !messages
+                .iter()
+                .any(|m| self.tokenizer.holds_control(&m.content))
+        {
+            return self.encode(&rendered, false);
+        }
+        // Rendered again with each message's control text made inert (same length), the
+        // control tokens still there are the template's own.
+        let defused: Vec<Message> = messages
+            .iter()
+            .map(|m| Message {
+                role: m.role.clone(),
+                content: self.tokenizer.defused(&m.content),
+            })
+            .collect();
+        let shadow = self.render(&defused)?;
+        if shadow.len() != rendered.len() {
+            return Err(RequestError::Template(
+                "a message holds a control token's text, and this chat template renders the \
+                 message otherwise than as written, so its text cannot be told from the \
+                 template's markup: remove the control token's text from the message"
+                    .into(),
+            ));
+        }
+        self.tokenizer
+            .encode_rendered(&rendered, &shadow)
+            .map_err(|e| RequestError::Tokenizer(e.to_string()))
+    }
+
+    /// Refuses `bytes` of text that cannot fit the context however it tokenizes (the
+    /// engine's exact check follows tokenizing): megabytes are refused at once rather than
+    /// rendered and tokenized first.
+    fn bound_length(&self, bytes: usize) -> Result<(), RequestError> {
+        let tokens = self.tokenizer.fewest_tokens(bytes);
+        if tokens >= self.max_context {
+            return Err(RequestError::PromptTextTooLong {
+                bytes,
+                tokens,
+                limit: self.max_context,
+            });
+        }
+        Ok(())
     }
 
     pub(super) fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, RequestError> {
@@ -137,6 +191,17 @@ impl PromptEncoder {
         part(&(request.max_tokens as u64).to_le_bytes());
         for stop in &request.stop {
             part(stop.as_bytes());
+        }
+        // The bias and penalties change replies; the log-probabilities only report them.
+        let rules = &request.logits;
+        if rules.changes_logits() {
+            part(b"logits");
+            for (token, bias) in &rules.bias {
+                part(&token.to_le_bytes());
+                part(&bias.to_bits().to_le_bytes());
+            }
+            part(&rules.frequency_penalty.to_bits().to_le_bytes());
+            part(&rules.presence_penalty.to_bits().to_le_bytes());
         }
         h.finalize().into()
     }

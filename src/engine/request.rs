@@ -2,6 +2,7 @@
 
 use super::chat::Message;
 use super::constraint::{Schema, SchemaError};
+use super::logit_rules::{LogitRules, TokenLogprob};
 use super::sampler::SamplingParams;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -25,8 +26,12 @@ pub struct Request {
     pub sampling: SamplingParams,
     /// Most tokens to generate.
     pub max_tokens: usize,
-    /// Strings that end the reply (not included in it).
+    /// Strings that end the reply (not included in it). A reply constrained by `json_schema`
+    /// ignores them: cut, its JSON would not parse, so the grammar alone ends it.
     pub stop: Vec<String>,
+    /// A bias on chosen tokens, penalties on repeated ones, and whether to report
+    /// log-probabilities.
+    pub logits: LogitRules,
     /// Opaque label returned with the response (agent id, say).
     pub tag: Option<String>,
     /// Who is calling, for KV retention (an agent's history key, say): when the request
@@ -43,6 +48,7 @@ impl Request {
             sampling: SamplingParams::default(),
             max_tokens: 256,
             stop: Vec::new(),
+            logits: LogitRules::default(),
             tag: None,
             retention_key: None,
         }
@@ -131,6 +137,9 @@ pub struct Response {
     pub token_ids: Vec<u32>,
     pub timings: Timings,
     pub tag: Option<String>,
+    /// Each generated token's log-probability, when the request asked for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<TokenLogprob>>,
 }
 
 /// Why a request was refused; the other requests of the same call go on.
@@ -147,6 +156,16 @@ pub enum RequestError {
          a shorter system prompt) or use a model with a longer context"
     )]
     PromptTooLong { tokens: usize, limit: usize },
+    #[error(
+        "the prompt's text is {bytes} bytes, at least {tokens} tokens, and the context holds \
+         {limit}: shorten it (fewer history turns, a shorter message) or use a model with a \
+         longer context"
+    )]
+    PromptTextTooLong {
+        bytes: usize,
+        tokens: usize,
+        limit: usize,
+    },
     #[error(
         "the prompt needs {needed} KV blocks, the cache holds {available}: raise the KV memory \
          budget (--kv-memory) or shorten the prompt"

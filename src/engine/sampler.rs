@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SamplingParams {
-    /// 0 means greedy (argmax).
+    /// 0 means greedy (argmax), as does anything below [`GREEDY_BELOW`].
     pub temperature: f32,
     /// Keep only the `k` most likely tokens (`None`: all).
     pub top_k: Option<usize>,
@@ -30,13 +30,22 @@ impl Default for SamplingParams {
     }
 }
 
+/// Temperatures below this decode greedily. Logits are divided by the temperature, and below
+/// about 3e-39 that overflows to infinity (and infinity minus infinity is NaN), so a draw at
+/// 1e-45 picked garbage. Well before that a draw is greedy in all but name: two logits that
+/// differ by 1e-18 or more (any two distinct f32 logits of magnitude above 1e-11 do) differ by
+/// 100 or more once divided by 1e-20, and `exp(-100)` is negligible beside the top token's 1.
+/// The cut keeps `logit / temperature` finite for every logit below 3e18, on the host and in
+/// the device sampler alike.
+pub const GREEDY_BELOW: f32 = 1e-20;
+
 impl SamplingParams {
     pub fn greedy() -> Self {
         Self::default()
     }
 
     pub fn is_greedy(&self) -> bool {
-        self.temperature <= 0.0 || self.top_k == Some(1)
+        self.temperature < GREEDY_BELOW || self.top_k == Some(1)
     }
 
     /// Describes why these settings are unusable, if they are.
@@ -191,6 +200,24 @@ mod tests {
             assert!(k.sample(&logits).unwrap() < 2);
             assert!(p.sample(&logits).unwrap() < 2);
         }
+    }
+
+    #[test]
+    fn a_vanishing_temperature_is_greedy_not_garbage() {
+        // 37 is invertible mod 101: every logit differs, so the top token is unique.
+        let logits: Vec<f32> = (0..101)
+            .map(|i| ((i * 37 % 101) as f32) * 0.3 - 12.0)
+            .collect();
+        let best = argmax(&logits);
+        for t in [1e-45, 1e-40, 1e-38, 1e-30, 1e-21] {
+            let mut s = Sampler::new(params(t, None, 1.0, 9));
+            for _ in 0..20 {
+                assert_eq!(s.sample(&logits), best, "temperature {t}");
+            }
+        }
+        // Just above the cut, sampling proper still picks the top token.
+        let mut s = Sampler::new(params(1e-19, None, 1.0, 9));
+        assert_eq!(s.sample(&logits), best);
     }
 
     #[test]

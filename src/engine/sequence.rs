@@ -3,6 +3,7 @@
 use super::block_hash::BlockHash;
 use super::block_manager::BlockId;
 use super::constraint::Constraint;
+use super::logit_rules::{LogitRules, TokenLogprob};
 use super::sampler::Sampler;
 use super::tokenizer::Detokenizer;
 use std::time::Instant;
@@ -34,6 +35,10 @@ pub struct Sequence {
     pub constraint: Option<Constraint>,
     pub max_tokens: usize,
     pub stop: Vec<String>,
+    /// Its bias, penalties and whether it reports log-probabilities.
+    pub rules: LogitRules,
+    /// The log-probability of each generated token, when `rules` asks for them.
+    pub logprobs: Vec<TokenLogprob>,
     /// Generated text so far, built incrementally for stop strings and streaming.
     pub text: String,
     /// Bytes of `text` handed out as stream deltas. It stays behind any point a stop string
@@ -64,6 +69,8 @@ impl Sequence {
             constraint: None,
             max_tokens,
             stop: Vec::new(),
+            rules: LogitRules::default(),
+            logprobs: Vec::new(),
             text: String::new(),
             streamed: 0,
             detok: Detokenizer::default(),

@@ -38,13 +38,20 @@ impl PromptEncoder {
         replies: &[(usize, &[u32])],
     ) -> Result<Spliced, RequestError> {
         let whole = self.render(messages)?;
-        let unspliced = |text: &str| -> Result<Spliced, RequestError> {
+        let unspliced = |_: &str| -> Result<Spliced, RequestError> {
             Ok(Spliced {
-                tokens: self.tokens(&super::Prompt::Tokens(self.encode(text, false)?))?,
+                tokens: self.tokens(&super::Prompt::Tokens(self.message_tokens(messages)?))?,
                 spliced: 0,
             })
         };
-        if replies.is_empty() {
+        // Segments tokenized on their own would read a message's control text as control
+        // tokens; such a conversation is tokenized whole, where it is read as text.
+        if replies.is_empty()
+            || (!self.control_tokens_in_content
+                && messages
+                    .iter()
+                    .any(|m| self.tokenizer.holds_control(&m.content)))
+        {
             return unspliced(&whole);
         }
         let mut marked = messages.to_vec();

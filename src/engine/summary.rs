@@ -3,9 +3,11 @@
 use super::Engine;
 use std::time::Duration;
 
-/// One line on what the engine did: throughput, prefix cache, where the time went.
-pub fn summary(engine: &Engine, requests: usize, wall: Duration) -> String {
+/// One line on what the engine did over `wall`: the requests it took (not those a store
+/// answered, nor a resumed run's earlier ones), throughput, prefix cache, where the time went.
+pub fn summary(engine: &Engine, wall: Duration) -> String {
     let t = engine.totals();
+    let requests = t.requests;
     let secs = wall.as_secs_f64().max(1e-9);
     let busy = (t.forward + t.masks + t.sampling).as_secs_f64().max(1e-9);
     let masks = match (

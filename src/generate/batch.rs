@@ -139,7 +139,7 @@ impl<W: Write> Client for Batch<'_, W> {
                 at: item.at.clone(),
             };
             // The engine's refusals (an unknown chat role, a prompt too long) name the line.
-            let submitted = item.request.and_then(|r| {
+            let submitted = item.request.map_err(|e| e.to_string()).and_then(|r| {
                 queue
                     .submit(key, r)
                     .map_err(|refused| located(item.at.as_deref(), refused.error.to_string()))

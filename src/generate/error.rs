@@ -1,6 +1,7 @@
 //! Why a run of `generate` stopped.
 
 use crate::engine::RequestError;
+use crate::engine::jsonl::RequestLineError;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -29,8 +30,8 @@ pub enum GenerateError {
     #[error("nothing to generate")]
     Nothing,
     /// The one request of a prompt is not one the engine can run.
-    #[error("{0}")]
-    Invalid(String),
+    #[error(transparent)]
+    Invalid(#[from] RequestLineError),
     /// The one request of a prompt failed in the engine.
     #[error("the request failed: {0}")]
     Failed(RequestError),

@@ -1,6 +1,6 @@
 //! `generate`: one prompt streamed, N seeded copies, or a JSON Lines batch of requests (from a
 //! file or standard input) through one engine, as an offline batch-inference tool. The
-//! library does the work; `throng generate` only turns its arguments into [`Options`] and
+//! library does the work; `throng generate` only turns its arguments into [`GenerateOptions`] and
 //! prints what comes back.
 
 mod batch;
@@ -10,7 +10,7 @@ mod source;
 
 pub use batch::Counts;
 pub use error::GenerateError;
-pub use options::{Options, Requests};
+pub use options::{GenerateOptions, Requests};
 pub use source::Source;
 
 use crate::engine::{Engine, Response};

@@ -23,7 +23,7 @@ pub enum Requests {
 }
 
 /// A run of `generate`.
-pub struct Options {
+pub struct GenerateOptions {
     pub requests: Requests,
     /// The default of every request (a line of a requests file may set its own).
     pub max_tokens: usize,

@@ -2,8 +2,8 @@
 //! prompt, or the lines of a requests file or of standard input.
 
 use super::error::GenerateError;
-use super::options::{Options, Requests};
-use crate::engine::jsonl::request_from_json;
+use super::options::{GenerateOptions, Requests};
+use crate::engine::jsonl::{RequestLineError, request_from_json};
 use crate::engine::{Request, SamplingParams, Schema};
 use std::io::BufRead;
 
@@ -13,7 +13,7 @@ const STDIN_AHEAD: usize = 1024;
 /// A request to run, or why its line could not become one.
 pub(super) struct Item {
     pub(super) index: usize,
-    pub(super) request: Result<Request, String>,
+    pub(super) request: Result<Request, RequestLineError>,
     pub(super) tag: Option<String>,
     /// Where it was read (`requests.jsonl line 3`), for the errors the engine finds in it.
     pub(super) at: Option<String>,
@@ -101,7 +101,7 @@ enum Kind {
 impl Source {
     /// The requests `options` name: a requests file (opened now, so that a missing one is
     /// reported before a model loads), standard input, or copies of one prompt.
-    pub fn open(options: &Options) -> Result<Self, GenerateError> {
+    pub fn open(options: &GenerateOptions) -> Result<Self, GenerateError> {
         let file = |name: String, lines: Lines| Kind::File {
             name,
             lines,
@@ -214,13 +214,11 @@ fn not_utf8(e: &std::string::FromUtf8Error, index: usize, line: usize, name: &st
     let tag = tag_of(&String::from_utf8_lossy(bytes));
     Item {
         index,
-        request: Err(format!(
-            "{name} line {line}: not valid UTF-8 (byte 0x{:02x} at column {}): a requests file is \
-             JSON Lines, which must be UTF-8; re-save the file as UTF-8 (e.g. `iconv -f latin1 -t \
-             utf-8`)",
-            bytes[at],
-            at + 1
-        )),
+        request: Err(RequestLineError::NotUtf8 {
+            at: format!("{name} line {line}"),
+            byte: bytes[at],
+            column: at + 1,
+        }),
         tag,
         at: None,
     }

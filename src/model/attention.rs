@@ -173,7 +173,7 @@ pub(crate) enum AttentionPlan {
         cascade: bool,
         /// Items, tiles and shared prefixes, worked out at the first layer (which brings the
         /// head layout) and the same for every other.
-        plan: std::sync::OnceLock<paged::Plan>,
+        plan: std::sync::OnceLock<paged::BatchTiling>,
         /// The kernel's working memory, reused by every layer of the pass.
         scratch: std::sync::Mutex<Vec<f32>>,
     },
@@ -251,7 +251,9 @@ impl AttentionPlan {
                 *block_size,
                 heads,
                 *window,
-                plan.get_or_init(|| paged::Plan::new(spans, *block_size, heads, *window, *cascade)),
+                plan.get_or_init(|| {
+                    paged::BatchTiling::new(spans, *block_size, heads, *window, *cascade)
+                }),
                 paged::Isa::best(),
                 &mut scratch
                     .lock()
@@ -477,7 +479,7 @@ fn paged_cpu(
     heads: Heads,
     window: Option<usize>,
 ) -> candle_core::Result<Tensor> {
-    let plan = paged::Plan::new(spans, block_size, heads, window, true);
+    let plan = paged::BatchTiling::new(spans, block_size, heads, window, true);
     paged::attend(
         q,
         k,

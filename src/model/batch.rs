@@ -19,6 +19,33 @@ pub struct SeqChunk<'a> {
     pub wants_logits: bool,
 }
 
+/// The cache row of each packed token's key and value.
+#[derive(Debug)]
+pub(crate) struct Slots {
+    pub rows: Vec<u32>,
+    /// On a GPU, `(T, kv_width)` u32: the rows repeated across each row's width, so that one
+    /// `scatter_set` writes a whole layer. The CPU copies rows straight from `rows`.
+    pub repeated: Option<Tensor>,
+}
+
+impl Slots {
+    fn new(
+        rows: Vec<u32>,
+        width: usize,
+        device: &candle_core::Device,
+    ) -> candle_core::Result<Self> {
+        let repeated = match device.is_cpu() {
+            true => None,
+            false => Some(
+                Tensor::from_vec(rows.clone(), (rows.len(), 1), device)?
+                    .broadcast_as((rows.len(), width))?
+                    .contiguous()?,
+            ),
+        };
+        Ok(Self { rows, repeated })
+    }
+}
+
 /// Device-ready inputs of one ragged batch, built once per step and shared by every layer.
 #[derive(Debug)]
 pub struct BatchInputs {
@@ -26,9 +53,8 @@ pub struct BatchInputs {
     pub(crate) token_ids: Tensor,
     /// Position of each packed token; RoPE tables are built from these.
     pub(crate) positions: Vec<u32>,
-    /// `(T, kv_width)` u32: the cache row each token's key/value goes to, repeated across
-    /// the row so that one `scatter_set` writes a whole layer.
-    pub(crate) slots: Tensor,
+    /// The cache row each token's key and value go to.
+    pub(crate) slots: Slots,
     /// `(n,)` u32: packed rows whose logits the step returns.
     pub(crate) logit_rows: Tensor,
     num_logit_rows: usize,
@@ -114,9 +140,7 @@ impl BatchInputs {
         }
         let device = kv.device();
         let num_logit_rows = logit_rows.len();
-        let slots = Tensor::from_vec(slots, (total, 1), device)?
-            .broadcast_as((total, kv.row_width()))?
-            .contiguous()?;
+        let slots = Slots::new(slots, kv.row_width(), device)?;
         Ok(Self {
             token_ids: Tensor::from_vec(token_ids, total, device)?,
             positions,

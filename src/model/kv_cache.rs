@@ -8,6 +8,7 @@
 //! and how the CPU kernel and the gathered path read them.
 
 use super::attention::AttentionBackend;
+use super::batch::Slots;
 use super::{ModelConfig, ModelError};
 use candle_core::{DType, Device, Tensor};
 
@@ -239,24 +240,108 @@ impl KvCache {
         t.reshape((self.num_blocks * self.block_size, self.row_width()))
     }
 
-    /// Stores one layer's new keys and values `(T, row_width)` at `slots` `(T, row_width)`.
+    /// Stores one layer's new keys and values `(T, row_width)` at `slots`.
     pub(crate) fn write(
         &mut self,
         layer: usize,
         k: &Tensor,
         v: &Tensor,
-        slots: &Tensor,
+        slots: &Slots,
     ) -> candle_core::Result<()> {
         let (kc, vc) = &self.layers[layer];
-        self.rows(kc)?
-            .scatter_set(slots, &k.to_dtype(self.dtype)?, 0)?;
-        self.rows(vc)?
-            .scatter_set(slots, &v.to_dtype(self.dtype)?, 0)
+        match &slots.repeated {
+            Some(repeated) => {
+                self.rows(kc)?
+                    .scatter_set(repeated, &k.to_dtype(self.dtype)?, 0)?;
+                self.rows(vc)?
+                    .scatter_set(repeated, &v.to_dtype(self.dtype)?, 0)
+            }
+            None => {
+                let write = WriteRows {
+                    slots: &slots.rows,
+                    width: self.row_width(),
+                };
+                // A bf16 or f16 model's keys go through f32, exactly: converting them on to
+                // the cache's type rounds as converting them directly does.
+                let f32_rows = |t: &Tensor| t.to_dtype(candle_core::DType::F32)?.contiguous();
+                kc.inplace_op2(&f32_rows(k)?, &write)?;
+                vc.inplace_op2(&f32_rows(v)?, &write)
+            }
+        }
     }
 
     /// One layer's keys and values, each `(num_blocks, block_size, kv_heads, head_dim)`.
     pub(crate) fn layer(&self, layer: usize) -> (&Tensor, &Tensor) {
         let (k, v) = &self.layers[layer];
         (k, v)
+    }
+}
+
+/// Rows of f32 keys or values copied (converted to the cache's type, rounding to nearest as
+/// `to_dtype` does) into the cache rows `slots` names: on the CPU, one pass over the new
+/// rows instead of a scatter over an index as wide as the values.
+struct WriteRows<'a> {
+    slots: &'a [u32],
+    width: usize,
+}
+
+impl candle_core::InplaceOp2 for WriteRows<'_> {
+    fn name(&self) -> &'static str {
+        "kv-cache-write-rows"
+    }
+
+    fn cpu_fwd(
+        &self,
+        cache: &mut candle_core::CpuStorage,
+        cache_layout: &candle_core::Layout,
+        rows: &candle_core::CpuStorage,
+        rows_layout: &candle_core::Layout,
+    ) -> candle_core::Result<()> {
+        use candle_core::CpuStorage;
+        use half::slice::HalfFloatSliceExt;
+        let (Some((c0, c1)), Some((r0, r1))) = (
+            cache_layout.contiguous_offsets(),
+            rows_layout.contiguous_offsets(),
+        ) else {
+            candle_core::bail!("the KV cache writes contiguous rows only");
+        };
+        let w = self.width;
+        let CpuStorage::F32(rows) = rows else {
+            candle_core::bail!("the KV cache is written from f32 keys and values");
+        };
+        let rows = &rows[r0..r1];
+        if rows.len() != self.slots.len() * w {
+            candle_core::bail!(
+                "{} values for {} slots of {w}",
+                rows.len(),
+                self.slots.len()
+            );
+        }
+        let fits = |len: usize| self.slots.iter().all(|&s| (s as usize + 1) * w <= len);
+        match cache {
+            CpuStorage::F32(cache) if fits(c1 - c0) => {
+                let cache = &mut cache[c0..c1];
+                for (&slot, row) in self.slots.iter().zip(rows.chunks_exact(w)) {
+                    cache[slot as usize * w..][..w].copy_from_slice(row);
+                }
+            }
+            CpuStorage::F16(cache) if fits(c1 - c0) => {
+                let cache = &mut cache[c0..c1];
+                for (&slot, row) in self.slots.iter().zip(rows.chunks_exact(w)) {
+                    cache[slot as usize * w..][..w].convert_from_f32_slice(row);
+                }
+            }
+            CpuStorage::BF16(cache) if fits(c1 - c0) => {
+                let cache = &mut cache[c0..c1];
+                for (&slot, row) in self.slots.iter().zip(rows.chunks_exact(w)) {
+                    cache[slot as usize * w..][..w].convert_from_f32_slice(row);
+                }
+            }
+            CpuStorage::F32(_) | CpuStorage::F16(_) | CpuStorage::BF16(_) => {
+                candle_core::bail!("a slot past the KV cache's rows")
+            }
+            _ => candle_core::bail!("the KV cache holds f32, f16 or bf16 on the CPU"),
+        }
+        Ok(())
     }
 }

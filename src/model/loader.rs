@@ -203,22 +203,47 @@ fn load_hf_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError
         .filter(|path| path.is_file()),
     );
     files.extend(super::safetensors::shard_paths(dir)?);
-    let target = opts
-        .weights
-        .target(&opts.device, cfg.parameters() as usize, false)?;
-    let model = Llama::load(
-        cfg,
-        &mut source as &mut dyn WeightSource,
-        target,
-        &opts.device,
-    )?;
-    Ok(LoadedModel {
+    let read = Read {
         name: dir.display().to_string(),
-        model,
         tokenizer,
         chat,
-        weights: format!("safetensors -> {}", target.label()),
-        origin: super::Origin::Files(files),
+        stored: "safetensors".into(),
+        files,
+    };
+    assemble(cfg, &mut source, opts, false, read)
+}
+
+/// What a loader read of a model beside its weights.
+struct Read {
+    name: String,
+    tokenizer: tokenizers::Tokenizer,
+    chat: ChatSpec,
+    /// How the file stores its weights (`safetensors`, `GGUF (Q4_1/Q8_0)`).
+    stored: String,
+    /// The files its replies depend on.
+    files: Vec<std::path::PathBuf>,
+}
+
+/// The model of `cfg` built from `source` in the weight format `opts` asks for (`gguf`: the
+/// source is a GGUF file, whose blocks some formats keep), with what was read beside it.
+fn assemble(
+    cfg: ModelConfig,
+    source: &mut dyn WeightSource,
+    opts: &LoadOptions,
+    gguf: bool,
+    read: Read,
+) -> Result<LoadedModel, ModelError> {
+    let target = opts
+        .weights
+        .target(&opts.device, cfg.parameters() as usize, gguf)?;
+    let model = Llama::load(cfg, source, target, &opts.device)?;
+    Ok(LoadedModel {
+        name: read.name,
+        model,
+        tokenizer: read.tokenizer,
+        chat: read.chat,
+        weights: format!("{} -> {}", read.stored, target.label()),
+        origin: super::Origin::Files(read.files),
     })
 }
 
@@ -276,27 +301,16 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError>
         types.dedup();
         types.join("/")
     };
-    let target = opts
-        .weights
-        .target(&opts.device, cfg.parameters() as usize, true)?;
-    let model = Llama::load(
-        cfg,
-        &mut source as &mut dyn WeightSource,
-        target,
-        &opts.device,
-    )?;
-    Ok(LoadedModel {
+    let read = Read {
         name: path.display().to_string(),
-        model,
         tokenizer,
         chat,
-        weights: format!("GGUF ({stored}) -> {}", target.label()),
-        origin: super::Origin::Files(
-            std::iter::once(path.to_path_buf())
-                .chain(opts.tokenizer.clone())
-                .collect(),
-        ),
-    })
+        stored: format!("GGUF ({stored})"),
+        files: std::iter::once(path.to_path_buf())
+            .chain(opts.tokenizer.clone())
+            .collect(),
+    };
+    assemble(cfg, &mut source, opts, true, read)
 }
 
 /// The pre-tokenizer that GGUF's `tokenizer.ggml.pre` = `pre` is another name of, as

@@ -8,6 +8,7 @@
 mod attention;
 mod batch;
 mod config;
+pub(crate) mod cpu;
 mod error;
 mod files;
 mod finite;

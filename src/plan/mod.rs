@@ -1,6 +1,6 @@
 //! A run sized before it is queued (`throng plan`): memory, tokens, batch and step time per
 //! device, from the config's first step built here and the model sized here or from a
-//! device's stated figures (see `crate::sim::plan` for the arithmetic). The command line and
+//! device's stated figures (see [`device`] for the arithmetic). The command line and
 //! any other caller give typed [`PlanOptions`]; the plan is written, line by line, to the
 //! caller's writer.
 //!
@@ -8,23 +8,26 @@
 //! scripted one is sized by [`scripted`] alone), [`size_models`], then each population size's
 //! first step, estimate and placement ([`population`]).
 
+pub mod device;
+mod error;
 mod options;
 mod population;
 mod scripted;
 mod sizing;
 mod writer;
 
+pub use error::PlanError;
 pub use options::PlanOptions;
 pub use sizing::DeviceFormat;
 
-use writer::{Models, Plan, check_devices};
+use writer::{Draft, Models, check_devices};
 
 use crate::run::{ModelSettings, RunError, refuse};
 use crate::scenarios::{Loaded, Registry};
 use crate::sim::config::{PolicyKind, Split};
 use crate::sim::experiment::Overrides;
-use crate::sim::plan::{self, DeviceProfile, Placement};
 use crate::sim::policy::Llm;
+use device::{DeviceProfile, Placement};
 use sizing::size_model;
 use std::io::Write;
 
@@ -33,7 +36,7 @@ pub fn plan(
     registry: &Registry,
     options: &PlanOptions,
     out: &mut dyn Write,
-) -> Result<(), RunError> {
+) -> Result<(), PlanError> {
     let profile = check(options)?;
     let loaded = load(registry, options)?;
     let exp = loaded.experiment();
@@ -43,7 +46,7 @@ pub fn plan(
     let (models, engine) = size_models(options, loaded.as_ref(), profile)?;
     let prompts = registry.prompts(exp)?;
     let llm = Llm::new(engine, prompts, exp.config.history, exp.config.llm.wave);
-    let mut plan = Plan::new(options, profile, models, llm, loaded.as_ref());
+    let mut plan = Draft::new(options, profile, models, llm, loaded.as_ref());
     plan.header(out)?;
     for &size in &exp.config.agents.0 {
         population::population(&mut plan, size, out)?;
@@ -52,16 +55,16 @@ pub fn plan(
 }
 
 /// Refuses options that cannot make a plan; the device profile they name, if any.
-fn check(options: &PlanOptions) -> Result<Option<DeviceProfile>, RunError> {
+fn check(options: &PlanOptions) -> Result<Option<DeviceProfile>, PlanError> {
     if options.devices == 0 {
         refuse!("--devices must be at least 1");
     }
     let profile = match &options.device_profile {
         None => None,
-        Some(name) => Some(*plan::profile(name).ok_or_else(|| {
+        Some(name) => Some(*device::profile(name).ok_or_else(|| {
             RunError::Refused(format!(
                 "unknown device profile `{name}` (known: {})",
-                plan::PROFILES
+                device::PROFILES
                     .iter()
                     .map(|p| p.name)
                     .collect::<Vec<_>>()
@@ -80,7 +83,7 @@ fn check(options: &PlanOptions) -> Result<Option<DeviceProfile>, RunError> {
 /// The config with the overrides, checked as a run checks it: the devices against the first
 /// steps' decisions and the first step against this machine's memory (the plan builds it
 /// here, as the run would).
-fn load(registry: &Registry, options: &PlanOptions) -> Result<Box<dyn Loaded>, RunError> {
+fn load(registry: &Registry, options: &PlanOptions) -> Result<Box<dyn Loaded>, PlanError> {
     let overrides = Overrides {
         agents: options.agents.clone(),
         replicates: options.replicates,
@@ -124,7 +127,7 @@ fn size_models(
     options: &PlanOptions,
     loaded: &dyn Loaded,
     profile: Option<DeviceProfile>,
-) -> Result<(Models, crate::engine::Engine), RunError> {
+) -> Result<(Models, crate::engine::Engine), PlanError> {
     let exp = loaded.experiment();
     // With several models, the first names the figures; the placement sizes each.
     let names = crate::run::models_of(exp)?;

@@ -1,15 +1,15 @@
 //! One population size of a plan: its first step built (and sampled) here, the estimate per
 //! device, where the models go, whether it fits, and the devices a target step time needs.
 
+use super::device::{self, Estimate, Figure, Inputs, ModelLoad, Placement, Source, Speed};
+use super::error::PlanError;
 use super::sizing::{bytes, count, fitting_format, tag};
-use super::writer::{Plan, check_devices, say};
-use crate::run::RunError;
-use crate::sim::plan::{self, Estimate, Figure, Inputs, ModelLoad, Placement, Source, Speed};
+use super::writer::{Draft, check_devices, say};
 use crate::sim::runner::FirstStep;
 use std::io::Write;
 
 /// The part of the plan for population `size`.
-pub fn population(plan: &mut Plan, size: usize, out: &mut dyn Write) -> Result<(), RunError> {
+pub fn population(plan: &mut Draft, size: usize, out: &mut dyn Write) -> Result<(), PlanError> {
     let first = plan.loaded.first_step(&mut plan.llm, size, plan.sample)?;
     check_devices(plan.options.devices, size, first.decisions)?;
     let (inputs, reply, speed) = inputs(plan, &first)?;
@@ -44,7 +44,7 @@ pub fn population(plan: &mut Plan, size: usize, out: &mut dyn Write) -> Result<(
 
 /// The estimate's inputs for `first`: the reply tokens (measured from the sample, else
 /// `max_tokens`) and the speed (the profile's, else the sample's).
-fn inputs(plan: &Plan, first: &FirstStep) -> Result<(Inputs, Figure, Speed), RunError> {
+fn inputs(plan: &Draft, first: &FirstStep) -> Result<(Inputs, Figure, Speed), PlanError> {
     let s = &plan.models.sized;
     let reply = match &first.sample {
         Some(sample) if sample.decisions > 0 => Figure::new(
@@ -91,13 +91,13 @@ fn inputs(plan: &Plan, first: &FirstStep) -> Result<(Inputs, Figure, Speed), Run
 
 /// The first step's tokens, the KV cache and the batch per device.
 fn say_estimate(
-    plan: &Plan,
+    plan: &Draft,
     size: usize,
     first: &FirstStep,
     reply: Figure,
     e: &Estimate,
     out: &mut dyn Write,
-) -> Result<(), RunError> {
+) -> Result<(), PlanError> {
     let s = &plan.models.sized;
     say!(
         out,
@@ -156,7 +156,7 @@ fn say_estimate(
         bytes(e.kv_memory),
         bytes(s.memory.value),
         tag(s.memory),
-        plan::RESERVED_SHARE * 100.0,
+        device::RESERVED_SHARE * 100.0,
         bytes(e.kv_whole_step)
     )?;
     say!(
@@ -174,7 +174,7 @@ fn say_step_time(
     speed: &Speed,
     e: &Estimate,
     out: &mut dyn Write,
-) -> Result<(), RunError> {
+) -> Result<(), PlanError> {
     if !e.fits {
         return say!(
             out,
@@ -192,8 +192,8 @@ fn say_step_time(
             ),
             _ => format!(
                 "assumed: stated bandwidth and FLOP/s at {:.0}% and {:.0}% efficiency",
-                plan::BANDWIDTH_EFFICIENCY * 100.0,
-                plan::FLOPS_EFFICIENCY * 100.0
+                device::BANDWIDTH_EFFICIENCY * 100.0,
+                device::FLOPS_EFFICIENCY * 100.0
             ),
         }
     )
@@ -202,11 +202,11 @@ fn say_step_time(
 /// Where the models go: each with its share of the step's decisions (the run's agents it
 /// decides for), the prompts counted once for all (their text is the same).
 fn say_models(
-    plan: &Plan,
+    plan: &Draft,
     first: &FirstStep,
     reply: Figure,
     out: &mut dyn Write,
-) -> Result<(), RunError> {
+) -> Result<(), PlanError> {
     let m = &plan.models;
     let all: u64 = m.shares.iter().sum::<u64>().max(1);
     let share = |i: usize| {
@@ -260,7 +260,8 @@ fn say_models(
                 .join("; ")
         )?;
     }
-    let placed = plan::place(
+    // A placement that cannot be made is the plan's failure, told in the run's error.
+    let placed = device::place(
         &models,
         plan.options.devices,
         m.sized.memory.value,
@@ -273,13 +274,13 @@ fn say_models(
 }
 
 /// Whether the step fits a device, and if not, why and what would make it.
-fn fits(plan: &Plan, inputs: &Inputs, e: &Estimate) -> String {
+fn fits(plan: &Draft, inputs: &Inputs, e: &Estimate) -> String {
     if e.fits {
         return "yes".to_string();
     }
     let s = &plan.models.sized;
     let devices = plan.options.devices;
-    let usable = s.memory.value * (1.0 - plan::RESERVED_SHARE);
+    let usable = s.memory.value * (1.0 - device::RESERVED_SHARE);
     let what = if s.weight_bytes.value > usable {
         format!(
             "its weights ({}) are more than the {} a device leaves for them and the KV cache",
@@ -327,7 +328,7 @@ fn say_target(
     first: &FirstStep,
     target: f64,
     out: &mut dyn Write,
-) -> Result<(), RunError> {
+) -> Result<(), PlanError> {
     // More devices than decisions would add none that has work.
     let limit = first.decisions.clamp(1, 4096);
     match inputs.devices_for(target, limit) {

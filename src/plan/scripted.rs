@@ -1,8 +1,8 @@
 //! The plan of a run whose agents all follow rules: no model to size, but the simulation's
 //! memory, part by part.
 
+use super::error::PlanError;
 use super::writer::say;
-use crate::run::RunError;
 use std::io::Write;
 
 /// `throng plan` of a config whose agents all follow rules: no model to size, but the
@@ -12,7 +12,7 @@ pub fn scripted(
     config: &std::path::Path,
     loaded: &dyn crate::scenarios::Loaded,
     out: &mut dyn Write,
-) -> Result<(), RunError> {
+) -> Result<(), PlanError> {
     let footprint = loaded.footprint()?;
     say!(
         out,

@@ -2,13 +2,14 @@
 //! or computed from a device profile's stated figures and the preset's stated config (when
 //! its weights are not on this machine).
 
+use super::device::{self, DeviceProfile, ExpertWeights, Figure, Inputs, Source};
+use super::error::PlanError;
 use crate::engine::{Engine, EngineConfig};
 use crate::model::synthetic::{Shape, random_llama};
 use crate::model::{
     LoadedModel, ModelConfig, ModelSource, Preset, PresetSource, Presets, WeightFormat, loader,
 };
 use crate::run::{ModelSettings, RunError, refuse};
-use crate::sim::plan::{self, DeviceProfile, ExpertWeights, Figure, Inputs, Source};
 use bytesize::ByteSize;
 use std::path::{Path, PathBuf};
 
@@ -39,7 +40,7 @@ pub enum DeviceFormat {
 
 impl DeviceFormat {
     /// What `--weights` becomes on a GPU (`auto` and `native` of safetensors: bf16).
-    pub(crate) fn on_gpu(weights: WeightFormat) -> Result<Self, RunError> {
+    pub(crate) fn on_gpu(weights: WeightFormat) -> Result<Self, PlanError> {
         Ok(match weights {
             WeightFormat::Auto | WeightFormat::Native | WeightFormat::Bf16 => DeviceFormat::Bf16,
             WeightFormat::F16 => DeviceFormat::F16,
@@ -144,7 +145,7 @@ fn cached_tokenizer_dir(preset: &Preset) -> Option<PathBuf> {
 /// weights: a tiny random model stands in for them and never runs (nothing is sampled); the
 /// tokenizer and chat template are the model's own when the Hugging Face cache has them,
 /// else the packaged Llama 3 ones. Returns the engine and the label of its token counts.
-fn tokenizer_engine(preset: &Preset, model: &ModelSettings) -> Result<(Engine, String), RunError> {
+fn tokenizer_engine(preset: &Preset, model: &ModelSettings) -> Result<(Engine, String), PlanError> {
     let (dir, counted) = match cached_tokenizer_dir(preset) {
         Some(dir) => (
             dir,
@@ -306,7 +307,7 @@ fn stated(
     model: &ModelSettings,
     p: DeviceProfile,
     f: DeviceFormat,
-) -> Result<Sized, RunError> {
+) -> Result<Sized, PlanError> {
     let (engine, counted) = tokenizer_engine(preset, model)?;
     let cfg = preset.config.clone();
     let (memory, weight_bytes, weight_how, kv_token) = on_profile(p, f, &cfg, true);
@@ -335,7 +336,7 @@ fn stated(
 pub(crate) fn size_model(
     model: &ModelSettings,
     profile: Option<DeviceProfile>,
-) -> Result<Sized, RunError> {
+) -> Result<Sized, PlanError> {
     let preset = Presets::builtin().get(&model.model).cloned();
     let format = profile
         .map(|_| DeviceFormat::on_gpu(model.engine.weights))
@@ -352,7 +353,7 @@ pub(crate) fn size_model(
             "{}. Or plan it without the weights: with --device-profile NAME ({}) throng \
              sizes it from the preset's stated config",
             e.one_line(),
-            plan::PROFILES
+            device::PROFILES
                 .iter()
                 .map(|p| p.name)
                 .collect::<Vec<_>>()

@@ -1,27 +1,32 @@
 //! A plan being written: what every population size's part reads, and the way it writes.
 
+use super::device::{DeviceProfile, ExpertWeights, Figure, Placement};
+use super::error::PlanError;
 use super::options::PlanOptions;
 use super::sizing::{Figures, bytes, count, tag};
-use crate::run::{RunError, refuse};
+use crate::run::refuse;
 use crate::scenarios::Loaded;
-use crate::sim::plan::{DeviceProfile, ExpertWeights, Figure, Placement};
 use crate::sim::policy::Llm;
 use std::io::Write;
 
 /// Sample decisions when none are asked.
 const DEFAULT_SAMPLE: usize = 16;
 
-/// `writeln!` to the plan's writer, its error a [`RunError`].
+/// `writeln!` to the plan's writer, its error a [`PlanError`].
 macro_rules! say {
     ($out:expr, $($arg:tt)*) => {
-        writeln!($out, $($arg)*).map_err(RunError::from)
+        writeln!($out, $($arg)*).map_err($crate::plan::error::PlanError::from)
     };
 }
 pub(super) use say;
 
 /// `--devices N` against population `size`'s first step of `decisions`: a device beyond the
 /// last decision would have nothing to do, and the estimate would read as a step of no time.
-pub(super) fn check_devices(devices: usize, size: usize, decisions: usize) -> Result<(), RunError> {
+pub(super) fn check_devices(
+    devices: usize,
+    size: usize,
+    decisions: usize,
+) -> Result<(), PlanError> {
     if devices > decisions {
         refuse!(
             "--devices {devices}: population {size} has {decisions} decisions in its first step, so at most {decisions} devices would have work; plan it with --devices {decisions} or fewer{}",
@@ -46,7 +51,7 @@ pub(super) struct Models {
 }
 
 /// A plan being written: what every population size's part reads.
-pub(super) struct Plan<'a> {
+pub(super) struct Draft<'a> {
     pub(super) options: &'a PlanOptions,
     pub(super) profile: Option<DeviceProfile>,
     pub(super) loaded: &'a dyn Loaded,
@@ -58,7 +63,7 @@ pub(super) struct Plan<'a> {
     pub(super) max_tokens: usize,
 }
 
-impl<'a> Plan<'a> {
+impl<'a> Draft<'a> {
     pub(super) fn new(
         options: &'a PlanOptions,
         profile: Option<DeviceProfile>,
@@ -94,7 +99,7 @@ impl<'a> Plan<'a> {
     }
 
     /// The plan's first lines: the devices, the model, the simulation, and notes.
-    pub(super) fn header(&self, out: &mut dyn Write) -> Result<(), RunError> {
+    pub(super) fn header(&self, out: &mut dyn Write) -> Result<(), PlanError> {
         let exp = self.loaded.experiment();
         let devices = self.options.devices;
         let s = &self.models.sized;

@@ -8,6 +8,7 @@
 
 use super::names::CONFIG_ORIGINAL;
 use super::{MANIFEST, Manifest, RecordError};
+use crate::host::Program;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -31,9 +32,9 @@ pub enum FolderError {
     Foreign { dir: PathBuf, example: String },
     #[error(
         "{dir} already holds a run: continue it with `{}`, or give --out a new or empty folder",
-        crate::host::resume_command(dir)
+        program.resume_command(dir)
     )]
-    HoldsRun { dir: PathBuf },
+    HoldsRun { dir: PathBuf, program: Program },
     #[error("another throng (pid {pid}) is writing {dir}: wait for it to finish, or stop it first")]
     Locked { dir: PathBuf, pid: String },
     #[error("cannot resume {dir}: no such folder (give the folder that `throng run` wrote)")]
@@ -62,9 +63,13 @@ pub enum FolderError {
     InsideRun { dir: PathBuf, run: PathBuf },
     #[error(
         "throng (pid {pid}) is still writing {dir}: a report now would show the run in the middle of a step and go stale as it goes on, so none is written. The run writes its report when it ends (if it was started with --no-report, run `{}` then)",
-        crate::host::report_command(dir)
+        program.report_command(dir)
     )]
-    Busy { dir: PathBuf, pid: String },
+    Busy {
+        dir: PathBuf,
+        pid: String,
+        program: Program,
+    },
     #[error(
         "cannot start the run in {dir}: its manifest could not be written ({source}); the folder is left as it was"
     )]
@@ -242,7 +247,7 @@ impl RunFolder {
     /// The manifest (status `running`) is written before anything else, so that the folder is
     /// recognisably a run from its first moment; if it cannot be written (a full disk), what
     /// this start made is removed again and the folder is left as it was.
-    pub fn create(dir: &Path, manifest: &Manifest) -> Result<Self, FolderError> {
+    pub fn create(dir: &Path, manifest: &Manifest, program: &Program) -> Result<Self, FolderError> {
         usable(dir)?;
         if let Some(run) = enclosing_run(dir) {
             return Err(FolderError::InsideRun {
@@ -258,6 +263,7 @@ impl RunFolder {
         std::fs::create_dir_all(dir).map_err(|e| RecordError::io(dir, e))?;
         let holds_run = || FolderError::HoldsRun {
             dir: dir.to_path_buf(),
+            program: program.clone(),
         };
         // Checked before the lock file is made, so a refused folder is left as it was.
         if never_started(dir).is_none() {
@@ -447,14 +453,18 @@ fn enclosing_run(dir: &Path) -> Option<PathBuf> {
 
 /// Takes the lock of the run folder `dir` to write its report there, so that no run writes
 /// the folder meanwhile; refused while a run holds it. `None` for a folder that is no run
-/// (neither a manifest nor a lock file).
-pub fn lock_for_report(dir: &Path) -> Result<Option<FolderLock>, FolderError> {
+/// (neither a manifest nor a lock file). `program` is named in the refusal, to run later.
+pub fn lock_for_report(dir: &Path, program: &Program) -> Result<Option<FolderLock>, FolderError> {
     if !dir.join(LOCK).is_file() && !dir.join(MANIFEST).is_file() {
         return Ok(None);
     }
     match lock(dir) {
         Ok(file) => Ok(Some(file)),
-        Err(FolderError::Locked { dir, pid }) => Err(FolderError::Busy { dir, pid }),
+        Err(FolderError::Locked { dir, pid }) => Err(FolderError::Busy {
+            dir,
+            pid,
+            program: program.clone(),
+        }),
         Err(e) => Err(e),
     }
 }
@@ -463,15 +473,19 @@ pub fn lock_for_report(dir: &Path) -> Result<Option<FolderLock>, FolderError> {
 mod tests {
     use super::*;
 
+    fn throng() -> Program {
+        Program::Command("throng".into())
+    }
+
     // Two runs into one folder once both wrote it, leaving a corrupt mix of both.
     #[test]
     fn a_second_writer_is_refused_and_the_lock_dies_with_its_holder() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("run");
-        let first = RunFolder::create(&dir, &Manifest::default()).unwrap();
+        let first = RunFolder::create(&dir, &Manifest::default(), &throng()).unwrap();
         for err in [
             RunFolder::resume(&dir).unwrap_err(),
-            RunFolder::create(&dir, &Manifest::default()).unwrap_err(),
+            RunFolder::create(&dir, &Manifest::default(), &throng()).unwrap_err(),
         ] {
             let err = err.to_string();
             assert!(
@@ -488,7 +502,7 @@ mod tests {
     fn foreign_files_and_old_runs_are_refused() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("state.csv"), "mine").unwrap();
-        let err = RunFolder::create(tmp.path(), &Manifest::default()).unwrap_err();
+        let err = RunFolder::create(tmp.path(), &Manifest::default(), &throng()).unwrap_err();
         assert!(matches!(err, FolderError::Foreign { .. }), "{err}");
         assert_eq!(
             std::fs::read_to_string(tmp.path().join("state.csv")).unwrap(),
@@ -499,10 +513,10 @@ mod tests {
             "a refused folder is left as it was"
         );
         let run = tmp.path().join("run");
-        drop(RunFolder::create(&run, &Manifest::default()).unwrap());
+        drop(RunFolder::create(&run, &Manifest::default(), &throng()).unwrap());
         // A run's config follows its manifest (a folder with a manifest alone never ran).
         std::fs::write(run.join(super::super::CONFIG), "").unwrap();
-        let err = RunFolder::create(&run, &Manifest::default()).unwrap_err();
+        let err = RunFolder::create(&run, &Manifest::default(), &throng()).unwrap_err();
         assert!(err.to_string().contains("--resume"), "{err}");
         let err = RunFolder::resume(&tmp.path().join("nowhere")).unwrap_err();
         assert!(err.to_string().contains("no such folder"), "{err}");
@@ -514,7 +528,7 @@ mod tests {
     fn a_run_that_ends_leaves_no_pid_behind() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("run");
-        drop(RunFolder::create(&dir, &Manifest::default()).unwrap());
+        drop(RunFolder::create(&dir, &Manifest::default(), &throng()).unwrap());
         assert!(!dir.join(LOCK).exists(), "after a new run");
         drop(RunFolder::resume(&dir).unwrap());
         assert!(!dir.join(LOCK).exists(), "after a resumed run");
@@ -527,7 +541,7 @@ mod tests {
     fn a_writer_that_opened_the_lock_before_its_holder_removed_it_is_still_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("run");
-        let first = RunFolder::create(&dir, &Manifest::default()).unwrap();
+        let first = RunFolder::create(&dir, &Manifest::default(), &throng()).unwrap();
         let stale = File::open(dir.join(LOCK)).unwrap();
         drop(first);
         let second = RunFolder::resume(&dir).unwrap();
@@ -547,7 +561,7 @@ mod tests {
     fn a_watcher_trying_the_lock_never_turns_a_writer_away() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("run");
-        drop(RunFolder::create(&dir, &Manifest::default()).unwrap());
+        drop(RunFolder::create(&dir, &Manifest::default(), &throng()).unwrap());
         std::fs::write(dir.join(LOCK), "1\n").unwrap();
         let watcher = File::open(dir.join(LOCK)).unwrap();
         watcher.try_lock_shared().unwrap();

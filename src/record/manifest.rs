@@ -132,6 +132,10 @@ pub struct Manifest {
     /// finishes and removes it: an extension stopped on the way is resumed reading it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extends: Option<String>,
+    /// Where the scenario's code is, when it is not the program's own (a Python class): what
+    /// a reader of the folder must import to know the scenario.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defined_in: Option<DefinedIn>,
     /// What the run's replies depend on beside its requests, when it asks a model: `--resume`
     /// loads with the same settings and refuses a model that is not the one it started with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,4 +220,29 @@ pub fn now_unix() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// The code that defines a scenario outside the program: a Python class, by module and file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefinedIn {
+    /// `python`.
+    pub language: String,
+    /// The module as Python named it (`ultimatum`; `__main__` for a script run as such).
+    pub module: String,
+    /// The module's file, absolute, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The class.
+    pub class: String,
+}
+
+impl DefinedIn {
+    /// What a reader types to know the scenario: the file for a script (whose module name
+    /// `__main__` imports nothing), else the module.
+    pub fn importable(&self) -> &str {
+        match (&self.file, self.module.as_str()) {
+            (Some(file), "__main__") => file,
+            _ => &self.module,
+        }
+    }
 }

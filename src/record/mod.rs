@@ -7,6 +7,7 @@
 
 mod cells;
 pub mod checkpoint;
+pub mod columns;
 mod decision;
 mod error;
 mod folder;
@@ -30,7 +31,7 @@ pub use folder::{
 };
 pub use json::{pause_at_once, read_json, write_json_atomic};
 pub use manifest::{
-    CounterfactualRecord, Counters, EngineRecord, FileSum, LoadedModelRecord, Manifest,
+    CounterfactualRecord, Counters, DefinedIn, EngineRecord, FileSum, LoadedModelRecord, Manifest,
     ModelRecord, ReuseRecord, Status, now_unix, peak_rss_bytes,
 };
 pub use names::{

@@ -64,6 +64,22 @@ pub struct StepRecord {
     /// rank: kept per step, so that a resumed run counts those of the steps it kept.
     #[serde(default)]
     pub reused: u64,
+    /// Of `decisions`: those the LLM policy made (asking the model, or taking a reused
+    /// reply), and those a scripted rule made. Rates of the model are of the first alone: a
+    /// scripted decision costs nothing. Both 0 in a record written before they were kept.
+    #[serde(default)]
+    pub model_decisions: usize,
+    #[serde(default)]
+    pub scripted_decisions: usize,
+}
+
+impl StepRecord {
+    /// `(model, scripted)` decisions, or `None` for a step recorded before they were kept.
+    pub fn split(&self) -> Option<(usize, usize)> {
+        let known = self.model_decisions + self.scripted_decisions;
+        (known == self.decisions && (known > 0 || self.decisions == 0))
+            .then_some((self.model_decisions, self.scripted_decisions))
+    }
 }
 
 fn one() -> usize {

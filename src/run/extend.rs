@@ -8,7 +8,7 @@
 //! stops before then is resumed as any run is (`--resume DIR`), reading it still.
 
 use super::error::{RunError, refuse};
-use super::options::{Given, RunOptions};
+use super::options::{GivenSettings, RunOptions};
 use super::settings::EngineSettings;
 use crate::record::{self, Manifest, Status};
 use std::path::{Path, PathBuf};
@@ -27,7 +27,7 @@ pub fn asked(args: &RunOptions) -> bool {
 
 /// An extension, checked and planned: the finished run in `dir` is made again into `dir`
 /// with the numbers of `args`, reading its decisions from where it waits (`previous`).
-pub struct Plan {
+pub struct Extension {
     dir: PathBuf,
     previous: PathBuf,
     config_file: String,
@@ -36,13 +36,13 @@ pub struct Plan {
 /// Checks that `args` (`--resume DIR` with `--steps` or `--replicates`) extend a finished run,
 /// and turns them into a new run of its config into `DIR`, with its numbers changed, reusing
 /// its decisions and computing on its weight format, kind of device, KV format and tokenizer.
-/// Nothing is moved yet: the new run's own checks come first (see [`Plan::move_aside`]).
+/// Nothing is moved yet: the new run's own checks come first (see [`Extension::move_aside`]).
 pub(crate) fn plan(
     args: &mut RunOptions,
     engine: &mut EngineSettings,
-    given: Given,
+    given: GivenSettings,
     ranks: usize,
-) -> Result<Plan, RunError> {
+) -> Result<Extension, RunError> {
     let dir = args.resume.clone().expect("invariant: `asked` holds");
     let manifest: Manifest = record::read_json(&dir.join(record::MANIFEST))?;
     check(args, given, ranks, &dir, &manifest)?;
@@ -91,7 +91,7 @@ pub(crate) fn plan(
     args.out = Some(dir.clone());
     args.resume = None;
     args.reuse = sources;
-    Ok(Plan {
+    Ok(Extension {
         dir,
         previous,
         config_file: manifest.config_file,
@@ -103,7 +103,7 @@ pub(crate) fn plan(
 /// the same numbers.
 fn check(
     args: &RunOptions,
-    given: Given,
+    given: GivenSettings,
     ranks: usize,
     dir: &Path,
     manifest: &Manifest,
@@ -135,7 +135,7 @@ fn check(
              it first ({}), then extend it",
             dir.display(),
             manifest.status,
-            crate::host::resume_command(dir)
+            args.program.resume_command(dir)
         );
     }
     let steps = args.steps.unwrap_or(manifest.steps as i64);
@@ -158,7 +158,7 @@ fn check(
     Ok(())
 }
 
-impl Plan {
+impl Extension {
     /// Moves the finished run aside, once the extended run's checks have passed, and points
     /// `args` at it. The run is moved back if the extension fails before its first step.
     pub(crate) fn move_aside(self, args: &mut RunOptions) -> Result<MovedAside, RunError> {
@@ -189,7 +189,7 @@ impl Plan {
 /// A finished run moved aside while its extension starts: moved back into its place if the
 /// extension fails before its first step, so that nothing is left to undo by hand.
 pub(crate) struct MovedAside {
-    plan: Plan,
+    plan: Extension,
     started: bool,
 }
 
@@ -216,7 +216,7 @@ impl Drop for MovedAside {
         if self.started {
             return;
         }
-        let Plan { dir, previous, .. } = &self.plan;
+        let Extension { dir, previous, .. } = &self.plan;
         // The extension's start left nothing in `dir` (its folder was given up), or never
         // made it.
         let _ = std::fs::remove_dir(dir);

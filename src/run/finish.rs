@@ -4,7 +4,7 @@
 use super::error::{Context, RunError};
 use super::job::{Job, Opened};
 use super::steps::Ran;
-use super::{Outcome, reuse};
+use super::{Outcome, stores};
 use crate::record::{self, Manifest, Status};
 use crate::sim::policy::Llm;
 use crate::sim::runner::Ended;
@@ -28,6 +28,7 @@ pub fn finish(
         ranks: job.ranks.size(),
         root,
         report: None,
+        program: job.options.program.clone(),
     };
     if !root {
         return Ok(outcome);
@@ -67,7 +68,7 @@ fn record_reuse(llm: Option<&Llm>, dir: &std::path::Path, manifest: &mut Manifes
     // A run that read no earlier run has nothing to say of reuse.
     manifest.reuse = reuse
         .filter(|r| r.source_dirs().next().is_some())
-        .map(|r| reuse::record(r, dir));
+        .map(|r| stores::record(r, dir));
     if let Some(r) = &manifest.reuse {
         eprintln!(
             "throng: reused {} of {} decisions from {} (about {:.1} s of model time saved)",
@@ -91,14 +92,7 @@ fn record_engines(llm: &Llm, manifest: &mut Manifest, began: std::time::Instant)
         if let Some(name) = name {
             eprintln!("throng: model {name}:");
         }
-        eprintln!(
-            "{}",
-            crate::engine::summary(
-                engine,
-                manifest.counters.decisions as usize,
-                began.elapsed()
-            )
-        );
+        eprintln!("{}", crate::engine::summary(engine, began.elapsed()));
     }
     manifest.prefix_hit_rate = Some(hit as f64 / queried.max(1) as f64);
     manifest.preemptions = Some(preemptions);

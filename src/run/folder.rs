@@ -5,6 +5,7 @@
 use super::error::{RunError, refuse};
 use super::inputs::Inputs;
 use super::memory::MemoryCheck;
+use crate::host::Program;
 use crate::record::{self, Manifest, RunFolder, Status};
 use crate::scenarios::{self, Registry};
 use crate::sim::experiment::Overrides;
@@ -60,6 +61,21 @@ pub(crate) fn open_resumed(
         refuse!("{}", missing_config(dir, &manifest));
     }
     check_inputs(dir, &manifest)?;
+    if let Some(defined_in) = &manifest.defined_in
+        && !registry.knows(&manifest.scenario)
+    {
+        refuse!(
+            "cannot resume {}: its scenario `{}` is the Python class `{}` of {}, which this \
+             program has not imported: resume it from Python, with `python -m throng run \
+             --resume {}` (which imports it) or `throng.run(resume={:?})` with it imported",
+            dir.display(),
+            manifest.scenario,
+            defined_in.class,
+            defined_in.importable(),
+            dir.display(),
+            dir.display().to_string()
+        );
+    }
     let mut loaded = registry.load(&config, overrides)?;
     if let Err(e) = memory.check(loaded.as_ref()) {
         refuse!("cannot resume {}: {e}", dir.display());
@@ -163,6 +179,7 @@ pub(crate) fn open_new(
     out: Option<PathBuf>,
     overrides: &Overrides,
     memory: &MemoryCheck,
+    program: &Program,
 ) -> Result<Opened, RunError> {
     let loaded = check_new(registry, config, overrides, memory)?;
     let exp = loaded.experiment();
@@ -190,7 +207,8 @@ pub(crate) fn open_new(
         steps: exp.config.steps.0,
         status: Status::Running,
         started_unix: record::now_unix(),
-        counterfactual: super::counterfactual::base_of(exp)?,
+        counterfactual: super::base_run::base_of(exp, program)?,
+        defined_in: registry.defined_in(&exp.scenario),
         ..Manifest::default()
     };
     let inputs = Inputs::of(registry, exp)?;
@@ -198,7 +216,7 @@ pub(crate) fn open_new(
         inputs: inputs.fingerprints(),
         ..manifest
     };
-    let folder = RunFolder::create(&dir, &manifest)?;
+    let folder = RunFolder::create(&dir, &manifest, program)?;
     let written = record::full_disk_at("config", &dir.join(record::CONFIG))
         .map_err(RunError::from)
         .and_then(|()| inputs.write(&dir));

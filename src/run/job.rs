@@ -1,7 +1,7 @@
 //! A run as its phases hand it on: what it was asked (`Job`), and once its folder is taken
 //! (`Opened`). The phases (model, steps, finish) all read these, so they live below them.
 
-use super::options::{Given, RunOptions};
+use super::options::{GivenSettings, RunOptions};
 use super::resume::StartedWith;
 use super::{EngineSettings, extend, folder};
 use crate::cluster::Ranks;
@@ -14,7 +14,7 @@ pub(super) struct Job<'a> {
     pub(super) registry: &'a Registry,
     pub(super) options: RunOptions,
     pub(super) ranks: &'a Ranks,
-    pub(super) given: Given,
+    pub(super) given: GivenSettings,
     pub(super) engine: EngineSettings,
 }
 

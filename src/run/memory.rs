@@ -2,7 +2,7 @@
 
 use crate::host::{HostMemory, MemoryPart};
 use crate::scenarios::Loaded;
-use crate::sim::plan::SizeError;
+use crate::sim::footprint::SizeError;
 
 /// Refuses a run that cannot fit in this machine's memory, before anything is written (a
 /// failed allocation aborts the process, leaving a folder that says `running`): the

@@ -5,11 +5,12 @@
 //!
 //! [`run`] goes through its phases in turn: [`prepare`] checks what can be checked before
 //! anything is written; [`open`] takes the run folder (a new one, or the one to continue);
-//! [`model::load`] loads the model and [`model::attach_reuse`] the decisions of earlier runs;
+//! [`engines::load`] loads the model and [`engines::attach_reuse`] the decisions of earlier runs;
 //! [`steps::run_steps`] runs the steps; [`finish::finish`] records how the run ended and
 //! writes its report.
 
-pub mod counterfactual;
+pub mod base_run;
+mod engines;
 mod error;
 pub mod extend;
 mod finish;
@@ -18,34 +19,34 @@ mod inputs;
 mod job;
 mod live;
 mod memory;
-mod model;
 mod observe;
 mod options;
 mod outcome;
 pub mod resume;
-pub mod reuse;
 mod settings;
 mod signals;
 mod steps;
+pub mod stores;
 
 pub(crate) use error::refuse;
-pub use error::{Cause, Context, RunError};
+pub use error::{Context, RunError};
 pub use live::DEFAULT_ADDR as DEFAULT_LIVE_ADDR;
 pub use memory::MemoryCheck;
 pub use observe::{Bar, Observer, Quiet};
 pub use options::{EngineChoices, RunOptions};
 pub use outcome::Outcome;
 pub use settings::{
-    EngineSettings, LoadedModel, ModelSettings, default_model, kv_shares, model_of, models_of,
+    EngineSettings, ModelSettings, RunModel, default_model, kv_shares, model_of, models_of,
     parse_device,
 };
 
 use crate::cluster::Ranks;
+use crate::host::Program;
 use crate::record::{self, Manifest};
 use crate::scenarios::{self, Registry};
 use crate::sim::experiment::Overrides;
 use job::{Job, Opened};
-use options::Given;
+use options::GivenSettings;
 use resume::StartedWith;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -84,8 +85,9 @@ pub fn run(
 
 /// Writes the report of the run in `dir` (never into a folder a run is writing); returns its
 /// key numbers as text.
-pub fn report(registry: &Registry, dir: &Path) -> Result<String, RunError> {
-    let _lock = record::lock_for_report(dir)?;
+/// `program` is how a refusal names the program to run later.
+pub fn report(registry: &Registry, dir: &Path, program: &Program) -> Result<String, RunError> {
+    let _lock = record::lock_for_report(dir, program)?;
     Ok(registry.report(dir)?)
 }
 
@@ -97,15 +99,15 @@ fn run_ranked(
 ) -> Result<Outcome, RunError> {
     let mut job = Job {
         registry,
-        given: Given::of(&options),
+        given: GivenSettings::of(&options),
         engine: options.engine.settings(),
         options,
         ranks,
     };
     let prepared = prepare(&mut job)?;
     let mut opened = open(&job, prepared)?;
-    let (mut llm, model) = model::load(&job, &mut opened)?;
-    let store = model::attach_reuse(&job, &mut opened, llm.as_mut(), &model)?;
+    let (mut llm, model) = engines::load(&job, &mut opened)?;
+    let store = engines::attach_reuse(&job, &mut opened, llm.as_mut(), &model)?;
     let ran = steps::run_steps(&job, &mut opened, llm.as_mut(), store, observer)?;
     finish::finish(&job, &mut opened, llm.as_ref(), ran)
 }
@@ -124,7 +126,7 @@ struct Prepared {
 /// the live page's port.
 fn prepare(job: &mut Job) -> Result<Prepared, RunError> {
     if !job.options.reuse.is_empty() {
-        reuse::check_sources(&job.options.reuse)?;
+        stores::check_sources(&job.options.reuse)?;
     }
     // A finished run given more steps or replicates is made again with them, reusing its
     // decisions (see `extend`).
@@ -154,7 +156,8 @@ fn prepare(job: &mut Job) -> Result<Prepared, RunError> {
     };
     let memory = MemoryCheck {
         processes: job.ranks.topology().local_size,
-        model_on_cpu: model::device_kind(&model::device_for(job, started_on.as_deref())) == "cpu",
+        model_on_cpu: engines::device_kind(&engines::device_for(job, started_on.as_deref()))
+            == "cpu",
         kv_memory: job.engine.kv_memory,
     };
     // The live page's port is taken before anything is written or moved: a busy port refuses
@@ -188,7 +191,7 @@ fn prepare(job: &mut Job) -> Result<Prepared, RunError> {
 
 /// Refuses options a resume does not take: it continues the run in its own folder, as it was
 /// configured, reading the decision stores it started with.
-fn check_resume(o: &RunOptions, given: Given) -> Result<(), RunError> {
+fn check_resume(o: &RunOptions, given: GivenSettings) -> Result<(), RunError> {
     if let (Some(dir), Some(out)) = (&o.resume, &o.out) {
         refuse!(
             "--resume continues the run in its own folder, {}: drop --out {} (to continue it \
@@ -233,6 +236,7 @@ fn open(job: &Job, prepared: Prepared) -> Result<Opened, RunError> {
             o.out.clone(),
             &overrides,
             &memory,
+            &o.program,
         )?),
         (true, None, None) => refuse!("give an experiment config, or --resume RUN_DIR"),
     };

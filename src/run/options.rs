@@ -3,6 +3,7 @@
 
 use super::settings::EngineSettings;
 use crate::engine::KvPolicy;
+use crate::host::Program;
 use crate::model::{KvFormat, WeightFormat};
 use crate::sim::config::{PolicyKind, Split};
 use std::net::SocketAddr;
@@ -55,6 +56,12 @@ pub struct RunOptions {
     /// the signal handlers (the Python package), which stops a run through
     /// [`super::Observer::stop_requested`].
     pub catch_signals: bool,
+    /// Crashes, hangs and delays asked on purpose, for tests of recovery; none by default
+    /// (the command line reads them from `THRONG_CRASH_AT` and `THRONG_STEP_DELAY_MS`).
+    pub faults: crate::sim::runner::Faults,
+    /// How messages name the program to run next (`throng run --resume DIR`, or
+    /// `throng.run(resume=...)` from Python): by default this process's command.
+    pub program: Program,
 }
 
 impl Default for RunOptions {
@@ -80,6 +87,8 @@ impl Default for RunOptions {
             public: false,
             threads: None,
             catch_signals: true,
+            faults: Default::default(),
+            program: Program::this_process(),
         }
     }
 }
@@ -131,6 +140,8 @@ impl EngineChoices {
             max_seqs: self.max_seqs.unwrap_or(default.max_seqs),
             prefix_caching: self.prefix_caching.unwrap_or(default.prefix_caching),
             kv_policy: self.kv_policy.unwrap_or(default.kv_policy),
+            control_tokens_in_content: default.control_tokens_in_content,
+            host_sampling: default.host_sampling,
         }
     }
 }
@@ -138,7 +149,7 @@ impl EngineChoices {
 /// Which settings the caller gave rather than left to the run: a resumed or extended run
 /// takes the others from its manifest.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Given {
+pub(crate) struct GivenSettings {
     pub model: bool,
     pub device: bool,
     pub weights: bool,
@@ -146,7 +157,7 @@ pub(crate) struct Given {
     pub tokenizer: bool,
 }
 
-impl Given {
+impl GivenSettings {
     pub fn of(options: &RunOptions) -> Self {
         Self {
             model: options.model.is_some(),

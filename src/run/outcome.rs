@@ -1,7 +1,8 @@
 //! How a run ended, and what it says of it when it ends.
 
+use crate::host::Program;
 use crate::sim::runner::Ended;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Where a run was written, and how it ended.
 #[derive(Debug, Clone)]
@@ -19,6 +20,8 @@ pub struct Outcome {
     pub root: bool,
     /// The report's key numbers, when it was written.
     pub report: Option<String>,
+    /// How to name the program that resumes it.
+    pub program: Program,
 }
 
 impl Outcome {
@@ -29,12 +32,7 @@ impl Outcome {
             return Vec::new();
         }
         if self.ended == Ended::Paused {
-            return vec![paused(
-                &self.dir,
-                self.steps_done,
-                self.by_signal,
-                self.ranks,
-            )];
+            return vec![paused(self)];
         }
         match &self.report {
             Some(text) => vec![
@@ -46,15 +44,16 @@ impl Outcome {
     }
 }
 
-fn paused(dir: &Path, steps_done: u64, by_signal: bool, ranks: usize) -> String {
-    let why = match by_signal {
+fn paused(outcome: &Outcome) -> String {
+    let why = match outcome.by_signal {
         true => "stopped by a signal",
         false => "paused",
     };
     format!(
-        "{why} after {steps_done} steps, checkpointed; resume with: {}{}",
-        crate::host::resume_command(dir),
-        match ranks {
+        "{why} after {} steps, checkpointed; resume with: {}{}",
+        outcome.steps_done,
+        outcome.program.resume_command(&outcome.dir),
+        match outcome.ranks {
             1 => "",
             _ => " (under mpirun or srun, with any number of ranks)",
         }

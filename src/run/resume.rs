@@ -5,7 +5,7 @@
 //! not have made, and nothing in its records would say so.
 
 use super::error::{RunError, refuse};
-use super::options::Given;
+use super::options::GivenSettings;
 use super::settings::ModelSettings;
 use crate::engine::Engine;
 use crate::model::{KvFormat, ModelIdentity, WeightFormat, loader::ModelSource};
@@ -47,7 +47,7 @@ impl StartedWith {
     pub(crate) fn apply(
         &self,
         model: &mut ModelSettings,
-        given: Given,
+        given: GivenSettings,
         dir: &Path,
     ) -> Result<(), RunError> {
         let Some(engine) = &self.engine else {
@@ -205,7 +205,7 @@ pub(crate) fn engine_record(
 /// device of the same kind computes the same bits), `--kv-format` and `--tokenizer` by
 /// [`StartedWith::apply`]; `--threads` changes no bits (see docs/src/experiments.md, "Seeds")
 /// and is allowed.
-pub(crate) fn refuse_flags(given: Given) -> Result<(), RunError> {
+pub(crate) fn refuse_flags(given: GivenSettings) -> Result<(), RunError> {
     if given.weights {
         refuse!(
             "--resume continues a run with the weight format it started with (its manifest's \

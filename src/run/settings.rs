@@ -28,6 +28,11 @@ pub struct EngineSettings {
     pub prefix_caching: bool,
     /// Which cached KV blocks go first when the cache is full.
     pub kv_policy: KvPolicy,
+    /// Read a control token's text inside a message as that control token (see
+    /// [`EngineConfig::control_tokens_in_content`]).
+    pub control_tokens_in_content: bool,
+    /// On a GPU, sample on the host (see [`EngineConfig::host_sampling`]).
+    pub host_sampling: bool,
 }
 
 impl Default for EngineSettings {
@@ -42,6 +47,8 @@ impl Default for EngineSettings {
             max_seqs: 256,
             prefix_caching: true,
             kv_policy: KvPolicy::default(),
+            control_tokens_in_content: false,
+            host_sampling: false,
         }
     }
 }
@@ -64,7 +71,7 @@ impl Default for ModelSettings {
 }
 
 /// One model of a run of several, loaded: its name, engine, weights and KV share.
-pub struct LoadedModel {
+pub struct RunModel {
     pub name: String,
     pub engine: Engine,
     /// What its weights were stored as and became.
@@ -103,9 +110,9 @@ pub fn parse_device(spec: &str) -> Result<candle_core::Device, RunError> {
     else {
         refuse!("unknown device `{spec}`: use `cpu` or `cuda:N`");
     };
-    let ordinal: usize = ordinal
-        .parse()
-        .with_context(|| format!("device `{spec}`: N in cuda:N must be a number"))?;
+    let Ok(ordinal) = ordinal.parse::<usize>() else {
+        refuse!("device `{spec}`: N in cuda:N must be a number");
+    };
     if !candle_core::utils::cuda_is_available() {
         refuse!(
             "device `{spec}`: this throng was built without CUDA; rebuild with `--features cuda`"
@@ -161,6 +168,8 @@ impl ModelSettings {
             prefix_caching: self.engine.prefix_caching,
             kv_format: self.engine.kv_format,
             kv_policy: self.engine.kv_policy,
+            control_tokens_in_content: self.engine.control_tokens_in_content,
+            host_sampling: self.engine.host_sampling,
             ..EngineConfig::default()
         }
     }
@@ -226,7 +235,7 @@ impl ModelSettings {
         &self,
         exp: &Experiment,
         models: &[(String, u64)],
-    ) -> Result<Vec<LoadedModel>, RunError> {
+    ) -> Result<Vec<RunModel>, RunError> {
         let opts = self.load_options()?;
         let mut loaded = Vec::with_capacity(models.len());
         for (name, _) in models {
@@ -263,7 +272,7 @@ impl ModelSettings {
                         crate::host::human_bytes(kv as f64)
                     )
                 })?;
-                Ok(LoadedModel {
+                Ok(RunModel {
                     name: name.clone(),
                     engine,
                     weights,

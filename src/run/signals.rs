@@ -2,6 +2,7 @@
 //! at once), and a panic out of the scenario's code marks it failed (or paused) before it
 //! goes on to the caller.
 
+use crate::host::Program;
 use crate::record::{self, Manifest, Status};
 use crate::sim::scenario::Halt;
 use std::path::Path;
@@ -14,13 +15,18 @@ use std::time::Duration;
 /// (a step that cannot finish), stops the run at once: the run in `dir` is marked paused,
 /// its records end at the last checkpoint, and the process exits 130. Ranks other than 0
 /// wait a little longer, so that rank 0 stops (and marks the folder) first.
-pub(crate) fn stop_on_signal(rank: usize, dir: &Path, timeout: Duration) -> Arc<AtomicBool> {
+pub(crate) fn stop_on_signal(
+    rank: usize,
+    dir: &Path,
+    timeout: Duration,
+    program: Program,
+) -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let dir = dir.to_path_buf();
     let installed = ctrlc::set_handler(move || {
         if flag.swap(true, Ordering::SeqCst) {
-            stop_at_once(rank, &dir, "a second signal");
+            stop_at_once(rank, &dir, "a second signal", &program);
         }
         eprintln!(
             "\nthrong: rank {rank}: stopping after the current step; send the signal again, or \
@@ -28,6 +34,7 @@ pub(crate) fn stop_on_signal(rank: usize, dir: &Path, timeout: Duration) -> Arc<
             timeout.as_secs()
         );
         let dir = dir.clone();
+        let program = program.clone();
         let wait = match rank {
             0 => timeout,
             _ => timeout.saturating_add(Duration::from_secs(10)),
@@ -38,7 +45,7 @@ pub(crate) fn stop_on_signal(rank: usize, dir: &Path, timeout: Duration) -> Arc<
                 "the step did not finish within {} s of the signal",
                 timeout.as_secs()
             );
-            stop_at_once(rank, &dir, &why);
+            stop_at_once(rank, &dir, &why, &program);
         });
     });
     if let Err(e) = installed {
@@ -49,13 +56,13 @@ pub(crate) fn stop_on_signal(rank: usize, dir: &Path, timeout: Duration) -> Arc<
 
 /// Ends the process in the middle of a step, leaving the run in `dir` paused (see
 /// [`stop_on_signal`]).
-fn stop_at_once(rank: usize, dir: &Path, why: &str) -> ! {
-    let resume = crate::host::resume_command(dir);
+fn stop_at_once(rank: usize, dir: &Path, why: &str, program: &Program) -> ! {
+    let resume = program.resume_command(dir);
     match record::pause_at_once(dir) {
         Ok(m) if m.status == Status::Finished => eprintln!(
             "\nthrong: rank {rank}: stopped at once ({why}); the run had finished, but its report \
              was not written: {}",
-            crate::host::report_command(dir)
+            program.report_command(dir)
         ),
         Ok(_) => eprintln!(
             "\nthrong: rank {rank}: stopped at once ({why}); the step in progress is lost, the \

@@ -5,6 +5,7 @@ use super::error::RunError;
 use super::job::{Job, Opened};
 use super::observe::Observer;
 use super::signals;
+use crate::host::Program;
 use crate::record::{self, Manifest, Status, store::Store};
 use crate::sim::policy::Llm;
 use crate::sim::runner::{self, Ended, Progress};
@@ -50,7 +51,12 @@ pub(crate) fn run_steps(
         );
     }
     let stop = match job.options.catch_signals {
-        true => signals::stop_on_signal(job.ranks.rank(), &dir, job.options.stop_timeout),
+        true => signals::stop_on_signal(
+            job.ranks.rank(),
+            &dir,
+            job.options.stop_timeout,
+            job.options.program.clone(),
+        ),
         false => Arc::new(AtomicBool::new(false)),
     };
     // From here the run writes records: its folder is kept whatever happens.
@@ -59,13 +65,14 @@ pub(crate) fn run_steps(
     if let Some(extension) = &mut opened.extension {
         extension.started();
     }
-    let options = runner::RunOptions {
+    let options = runner::SimOptions {
         resume: opened.resume,
         stop_after: job.options.stop_after,
         stop: Some(stop.clone()),
         ranks: job.ranks.clone(),
         split: job.options.split,
         store,
+        faults: job.options.faults.clone(),
     };
     let began = Instant::now();
     let mut steps_done = 0u64;
@@ -106,7 +113,7 @@ pub(crate) fn run_steps(
         Err(e) if !root => Err(e.into()),
         Err(e) => {
             observer.ended(false);
-            Err(failed(&dir, &mut opened.manifest, e))
+            Err(failed(&dir, &mut opened.manifest, e, &job.options.program))
         }
     }
 }
@@ -126,7 +133,7 @@ fn planned(exp: &crate::sim::experiment::Experiment) -> u64 {
 /// Marks the run in `dir` failed with `e`, and says how to go on: a template's error is fixed
 /// in the template and the run started again (a resume would render it as it is); any other
 /// is resumed once its cause is fixed.
-fn failed(dir: &Path, manifest: &mut Manifest, e: runner::RunError) -> RunError {
+fn failed(dir: &Path, manifest: &mut Manifest, e: runner::SimError, program: &Program) -> RunError {
     manifest.status = Status::Failed;
     manifest.error = Some(e.to_string());
     let _ = record::write_json_atomic(&dir.join(record::MANIFEST), &*manifest);
@@ -156,7 +163,7 @@ fn failed(dir: &Path, manifest: &mut Manifest, e: runner::RunError) -> RunError 
         None if manifest.steps_done == 0 => format!(
             "the run stopped before it finished a step; once the cause is fixed, {} \
              starts it from the beginning",
-            crate::host::resume_command(dir)
+            program.resume_command(dir)
         ),
         None => format!(
             "the run stopped; its {} finished step{} kept: {}",
@@ -166,7 +173,7 @@ fn failed(dir: &Path, manifest: &mut Manifest, e: runner::RunError) -> RunError 
             } else {
                 "s are"
             },
-            crate::host::resume_command(dir)
+            program.resume_command(dir)
         ),
     };
     RunError::context(advice, e)

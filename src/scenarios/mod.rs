@@ -8,14 +8,14 @@ pub mod energy_market;
 #[allow(missing_docs)]
 pub mod guess;
 
-use crate::record::{self, Manifest};
+use crate::record::{self, DefinedIn, Manifest};
 use crate::sim::config::{ConfigError, PolicyKind, ScenarioProblem};
 use crate::sim::experiment::{Experiment, Overrides};
-use crate::sim::plan::{Footprint, SizeError};
+use crate::sim::footprint::{Footprint, SizeError};
 use crate::sim::policy::{Llm, template_name};
 use crate::sim::prompt::PromptBook;
 use crate::sim::runner::{
-    self, Checkpoint, Ended, FirstStep, Policies, Progress, RunError, RunOptions,
+    self, Checkpoint, Ended, FirstStep, Policies, Progress, SimError, SimOptions,
 };
 use crate::sim::scenario::{Descriptor, Scenario};
 use std::path::{Path, PathBuf};
@@ -33,6 +33,11 @@ pub trait Kind: Send + Sync {
     fn load(&self, exp: Experiment) -> Result<Box<dyn Loaded>, ConfigError>;
     /// Writes the report of a run folder; returns its key numbers as text.
     fn report(&self, dir: &Path) -> Result<String, ReportError>;
+    /// Where its code is, when it is not the program's own (a Python class): recorded in the
+    /// run folder, so that a reader knows what to import to report or resume the run.
+    fn defined_in(&self) -> Option<DefinedIn> {
+        None
+    }
 }
 
 /// How a kind's runs are reported: the report is the read side of a run folder, so it is
@@ -43,7 +48,7 @@ pub(crate) type ReportFn = fn(&Path) -> Result<String, ReportError>;
 /// replicates, distributions, the headline table, caveats and timing
 /// ([`crate::analysis::overview`]).
 pub fn base_report(dir: &Path) -> Result<String, ReportError> {
-    crate::analysis::overview::write(dir, &crate::analysis::overview::Options::default())
+    crate::analysis::overview::write(dir, &crate::analysis::overview::OverviewOptions::default())
         .map(|r| r.summary)
 }
 
@@ -130,6 +135,16 @@ impl Registry {
             .map(|e| e.as_ref())
     }
 
+    /// Where the code of scenario `name` is, when it is not this program's own.
+    pub fn defined_in(&self, name: &str) -> Option<DefinedIn> {
+        self.find(name).and_then(|k| k.defined_in())
+    }
+
+    /// Whether a scenario of this name is registered.
+    pub fn knows(&self, name: &str) -> bool {
+        self.find(name).is_some()
+    }
+
     fn known(&self) -> String {
         self.names().join(", ")
     }
@@ -142,7 +157,10 @@ impl Registry {
             return Err(exp.source.error(
                 Some(exp.config.scenario.span()),
                 format!(
-                    "field `scenario.name`: unknown scenario `{}` (known: {})",
+                    "field `scenario.name`: unknown scenario `{}` (known: {}); a study's own \
+                     scenario runs from its own program, one written in Python from Python: \
+                     import the module whose class `@throng.scenario` registers it, then \
+                     `throng.run(config)`, or `python -m throng --import MODULE run CONFIG`",
                     exp.scenario,
                     self.known()
                 ),
@@ -177,8 +195,31 @@ impl Registry {
             None => Err(ReportError::UnknownScenario {
                 scenario: manifest.scenario,
                 known: self.known(),
+                fix: unknown_fix(manifest.defined_in.as_ref(), dir),
             }),
         }
+    }
+}
+
+/// How to reach a run's scenario that this program does not know: through the code the run
+/// recorded, else by the study's own program.
+pub fn unknown_fix(defined_in: Option<&DefinedIn>, dir: &Path) -> String {
+    match defined_in {
+        Some(d) => format!(
+            "it is the Python class `{}` of {}, which this program has not imported: report it \
+             from Python, with `python -m throng report {dir}` (which imports it) or \
+             `throng.open_run({dir:?}).report()` (which imports it too, when it is importable \
+             there)",
+            d.class,
+            match &d.file {
+                Some(file) => format!("`{file}`"),
+                None => format!("module `{}`", d.module),
+            },
+            dir = dir.display()
+        ),
+        None => "a study's own scenario is reported by the study's own program, or from \
+                 Python with its class imported"
+            .into(),
     }
 }
 
@@ -204,16 +245,16 @@ pub trait Loaded {
     fn experiment(&self) -> &Experiment;
     /// Reads the checkpoint of the run in `dir` to continue from it (before any model is
     /// loaded, so that a damaged one is refused early).
-    fn resume_from(&mut self, dir: &Path) -> Result<ResumePoint, RunError>;
+    fn resume_from(&mut self, dir: &Path) -> Result<ResumePoint, SimError>;
     /// Runs (or resumes) into `dir`.
     fn run(
         &mut self,
         llm: Option<&mut Llm>,
         dir: &Path,
         manifest: &mut Manifest,
-        options: &RunOptions,
+        options: &SimOptions,
         progress: &mut dyn FnMut(Progress),
-    ) -> Result<Ended, RunError>;
+    ) -> Result<Ended, SimError>;
     /// What the run holds in memory at its largest population size, the model aside; an
     /// error when its sizes overflow what throng counts in.
     fn footprint(&self) -> Result<Footprint, SizeError>;
@@ -224,7 +265,7 @@ pub trait Loaded {
         llm: &mut Llm,
         population: usize,
         sample: usize,
-    ) -> Result<FirstStep, RunError>;
+    ) -> Result<FirstStep, SimError>;
 }
 
 impl std::fmt::Debug for dyn Loaded {
@@ -255,7 +296,8 @@ pub fn load_with<S: Scenario + 'static>(
 ) -> Result<Box<dyn Loaded>, ConfigError> {
     // The base table first, so that its mistakes are reported at its own line once.
     let base = make(&exp.base).map_err(|p| exp.locate(None, p))?;
-    base.check_population(&exp.population)
+    let sizes = &exp.config.agents.0;
+    base.check_population(&exp.population, sizes)
         .map_err(|p| exp.locate(None, p))?;
     // The arms from step `step` on: each arm's table once its changes hold.
     let arms_at = |step: usize| {
@@ -272,7 +314,7 @@ pub fn load_with<S: Scenario + 'static>(
             })
             .collect::<Result<Vec<S>, _>>()?;
         for (i, arm) in arms.iter().enumerate() {
-            arm.check_population(&exp.population)
+            arm.check_population(&exp.population, sizes)
                 .map_err(|p| exp.locate(Some(i), p))?;
         }
         Ok::<_, ConfigError>(arms)
@@ -361,7 +403,7 @@ impl<S: Scenario> Loaded for Typed<S> {
         &self.exp
     }
 
-    fn resume_from(&mut self, dir: &Path) -> Result<ResumePoint, RunError> {
+    fn resume_from(&mut self, dir: &Path) -> Result<ResumePoint, SimError> {
         let Some(loaded) = runner::read_checkpoint::<S::World>(dir)? else {
             self.start = None;
             return Ok(ResumePoint {
@@ -385,20 +427,20 @@ impl<S: Scenario> Loaded for Typed<S> {
         llm: Option<&mut Llm>,
         dir: &Path,
         manifest: &mut Manifest,
-        options: &RunOptions,
+        options: &SimOptions,
         progress: &mut dyn FnMut(Progress),
-    ) -> Result<Ended, RunError> {
+    ) -> Result<Ended, SimError> {
         let mut policies = Policies {
             scripted: crate::sim::policy::Scripted,
             llm,
         };
-        let plan = runner::Plan {
+        let sim = runner::Sim {
             exp: &self.exp,
             arms: &self.arms,
             dir,
         };
         runner::run(
-            &plan,
+            &sim,
             &mut policies,
             manifest,
             self.start.take(),
@@ -408,7 +450,7 @@ impl<S: Scenario> Loaded for Typed<S> {
     }
 
     fn footprint(&self) -> Result<Footprint, SizeError> {
-        crate::sim::plan::footprint(&self.exp, self.arms.start())
+        crate::sim::footprint::footprint(&self.exp, self.arms.start())
     }
 
     fn first_step(
@@ -416,7 +458,7 @@ impl<S: Scenario> Loaded for Typed<S> {
         llm: &mut Llm,
         population: usize,
         sample: usize,
-    ) -> Result<FirstStep, RunError> {
+    ) -> Result<FirstStep, SimError> {
         runner::first_step(&self.exp, self.arms.start(), population, llm, sample)
     }
 }

@@ -7,9 +7,9 @@
 //! a multi-gigabyte log, or of a step of a million logged decisions, reads a page's worth.
 
 use super::log::{Line, LogIndex};
+use crate::record::columns::{texts, wholes};
 use crate::record::{GROUPS, Manifest, PROMPTS, StepRecord, open};
-use arrow_array::cast::AsArray;
-use arrow_array::{Array, RecordBatch};
+use arrow_array::RecordBatch;
 use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::metadata::ParquetMetaData;
@@ -450,26 +450,14 @@ fn level_names(dir: &Path) -> Vec<String> {
     names
 }
 
+/// Column `name` of `b` as text (a missing value empty).
 fn text_column(b: &RecordBatch, name: &str) -> Option<Vec<String>> {
-    let c = arrow_cast::cast(b.column_by_name(name)?, &DataType::Utf8).ok()?;
-    let s = c.as_string::<i32>();
-    Some(
-        (0..s.len())
-            .map(|i| {
-                if s.is_valid(i) {
-                    s.value(i).to_string()
-                } else {
-                    String::new()
-                }
-            })
-            .collect(),
-    )
+    texts(b.column_by_name(name)?.as_ref(), "")
 }
 
+/// Column `name` of `b` as whole numbers.
 fn whole_column(b: &RecordBatch, name: &str) -> Option<Vec<usize>> {
-    let c = arrow_cast::cast(b.column_by_name(name)?, &DataType::UInt64).ok()?;
-    let c = c.as_primitive::<arrow_array::types::UInt64Type>();
-    Some(c.values().iter().map(|&v| v as usize).collect())
+    wholes(b.column_by_name(name)?.as_ref())
 }
 
 /// The prompt with `hash`, if the run kept it (`prompts.jsonl`: one line per distinct prompt

@@ -34,6 +34,10 @@ pub struct StepRow {
     #[serde(flatten)]
     pub record: StepRecord,
     pub tokens_per_second: f64,
+    /// The rates of the LLM policy's decisions and of scripted ones, apart (`None` for a
+    /// step recorded before they were kept).
+    pub model_decisions_per_second: Option<f64>,
+    pub scripted_decisions_per_second: Option<f64>,
     pub prefix_hit_rate: f64,
     /// Each rank's step time (one entry without MPI).
     pub rank_seconds: Vec<f64>,
@@ -86,8 +90,12 @@ impl StepRow {
         if rank_seconds.is_empty() {
             rank_seconds.push(record.seconds);
         }
+        let rate = |n: usize| n as f64 / record.seconds.max(1e-9);
+        let split = record.split();
         StepRow {
             tokens_per_second: tokens as f64 / record.seconds.max(1e-9),
+            model_decisions_per_second: split.map(|(m, _)| rate(m)),
+            scripted_decisions_per_second: split.map(|(_, s)| rate(s)),
             prefix_hit_rate: record.cached_tokens as f64 / record.prompt_tokens.max(1) as f64,
             rank_seconds,
             record,

@@ -47,6 +47,9 @@ pub struct RunSummary {
     pub device: Option<String>,
     pub ranks: usize,
     pub decisions_per_second: Option<f64>,
+    /// Of those, the LLM policy's and the scripted rules' apart, when the steps say.
+    pub model_decisions_per_second: Option<f64>,
+    pub scripted_decisions_per_second: Option<f64>,
     /// When it started (RFC 3339, UTC).
     pub started: Option<String>,
     pub disk_bytes: u64,
@@ -84,7 +87,7 @@ pub enum Writer {
 /// A run folder read once: its manifest and steps, or why they cannot be read.
 pub struct Read {
     pub dir: PathBuf,
-    pub manifest: Result<Manifest, String>,
+    pub manifest: Result<Manifest, Damage>,
     pub steps: Vec<StepRecord>,
     pub writer: Writer,
 }
@@ -140,7 +143,7 @@ impl Read {
             scenario: String::new(),
             policy: None,
             status,
-            damage: self.manifest.as_ref().err().cloned(),
+            damage: self.manifest.as_ref().err().map(Damage::to_string),
             steps_done: 0,
             planned_steps: 0,
             eta_seconds: None,
@@ -148,6 +151,8 @@ impl Read {
             device: None,
             ranks: self.steps.last().map_or(1, |s| s.ranks),
             decisions_per_second: None,
+            model_decisions_per_second: None,
+            scripted_decisions_per_second: None,
             started: None,
             disk_bytes: disk_bytes(&self.dir),
             report: listing(&self.dir, "").iter().any(|f| f == "report.html"),
@@ -165,6 +170,13 @@ impl Read {
                 .iter()
                 .fold((0, 0.0), |(d, t), s| (d + s.decisions, t + s.seconds));
             s.decisions_per_second = (seconds > 0.0).then(|| decisions as f64 / seconds);
+            let split = self.steps.iter().try_fold((0, 0), |(m, k), s| {
+                s.split().map(|(sm, sk)| (m + sm, k + sk))
+            });
+            if let Some((model, scripted)) = split.filter(|_| seconds > 0.0) {
+                s.model_decisions_per_second = Some(model as f64 / seconds);
+                s.scripted_decisions_per_second = Some(scripted as f64 / seconds);
+            }
             s.started = jiff::Timestamp::from_second(m.started_unix as i64)
                 .ok()
                 .map(|t| t.to_string());
@@ -191,25 +203,40 @@ fn eta(steps: &[StepRecord], planned: usize) -> Option<f64> {
     Some(per * planned.saturating_sub(steps.len()) as f64)
 }
 
+/// Why a run folder's manifest or step log cannot be read: the folder shows as damaged, with
+/// this, and the listing goes on. (Messages, not sources: a listing is read again and again,
+/// and shown as text.)
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Damage {
+    #[error("no manifest.json: a start that never wrote one (a full disk?), or not a run")]
+    NoManifest,
+    #[error("manifest.json cannot be read: {0}")]
+    ManifestUnreadable(String),
+    #[error("manifest.json cannot be read ({0}): the folder is damaged")]
+    ManifestDamaged(String),
+    #[error("steps.csv cannot be read: {0}")]
+    StepsUnreadable(String),
+    #[error("steps.csv is damaged ({0})")]
+    StepsDamaged(String),
+}
+
 /// The run's manifest, or why it cannot be read.
-pub(crate) fn read_manifest(dir: &Path) -> Result<Manifest, String> {
+pub(crate) fn read_manifest(dir: &Path) -> Result<Manifest, Damage> {
     match open::read(dir, MANIFEST, MOST) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| format!("manifest.json cannot be read ({e}): the folder is damaged")),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(
-            "no manifest.json: a start that never wrote one (a full disk?), or not a run"
-                .to_string(),
-        ),
-        Err(e) => Err(format!("manifest.json cannot be read: {e}")),
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes).map_err(|e| Damage::ManifestDamaged(e.to_string()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Damage::NoManifest),
+        Err(e) => Err(Damage::ManifestUnreadable(e.to_string())),
     }
 }
 
 /// `steps.csv` up to its last whole line: a line being appended is not yet a step.
-pub(crate) fn read_steps_lenient(dir: &Path) -> Result<Vec<StepRecord>, String> {
+pub(crate) fn read_steps_lenient(dir: &Path) -> Result<Vec<StepRecord>, Damage> {
     let bytes = match open::read(dir, STEPS, MOST) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("steps.csv cannot be read: {e}")),
+        Err(e) => return Err(Damage::StepsUnreadable(e.to_string())),
     };
     let whole = bytes
         .iter()
@@ -218,7 +245,7 @@ pub(crate) fn read_steps_lenient(dir: &Path) -> Result<Vec<StepRecord>, String> 
     csv::Reader::from_reader(whole)
         .deserialize()
         .collect::<Result<Vec<StepRecord>, _>>()
-        .map_err(|e| format!("steps.csv is damaged ({e})"))
+        .map_err(|e| Damage::StepsDamaged(e.to_string()))
 }
 
 /// The writer of `dir`: whoever holds its lock (see [`record::lock_state`]). A lock file

@@ -168,6 +168,7 @@ impl Server {
             self.listener,
             router(self.app),
             "throng-serve",
+            Default::default(),
             stop,
         )?)
     }
@@ -184,6 +185,7 @@ pub(crate) fn serve_on(
     listener: std::net::TcpListener,
     app: Router,
     threads: &str,
+    limits: super::connections::ConnectionLimits,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -193,9 +195,7 @@ pub(crate) fn serve_on(
         .build()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .await
+        super::connections::serve(listener, app, limits, stop).await
     })
 }
 

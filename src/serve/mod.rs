@@ -19,6 +19,7 @@
 
 pub mod access;
 mod assets;
+pub mod connections;
 pub mod control;
 pub mod decisions;
 pub mod detail;

@@ -12,5 +12,8 @@ pub enum Column {
     },
     Numeric {
         values: Vec<f32>,
+        /// Whether its values are whole numbers (`integer = true`): kept exactly in the
+        /// floats, and handed to Python as ints.
+        integer: bool,
     },
 }

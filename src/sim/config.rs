@@ -284,17 +284,12 @@ enum DecisionLogSpec {
 }
 
 impl TryFrom<DecisionLogSpec> for DecisionLogMode {
-    type Error = String;
-    fn try_from(spec: DecisionLogSpec) -> Result<Self, String> {
+    type Error = CountError;
+    fn try_from(spec: DecisionLogSpec) -> Result<Self, CountError> {
         Ok(match spec {
             DecisionLogSpec::All => DecisionLogMode::All,
             DecisionLogSpec::None => DecisionLogMode::None,
-            DecisionLogSpec::Sample(0) => {
-                return Err(
-                    "a sample of 0 agents logs nothing: use decisions = \"none\", or sample at least 1"
-                        .into(),
-                );
-            }
+            DecisionLogSpec::Sample(0) => return Err(CountError::EmptySample),
             DecisionLogSpec::Sample(n) => DecisionLogMode::Sample(n),
         })
     }
@@ -411,7 +406,7 @@ pub(crate) const MAX_NAME_BYTES: usize = 200;
 /// Why `name` cannot name a run folder, if it cannot: it becomes one component of a path
 /// (`runs/<name>-<unix time>`), so it must be non-empty, hold no separator, not be `.` or
 /// `..`, and hold no control character.
-pub(crate) fn check_run_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_run_name(name: &str) -> Result<(), RunNameError> {
     const FIX: &str =
         "give a short name of letters, digits, `-`, `_` or `.` (e.g. name = \"exp1\")";
     let problem = if name.trim().is_empty() {
@@ -439,9 +434,43 @@ pub(crate) fn check_run_name(name: &str) -> Result<(), String> {
         true => format!("{shown:?}..."),
         false => format!("{shown:?}"),
     };
-    Err(format!(
+    Err(RunNameError(format!(
         "{shown} cannot name a run folder: it {problem}; {FIX}"
-    ))
+    )))
+}
+
+/// Why a config's `name` cannot name a run folder, with the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RunNameError(String);
+
+/// Why a count of a config (steps, replicates, population sizes, a decision log's sample) is
+/// refused; the field is named by whoever read it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CountError {
+    #[error("must be at least 1, got {0}")]
+    BelowOne(i64),
+    #[error(
+        "{0} steps are more than the {MAX_STEPS} a run may take: every step writes a Parquet part of each table and a checkpoint"
+    )]
+    TooManySteps(i64),
+    #[error("{0} replicates are more than the {MAX_REPLICATES} a run may have")]
+    TooManyReplicates(i64),
+    #[error("give at least one population size")]
+    NoSizes,
+    #[error("{0} population sizes are more than the {MAX_POPULATION_SIZES} a run may list")]
+    TooManySizes(usize),
+    #[error("a population needs at least 2 agents, got {0}")]
+    TooFewAgents(i64),
+    /// A size listed twice runs the same cells twice under the same keys, and the report
+    /// then counts each of those games twice in its intervals.
+    #[error(
+        "the population size {0} is listed twice: each size runs its own cells, so list it \
+         once (for more games of one size, raise `replicates`)"
+    )]
+    SizeTwice(i64),
+    #[error("a sample of 0 agents logs nothing: use decisions = \"none\", or sample at least 1")]
+    EmptySample,
 }
 
 fn run_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -474,31 +503,27 @@ pub(crate) const MAX_POPULATION_SIZES: usize = 1_000;
 pub struct Count(pub usize);
 
 impl Count {
-    pub fn new(n: i64) -> Result<Self, String> {
+    pub fn new(n: i64) -> Result<Self, CountError> {
         if n < 1 {
-            return Err(format!("must be at least 1, got {n}"));
+            return Err(CountError::BelowOne(n));
         }
         Ok(Count(n as usize))
     }
 
     /// A run's steps: at least 1, at most [`MAX_STEPS`].
-    pub fn steps(n: i64) -> Result<Self, String> {
+    pub fn steps(n: i64) -> Result<Self, CountError> {
         let count = Self::new(n)?;
         if count.0 > MAX_STEPS {
-            return Err(format!(
-                "{n} steps are more than the {MAX_STEPS} a run may take: every step writes a Parquet part of each table and a checkpoint"
-            ));
+            return Err(CountError::TooManySteps(n));
         }
         Ok(count)
     }
 
     /// A run's replicates: at least 1, at most [`MAX_REPLICATES`].
-    pub fn replicates(n: i64) -> Result<Self, String> {
+    pub fn replicates(n: i64) -> Result<Self, CountError> {
         let count = Self::new(n)?;
         if count.0 > MAX_REPLICATES {
-            return Err(format!(
-                "{n} replicates are more than the {MAX_REPLICATES} a run may have"
-            ));
+            return Err(CountError::TooManyReplicates(n));
         }
         Ok(count)
     }
@@ -523,30 +548,22 @@ impl<'de> Deserialize<'de> for Count {
 pub struct Sizes(pub Vec<usize>);
 
 impl Sizes {
-    pub fn new(sizes: Vec<i64>) -> Result<Self, String> {
+    pub fn new(sizes: Vec<i64>) -> Result<Self, CountError> {
         if sizes.is_empty() {
-            return Err("give at least one population size".into());
+            return Err(CountError::NoSizes);
         }
         if sizes.len() > MAX_POPULATION_SIZES {
-            return Err(format!(
-                "{} population sizes are more than the {MAX_POPULATION_SIZES} a run may list",
-                sizes.len()
-            ));
+            return Err(CountError::TooManySizes(sizes.len()));
         }
-        if let Some(bad) = sizes.iter().find(|&&n| n < 2) {
-            return Err(format!("a population needs at least 2 agents, got {bad}"));
+        if let Some(&bad) = sizes.iter().find(|&&n| n < 2) {
+            return Err(CountError::TooFewAgents(bad));
         }
-        // A size listed twice runs the same cells twice under the same keys, and the report
-        // then counts each of those games twice in its intervals.
-        if let Some((_, twice)) = sizes
+        if let Some((_, &twice)) = sizes
             .iter()
             .enumerate()
             .find(|(i, n)| sizes[..*i].contains(n))
         {
-            return Err(format!(
-                "the population size {twice} is listed twice: each size runs its own cells, so \
-                 list it once (for more games of one size, raise `replicates`)"
-            ));
+            return Err(CountError::SizeTwice(twice));
         }
         Ok(Sizes(sizes.into_iter().map(|n| n as usize).collect()))
     }

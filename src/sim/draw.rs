@@ -62,6 +62,7 @@ impl PopulationSpec {
                     integer,
                     ..
                 } => Column::Numeric {
+                    integer: *integer,
                     values: draw_numeric(
                         *low,
                         *high,

@@ -141,7 +141,7 @@ pub fn validate(
         if specs.iter().any(|s| s.name == name) {
             return Err(problem(format!("level `{name}` is listed twice")));
         }
-        let form = form(level, name, categorical).map_err(&problem)?;
+        let form = form(level, name, categorical, problem)?;
         if level.remainder == Remainder::Smaller && matches!(form, Form::By { .. }) {
             return Err(problem(format!(
                 "level `{name}`: `remainder` applies to a sized level, not to `by`"
@@ -179,16 +179,21 @@ pub fn validate(
 
 /// How level `name` forms its groups: by size, or one per category of a categorical
 /// attribute; what is wrong with it, if it says neither or both.
-fn form(level: &LevelConfig, name: &str, categorical: &[&str]) -> Result<Form, String> {
+fn form(
+    level: &LevelConfig,
+    name: &str,
+    categorical: &[&str],
+    problem: impl Fn(String) -> GroupsProblem,
+) -> Result<Form, GroupsProblem> {
     let form = match (level.size, &level.by) {
         (Some(_), Some(_)) | (None, None) => {
-            return Err(format!(
+            return Err(problem(format!(
                 "level `{name}` needs exactly one of `size` (members per group) and `by` (a \
                  categorical attribute: one group per category)"
-            ));
+            )));
         }
         (Some(0), None) => {
-            return Err(format!("level `{name}`: size must be at least 1"));
+            return Err(problem(format!("level `{name}`: size must be at least 1")));
         }
         (Some(size), None) => Form::Size {
             size,
@@ -196,7 +201,7 @@ fn form(level: &LevelConfig, name: &str, categorical: &[&str]) -> Result<Form, S
         },
         (None, Some(attribute)) => {
             if !categorical.contains(&attribute.as_str()) {
-                return Err(format!(
+                return Err(problem(format!(
                     "level `{name}`: `by = \"{attribute}\"` must name a categorical attribute \
                      of [population.attributes] (categorical ones here: {})",
                     if categorical.is_empty() {
@@ -204,7 +209,7 @@ fn form(level: &LevelConfig, name: &str, categorical: &[&str]) -> Result<Form, S
                     } else {
                         categorical.join(", ")
                     }
-                ));
+                )));
             }
             Form::By {
                 attribute: attribute.clone(),
@@ -214,10 +219,32 @@ fn form(level: &LevelConfig, name: &str, categorical: &[&str]) -> Result<Form, S
     Ok(form)
 }
 
+/// A population that a level with `remainder = "refuse"` does not divide.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{size} agents do not divide into groups of level `{level}` ({units} {what} of {k}): give a \
+     population that is a multiple of {product} (e.g. {below}{above}), or set \
+     `remainder = \"smaller\"` on that level",
+    what = if *.outermost { "agents into groups" } else { "groups into groups" },
+    below = if *.below > 0 { format!("{} or ", .below) } else { String::new() },
+)]
+pub struct Indivisible {
+    size: usize,
+    level: String,
+    /// Members of the level's groups: agents, or groups of the level inside it.
+    units: usize,
+    k: usize,
+    /// The size every population must be a multiple of, and the nearest such sizes.
+    product: usize,
+    below: usize,
+    above: usize,
+    outermost: bool,
+}
+
 /// Checks that `levels` divide a population of `size` agents where they must (sized levels
-/// with `remainder = "refuse"`, none inside a `by` level): the message names the nearest
+/// with `remainder = "refuse"`, none inside a `by` level): the refusal names the nearest
 /// sizes that do.
-pub(crate) fn check_divides(levels: &[LevelSpec], size: usize) -> Result<(), String> {
+pub(crate) fn check_divides(levels: &[LevelSpec], size: usize) -> Result<(), Indivisible> {
     let mut units = size;
     let mut product = 1usize;
     for spec in levels {
@@ -228,23 +255,16 @@ pub(crate) fn check_divides(levels: &[LevelSpec], size: usize) -> Result<(), Str
         if remainder == Remainder::Refuse && !units.is_multiple_of(k) {
             let below = size / product * product;
             let above = below.saturating_add(product);
-            return Err(format!(
-                "{size} agents do not divide into groups of level `{}` ({} {} of {k}): give a \
-                 population that is a multiple of {product} (e.g. {}{above}), or set \
-                 `remainder = \"smaller\"` on that level",
-                spec.name,
+            return Err(Indivisible {
+                size,
+                level: spec.name.clone(),
                 units,
-                if spec.name == levels[0].name {
-                    "agents into groups"
-                } else {
-                    "groups into groups"
-                },
-                if below > 0 {
-                    format!("{below} or ")
-                } else {
-                    String::new()
-                },
-            ));
+                k,
+                product,
+                below,
+                above,
+                outermost: spec.name == levels[0].name,
+            });
         }
         units = units.div_ceil(k);
     }
@@ -537,13 +557,13 @@ mod tests {
             sized("village", 4, Remainder::Refuse),
         ];
         assert!(check_divides(&levels, 200).is_ok());
-        let err = check_divides(&levels, 210).unwrap_err();
+        let err = check_divides(&levels, 210).unwrap_err().to_string();
         assert!(
             err.contains("level `village`") && err.contains("multiple of 20"),
             "{err}"
         );
         assert!(err.contains("200 or 220"), "{err}");
-        let err = check_divides(&levels, 7).unwrap_err();
+        let err = check_divides(&levels, 7).unwrap_err().to_string();
         assert!(
             err.contains("level `team`") && err.contains("multiple of 5"),
             "{err}"

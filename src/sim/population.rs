@@ -629,7 +629,7 @@ impl Population {
                 Column::Categorical { categories, codes } => {
                     ProfileValue::Category(&categories[codes[agent] as usize])
                 }
-                Column::Numeric { values } => ProfileValue::Number(values[agent]),
+                Column::Numeric { values, .. } => ProfileValue::Number(values[agent]),
             };
             (name.as_str(), value)
         })

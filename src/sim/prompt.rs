@@ -202,4 +202,22 @@ mod tests {
             "{err}"
         );
     }
+
+    // The book (your-own-study.md, templates) says how block tags shape whitespace, as in
+    // Hugging Face's chat templates; issue 39, item 13 found it undocumented.
+    #[test]
+    fn a_block_tag_on_a_line_of_its_own_leaves_no_line_and_plus_keeps_indentation() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("system.jinja"), "Rules.").unwrap();
+        std::fs::write(
+            dir.path().join("agent.jinja"),
+            "A\n  {% if rich %}\nrich\n  {% endif %}\nB\n  {%+ if rich %}x{% endif %}\n\nC",
+        )
+        .unwrap();
+        let book = PromptBook::load(dir.path(), "s", &["agent"], &[]).unwrap();
+        let text = book
+            .render("agent", &minijinja::context! { rich => true })
+            .unwrap();
+        assert_eq!(text, "A\nrich\nB\n  x\nC");
+    }
 }

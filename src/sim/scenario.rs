@@ -310,16 +310,23 @@ pub trait Scenario: Sized + Send + Sync + 'static {
         _agent: usize,
         _step: usize,
         _decision: &Self::Decision,
-    ) -> Result<(), String> {
+    ) -> Result<(), DecisionProblem> {
         Ok(())
     }
     /// A group's reaction to its members' results after [`Scenario::resolve`], called for
     /// every group of every level, innermost level first, so that a village sees its teams
     /// after they have settled (the listeners of the million-agent study). Nothing by default.
     fn react(&self, _world: &mut Self::World, _population: &Population, _group: GroupRef<'_>) {}
-    /// Checks the experiment's population against what the scenario can use; a problem names
-    /// its field under `population.`. Anything goes by default.
-    fn check_population(&self, _population: &PopulationSpec) -> Result<(), ScenarioProblem> {
+    /// Checks the experiment's population against what the scenario can use: its `[population]`
+    /// table and `sizes`, every number of agents the run has (`agents`, each size of a sweep),
+    /// so that "more agents than grid cells" is refused before a run starts rather than by a
+    /// panic in `init`. A problem names its field: `agents` for a size, a field under
+    /// `population.` for the table. Anything goes by default.
+    fn check_population(
+        &self,
+        _population: &PopulationSpec,
+        _sizes: &[usize],
+    ) -> Result<(), ScenarioProblem> {
         Ok(())
     }
     /// The variables of `system.jinja`, shared by every agent of the cell at `step`, so that
@@ -379,9 +386,11 @@ pub trait Records<S: Scenario>: Sync {
     ) -> Option<RecordBatch> {
         None
     }
-    /// One row of per-cell aggregates after `step`, with the columns of
-    /// [`Descriptor::aggregates`] (the runner adds the cell's keys), kept whatever the
-    /// decision log keeps.
+    /// One row of per-cell aggregates after `step` (step 0: before anyone moves, as for
+    /// [`Scenario::row`]), with the columns of [`Descriptor::aggregates`] (the runner adds the
+    /// cell's keys), kept whatever the decision log keeps; `None` for no row (the guessing
+    /// game has none at step 0, before its first round). The base report shows each column's
+    /// mean per step over the replicates, by arm, with its interval.
     fn aggregates(&self, _world: &S::World, _cell: &CellInfo, _step: usize) -> Option<RecordBatch> {
         None
     }
@@ -392,7 +401,7 @@ pub trait Records<S: Scenario>: Sync {
     }
     /// The scenario's own columns of the state table: by default traced from
     /// [`Scenario::Row`] (see [`trace_row_fields`]). Asked once per step, not per cell.
-    fn row_fields(&self) -> Result<Vec<arrow_schema::FieldRef>, String> {
+    fn row_fields(&self) -> Result<Vec<arrow_schema::FieldRef>, TableError> {
         trace_row_fields::<S>()
     }
     /// The columns `fields` (from [`Records::row_fields`]) filled from the rows of the agents
@@ -401,9 +410,9 @@ pub trait Records<S: Scenario>: Sync {
         &self,
         fields: &[arrow_schema::FieldRef],
         rows: &[S::Row],
-    ) -> Result<RecordBatch, String> {
+    ) -> Result<RecordBatch, TableError> {
         serde_arrow::to_record_batch(fields, &rows)
-            .map_err(|e| format!("a state row did not fit its traced columns: {e}"))
+            .map_err(|e| TableError(format!("a state row did not fit its traced columns: {e}")))
     }
 }
 
@@ -418,21 +427,33 @@ pub trait Sizing {
     /// What one cell of `agents` agents holds in memory at most over `steps` steps, beyond
     /// what the runner holds for every agent (its turn, decision and attributes): its world,
     /// and the rows one step's records build for it, by part. An estimate (see
-    /// [`crate::sim::plan::Footprint`]).
+    /// [`crate::sim::footprint::Footprint`]).
     fn memory(&self, agents: f64, steps: f64) -> Vec<crate::host::MemoryPart>;
 }
 
 /// The columns of `S`'s state rows, traced from its [`Scenario::Row`] type.
-pub fn trace_row_fields<S: Scenario>() -> Result<Vec<arrow_schema::FieldRef>, String> {
+pub fn trace_row_fields<S: Scenario>() -> Result<Vec<arrow_schema::FieldRef>, TableError> {
     use serde_arrow::schema::{SchemaLike, TracingOptions};
     let options = TracingOptions::default()
         .allow_null_fields(true)
         .enums_without_data_as_strings(true);
     Vec::<arrow_schema::FieldRef>::from_type::<S::Row>(options).map_err(|e| {
-        format!(
+        TableError(format!(
             "its state row type ({}) cannot be a table: {e}; give it fields of numbers, \
              booleans, text, or `Option`s of them",
             std::any::type_name::<S::Row>()
-        )
+        ))
     })
 }
+
+/// Why a scenario's state rows cannot be a table: its row type, or rows that do not fit the
+/// columns. The runner names the scenario.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TableError(pub String);
+
+/// What is wrong with a scripted decision, for [`Scenario::check_scripted`]: the runner
+/// names the agent, the step and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DecisionProblem(pub String);

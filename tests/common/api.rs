@@ -51,6 +51,7 @@ pub fn options(queue: usize) -> ApiOptions {
         max_tokens: 1000,
         store: None,
         reuse: Vec::new(),
+        connections: Default::default(),
     }
 }
 

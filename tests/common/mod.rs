@@ -135,7 +135,7 @@ pub fn run_experiment(
     config: &std::path::Path,
     overrides: &throng::sim::experiment::Overrides,
     out: &std::path::Path,
-    options: throng::sim::runner::RunOptions,
+    options: throng::sim::runner::SimOptions,
     engine: Option<Engine>,
 ) -> (throng::sim::runner::Ended, throng::record::Manifest) {
     use throng::record::{self, Manifest};

@@ -231,7 +231,11 @@ impl Scenario for PublicGoods {
         Ok(Self::new(knobs))
     }
 
-    fn check_population(&self, population: &PopulationSpec) -> Result<(), ScenarioProblem> {
+    fn check_population(
+        &self,
+        population: &PopulationSpec,
+        _sizes: &[usize],
+    ) -> Result<(), ScenarioProblem> {
         let names: Vec<&str> = population.groups.iter().map(|l| l.name.as_str()).collect();
         let at = |field: &str, name: &str| {
             names.iter().position(|n| *n == name).ok_or_else(|| {

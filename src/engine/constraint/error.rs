@@ -2,6 +2,12 @@
 
 use super::limits::{self, Limit};
 
+/// Why a grammar could not go on while a reply was decoded (llguidance's parser, in its
+/// words): the reply fails, the engine goes on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct GrammarError(pub String);
+
 /// Why a schema cannot constrain a reply. Every case is the schema's (a client's) doing, but
 /// for [`SchemaError::Setup`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -163,6 +163,10 @@ fn factory(tokenizer: &Tokenizer, vocab_size: usize) -> Result<ParserFactory, Sc
         .map_err(|e| setup("cannot serialise the tokenizer", &e))?;
     let mut bytes = toktrie_hf_tokenizers::ByteTokenizer::from_json_bytes(json.as_bytes())
         .map_err(|e| setup("cannot build a token trie from the tokenizer", &e))?;
+    // Bytes the grammar forces are text (a property or tool name such as `<|im_end|>`): the
+    // template's control tokens must not be matched in them, or the forced token would be
+    // the control token, whose bytes the trie marks as special, and the bytes not match.
+    bytes.hf_tokenizer.set_encode_special_tokens(true);
     let eos: Vec<u32> = tokenizer
         .eos_ids()
         .iter()

@@ -9,7 +9,7 @@ pub mod limits;
 mod schema;
 mod state;
 
-pub use error::SchemaError;
+pub use error::{GrammarError, SchemaError};
 pub use grammars::Grammars;
 pub use limits::Limit;
 pub use schema::{Schema, SchemaId};

@@ -1,6 +1,7 @@
 //! One sequence's place in its grammar: the mask of the tokens it allows next, the tokens
 //! it forces, and whether its value is complete.
 
+use super::GrammarError;
 use llguidance::Matcher;
 use toktrie::SimpleVob;
 
@@ -22,15 +23,17 @@ impl std::fmt::Debug for Constraint {
 impl Constraint {
     /// Tokens allowed next (the end-of-turn ids once the value is complete, which is also
     /// where a schema with one valid reply is after its forced tokens).
-    pub fn mask(&mut self) -> Result<SimpleVob, String> {
+    pub fn mask(&mut self) -> Result<SimpleVob, GrammarError> {
         self.matcher
             .compute_mask_or_eos()
-            .map_err(|e| e.to_string())
+            .map_err(|e| GrammarError(e.to_string()))
     }
 
     /// Advances past `token`, which the mask allowed.
-    pub fn accept(&mut self, token: u32) -> Result<(), String> {
-        self.matcher.consume_token(token).map_err(|e| e.to_string())
+    pub fn accept(&mut self, token: u32) -> Result<(), GrammarError> {
+        self.matcher
+            .consume_token(token)
+            .map_err(|e| GrammarError(e.to_string()))
     }
 
     /// Up to `room` of the tokens the grammar allows no alternative to (keys, punctuation),

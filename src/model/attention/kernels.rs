@@ -155,6 +155,94 @@ impl Kernels for Avx2 {
             unsafe { dots4_avx2(qs, key, os) };
         }
     }
+
+    #[inline(always)]
+    fn score_blocked(
+        queries: &[&[f32]],
+        kv: &PagedKv<'_>,
+        from: usize,
+        visible: impl Fn(usize) -> usize,
+        scale: f32,
+        scores: &mut [&mut [f32]],
+    ) -> bool {
+        // SAFETY (both): `Avx2` is only used from functions compiled with AVX2 and called
+        // where the CPU has it.
+        match kv.heads.head_dim {
+            64 => unsafe { score4_avx2::<4>(queries, kv, from, visible, scale, scores) },
+            128 => unsafe { score4_avx2::<8>(queries, kv, from, visible, scale, scores) },
+            _ => return false,
+        }
+        true
+    }
+}
+
+/// [`Kernels::score_blocked`] for a head of `C * 16` dimensions with AVX2: four queries at a
+/// time against each key as it streams past once, each query's sixteen partial sums in two
+/// registers, and the four sums reduced together by unpacking pairs, which adds exactly the
+/// pairs [`Portable::dot`]'s halving adds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn score4_avx2<const C: usize>(
+    queries: &[&[f32]],
+    kv: &PagedKv<'_>,
+    from: usize,
+    visible: impl Fn(usize) -> usize,
+    scale: f32,
+    scores: &mut [&mut [f32]],
+) {
+    use std::arch::x86_64::*;
+    let n = queries.len();
+    for i0 in (0..n).step_by(4) {
+        let m = 4.min(n - i0);
+        let limit = visible(i0 + m - 1);
+        // Missing queries of a last group read the first one's floats and are never stored.
+        let q: [*const f32; 4] =
+            std::array::from_fn(|j| queries[i0 + if j < m { j } else { 0 }].as_ptr());
+        kv.for_each_row::<Avx2>(
+            kv.k,
+            from,
+            limit,
+            #[inline(always)]
+            |pos, key| {
+                // SAFETY: every query and key has `C * 16` floats (the head size), checked by
+                // the caller's match.
+                unsafe {
+                    let zero = _mm256_setzero_ps();
+                    let (mut lo, mut hi) = ([zero; 4], [zero; 4]);
+                    for c in 0..C {
+                        let k_lo = _mm256_loadu_ps(key.as_ptr().add(16 * c));
+                        let k_hi = _mm256_loadu_ps(key.as_ptr().add(16 * c + 8));
+                        for j in 0..4 {
+                            let qj = q[j].add(16 * c);
+                            lo[j] = _mm256_add_ps(lo[j], _mm256_mul_ps(_mm256_loadu_ps(qj), k_lo));
+                            hi[j] = _mm256_add_ps(
+                                hi[j],
+                                _mm256_mul_ps(_mm256_loadu_ps(qj.add(8)), k_hi),
+                            );
+                        }
+                    }
+                    // Lanes i + 8, then i + 4: four lanes per query.
+                    let s4: [__m128; 4] = std::array::from_fn(|j| {
+                        let s8 = _mm256_add_ps(lo[j], hi[j]);
+                        _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1))
+                    });
+                    // Lanes i + 2 of a and b side by side ([a0+a2, b0+b2, a1+a3, b1+b3]), and
+                    // of c and d; then lane i + 1, one lane per query.
+                    let ab =
+                        _mm_add_ps(_mm_unpacklo_ps(s4[0], s4[1]), _mm_unpackhi_ps(s4[0], s4[1]));
+                    let cd =
+                        _mm_add_ps(_mm_unpacklo_ps(s4[2], s4[3]), _mm_unpackhi_ps(s4[2], s4[3]));
+                    let sums = _mm_add_ps(_mm_movelh_ps(ab, cd), _mm_movehl_ps(cd, ab));
+                    let mut out = [0f32; 4];
+                    _mm_storeu_ps(out.as_mut_ptr(), sums);
+                    for j in 0..m {
+                        scores[i0 + j][pos] = out[j] * scale;
+                    }
+                }
+            },
+        );
+    }
 }
 
 /// Up to four dot products against one key, loading each slice of the key once; every

@@ -197,17 +197,16 @@ pub(super) enum Isa {
 }
 
 impl Isa {
-    /// The widest this CPU has.
+    /// The widest this CPU has (within `THRONG_MAX_CPU_ISA`, [`crate::model::cpu`]).
     pub fn best() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx512f") {
-            return Isa::Avx512;
+        use crate::model::cpu::{CPU, Isa as Cpu};
+        match CPU.isa {
+            #[cfg(target_arch = "x86_64")]
+            Cpu::Avx512 => Isa::Avx512,
+            #[cfg(target_arch = "x86_64")]
+            Cpu::Avx2 => Isa::Avx2,
+            _ => Isa::Portable,
         }
-        #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
-            return Isa::Avx2;
-        }
-        Isa::Portable
     }
 
     /// Every one this CPU has (for tests).
@@ -348,7 +347,7 @@ impl Layout {
 /// A batch cut into items and tiles, with its shared prefixes: the same for every layer of a
 /// forward pass, so worked out once per pass.
 #[derive(Debug)]
-pub(crate) struct Plan {
+pub(crate) struct BatchTiling {
     shared: Vec<SharedPrefix>,
     /// Items of shared prefixes first, each prefix's per kv head in a run cut into tiles.
     layout: Vec<Layout>,
@@ -360,7 +359,7 @@ pub(crate) struct Plan {
     out_len: usize,
 }
 
-impl Plan {
+impl BatchTiling {
     /// The plan of `spans`, with their shared prefixes if `cascade`.
     pub fn new(
         spans: &[SeqSpan],
@@ -635,7 +634,7 @@ pub(super) fn attend(
     block_size: usize,
     heads: Heads,
     window: Option<usize>,
-    plan: &Plan,
+    plan: &BatchTiling,
     isa: Isa,
     scratch: &mut Vec<f32>,
 ) -> candle_core::Result<Tensor> {
@@ -790,7 +789,7 @@ mod tests {
         }
 
         fn attend(&self, window: Option<usize>, cascade: bool, isa: Isa) -> Vec<u32> {
-            let plan = Plan::new(&self.spans, self.block_size, self.heads, window, cascade);
+            let plan = BatchTiling::new(&self.spans, self.block_size, self.heads, window, cascade);
             let out = attend(
                 &self.q,
                 &self.k,
@@ -960,7 +959,7 @@ mod tests {
             block_size,
             heads,
             Some(4),
-            &Plan::new(
+            &BatchTiling::new(
                 std::slice::from_ref(&windowed),
                 block_size,
                 heads,
@@ -986,7 +985,7 @@ mod tests {
             block_size,
             heads,
             None,
-            &Plan::new(std::slice::from_ref(&full), block_size, heads, None, false),
+            &BatchTiling::new(std::slice::from_ref(&full), block_size, heads, None, false),
             Isa::best(),
             &mut Vec::new(),
         )
@@ -1054,7 +1053,7 @@ mod timing {
             })
             .collect();
         let q = Tensor::from_vec(data(agents * 9 * 64, 0), (agents, 9, 64), &Device::Cpu).unwrap();
-        let plans = [false, true].map(|cascade| Plan::new(&spans, bs, heads, None, cascade));
+        let plans = [false, true].map(|cascade| BatchTiling::new(&spans, bs, heads, None, cascade));
         let only = std::env::var("THRONG_TIMING").ok();
         let mut scratch = Vec::new();
         let mut best = [f64::INFINITY; 2];

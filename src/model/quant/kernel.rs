@@ -3,9 +3,9 @@
 //! kernel where the CPU has it, the AVX2 one on the CPUs most people have, and plain Rust
 //! elsewhere. All give the same bits.
 
-use super::cpu::{self, Isa};
 use super::layout::{Kind, PANEL};
 use super::rows::Rows;
+use crate::model::cpu::{self, Cpu, Isa};
 
 /// A tile kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -20,14 +20,12 @@ pub(crate) enum Kernel {
     Avx512,
 }
 
-fn kernel_of(isa: Isa) -> Kernel {
-    match isa {
-        Isa::Portable => Kernel::Portable,
+fn kernel_of(cpu: Cpu) -> Kernel {
+    match (cpu.isa, cpu.vnni) {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => Kernel::Avx2,
+        (Isa::Avx512, true) => Kernel::Avx512,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => Kernel::Avx512,
-        #[cfg(not(target_arch = "x86_64"))]
+        (Isa::Avx512 | Isa::Avx2, _) => Kernel::Avx2,
         _ => Kernel::Portable,
     }
 }
@@ -35,7 +33,7 @@ fn kernel_of(isa: Isa) -> Kernel {
 impl Kernel {
     /// The fastest kernel this CPU runs (within `THRONG_MAX_CPU_ISA`).
     pub(crate) fn best() -> Self {
-        kernel_of(*cpu::ISA)
+        kernel_of(*cpu::CPU)
     }
 
     /// Every kernel this CPU runs.

@@ -22,7 +22,6 @@
 mod avx2;
 mod avx512;
 pub(crate) mod blocks;
-mod cpu;
 pub(crate) mod kernel;
 mod layout;
 mod peak;

@@ -119,7 +119,7 @@ fn quantize_row(
     precision: Precision,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if *super::cpu::ISA >= super::cpu::Isa::Avx2 {
+    if crate::model::cpu::CPU.isa >= crate::model::cpu::Isa::Avx2 {
         // Safety: the CPU has AVX2 and FMA, checked once at start-up.
         return unsafe { quantize_row_avx2(x, data, scale, sum, total, precision) };
     }

@@ -114,14 +114,19 @@ enum LimitSpec {
     Word(String),
 }
 
+/// A limit that is neither a number >= 0 nor `"none"`, as the config gave it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be a number >= 0 or \"none\", got {0}")]
+pub struct NotALimit(String);
+
 impl TryFrom<LimitSpec> for Limit {
-    type Error = String;
-    fn try_from(spec: LimitSpec) -> Result<Self, String> {
+    type Error = NotALimit;
+    fn try_from(spec: LimitSpec) -> Result<Self, NotALimit> {
         match spec {
             LimitSpec::Number(v) if v.is_finite() && v >= 0.0 => Ok(Limit::At(v)),
             LimitSpec::Word(w) if w == "none" => Ok(Limit::Unbounded),
-            LimitSpec::Number(v) => Err(format!("must be a number >= 0 or \"none\", got {v}")),
-            LimitSpec::Word(w) => Err(format!("must be a number >= 0 or \"none\", got \"{w}\"")),
+            LimitSpec::Number(v) => Err(NotALimit(v.to_string())),
+            LimitSpec::Word(w) => Err(NotALimit(format!("\"{w}\""))),
         }
     }
 }

@@ -321,7 +321,11 @@ impl Scenario for EnergyMarket {
 
     /// A population may set personas (attribute `persona`, with the config's persona names
     /// as categories) in place of the uniform `persona_mix` draw.
-    fn check_population(&self, population: &PopulationSpec) -> Result<(), ScenarioProblem> {
+    fn check_population(
+        &self,
+        population: &PopulationSpec,
+        _sizes: &[usize],
+    ) -> Result<(), ScenarioProblem> {
         for attribute in &population.attributes {
             let field = format!("population.attributes.{}", attribute.name());
             match attribute {

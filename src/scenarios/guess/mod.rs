@@ -227,7 +227,11 @@ impl Scenario for GuessGame {
         game
     }
 
-    fn check_population(&self, population: &PopulationSpec) -> Result<(), ScenarioProblem> {
+    fn check_population(
+        &self,
+        population: &PopulationSpec,
+        _sizes: &[usize],
+    ) -> Result<(), ScenarioProblem> {
         // Any attributes describe the players; a `group` must name a level.
         let Some(group) = &self.cfg.group else {
             return Ok(());

@@ -89,7 +89,11 @@
     c.model.textContent = run.model || '—';
     c.device.textContent = run.device || '—';
     c.ranks.textContent = fmtInt(run.ranks);
-    c.dps.textContent = fmtRate(run.decisions_per_second);
+    // The model's rate: scripted decisions cost nothing and would inflate it.
+    c.dps.textContent = fmtRate(isNum(run.model_decisions_per_second)
+      ? run.model_decisions_per_second : run.decisions_per_second);
+    c.dps.title = isNum(run.scripted_decisions_per_second)
+      ? fmtRate(run.scripted_decisions_per_second) + ' scripted decisions/s besides' : '';
     c.started.textContent = fmtTime(run.started);
     c.started.title = run.started || '';
     c.size.textContent = fmtBytes(run.disk_bytes);

@@ -126,7 +126,10 @@
     $('model').textContent = s.model || '—';
     $('device').textContent = s.device || '—';
     $('ranks-count').textContent = fmtInt(s.ranks);
-    $('dps').textContent = fmtRate(s.decisions_per_second);
+    // Apart: scripted decisions cost nothing and would inflate the model's rate.
+    const split = isNum(s.model_decisions_per_second);
+    $('dps').textContent = fmtRate(split ? s.model_decisions_per_second : s.decisions_per_second);
+    $('sdps').textContent = split ? fmtRate(s.scripted_decisions_per_second) : '—';
     $('started').textContent = fmtTime(s.started);
     $('started').title = s.started || '';
     $('size').textContent = fmtBytes(s.disk_bytes);
@@ -314,12 +317,19 @@
       {
         id: 'throughput', title: 'Throughput',
         series: [
-          { label: 'decisions/s', fmt: fmtRate },
+          { label: 'model decisions/s', fmt: fmtRate },
+          { label: 'scripted decisions/s', fmt: fmtRate },
           { label: 'tokens/s', scale: 'tok', fmt: fmtRate },
         ],
         axes: [{ label: 'decisions/s' }, { scale: 'tok', label: 'tokens/s', side: 1 }],
         min0: true,
-        data: [x, col(rows, (r) => r.decisions_per_second), col(rows, (r) => r.tokens_per_second)],
+        data: [
+          x,
+          col(rows, (r) => (isNum(r.model_decisions_per_second)
+            ? r.model_decisions_per_second : r.decisions_per_second)),
+          col(rows, (r) => r.scripted_decisions_per_second),
+          col(rows, (r) => r.tokens_per_second),
+        ],
       },
       {
         id: 'prefix', title: 'Prefix-cache hit rate',

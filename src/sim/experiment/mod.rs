@@ -11,8 +11,8 @@ pub use arms::{Arm, Change};
 pub use policies::{Condition, MAX_POLICY_GROUPS, PolicyGroup, PolicyPlan};
 
 use super::config::{
-    ConfigError, Count, ExperimentConfig, LlmConfig, PolicyKind, RecordsConfig, ScenarioProblem,
-    Sizes, Source, find_field,
+    ConfigError, Count, CountError, ExperimentConfig, LlmConfig, PolicyKind, RecordsConfig,
+    ScenarioProblem, Sizes, Source, find_field,
 };
 use super::population::PopulationSpec;
 use std::path::{Path, PathBuf};
@@ -41,9 +41,9 @@ impl Overrides {
     }
 
     fn apply(&self, c: &mut ExperimentConfig) -> Result<(), ConfigError> {
-        let flag = |flag: &str, message: String| ConfigError::Flag {
+        let flag = |flag: &str, problem: CountError| ConfigError::Flag {
             flag: flag.into(),
-            message,
+            message: problem.to_string(),
         };
         if let Some(p) = self.policy {
             c.policy = p;
@@ -207,6 +207,22 @@ impl Experiment {
         } else {
             format!("field `{}`: ", problem.field)
         };
+        if problem.field == "agents" {
+            // The top-level `agents`, before the first table; or `--agents`, which replaced it.
+            let top = text
+                .match_indices("\n[")
+                .next()
+                .map_or(text.len(), |(at, _)| at);
+            return match find_field(text, 0..top, "agents", "") {
+                Some(at) if at.end <= top => self
+                    .source
+                    .error(Some(at), format!("{field}{}", problem.message)),
+                _ => ConfigError::Flag {
+                    flag: "--agents".into(),
+                    message: problem.message,
+                },
+            };
+        }
         if let Some(inner) = problem.field.strip_prefix("population.") {
             let span = self.config.population.as_ref().map_or(0..0, |p| p.span());
             let at = find_field(text, span.clone(), inner, "population").unwrap_or(span);

@@ -48,7 +48,7 @@ pub fn routes(plan: &PolicyPlan, population: &Population, seed: u64) -> Option<V
                         (Column::Categorical { codes, .. }, Condition::OneOf(ok)) => {
                             ok.contains(&codes[a])
                         }
-                        (Column::Numeric { values }, Condition::Within(lo, hi)) => {
+                        (Column::Numeric { values, .. }, Condition::Within(lo, hi)) => {
                             (*lo..=*hi).contains(&(values[a] as f64))
                         }
                         _ => false,

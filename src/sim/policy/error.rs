@@ -29,7 +29,7 @@ pub enum PolicyError {
         step: usize,
         arm: String,
         replicate: usize,
-        problem: String,
+        problem: crate::sim::scenario::DecisionProblem,
     },
     #[error("{}: {source}", path.display())]
     Io {

@@ -13,19 +13,20 @@ mod arms;
 mod cells;
 mod error;
 pub mod fault;
+mod first_step;
 mod recorder;
 mod rows;
 mod share;
-mod sizing;
 mod step;
 mod streams;
 
 pub use arms::Arms;
 pub use cells::{Cells, first_population, model_agents, same_start};
-pub use error::RunError;
+pub use error::SimError;
+pub use fault::Faults;
+pub use first_step::{FirstStep, Sample, first_step};
 pub use recorder::Checkpoint;
 pub use share::{choose as choose_split, model_ranks};
-pub use sizing::{FirstStep, Sample, first_step};
 pub use step::Policies;
 
 use crate::cluster::Ranks;
@@ -60,7 +61,7 @@ pub enum Progress {
 
 /// How a run starts and ends.
 #[derive(Debug, Clone, Default)]
-pub struct RunOptions {
+pub struct SimOptions {
     /// Continue from the folder's checkpoint.
     pub resume: bool,
     /// Stop after this many steps, leaving the run resumable (a batch job's time limit).
@@ -75,6 +76,8 @@ pub struct RunOptions {
     /// The run's decision store, where rank 0 keeps every rank's model replies for later
     /// runs (`throng run --reuse`); `None`: the replies are not kept.
     pub store: Option<record::store::Store>,
+    /// Crashes, hangs and delays asked on purpose, for tests (none by default).
+    pub faults: fault::Faults,
 }
 
 /// How a call to [`run`] ended.
@@ -89,38 +92,38 @@ pub enum Ended {
 /// when it stopped before finishing its first step (it then starts again from nothing).
 pub(crate) fn read_checkpoint<W: serde::de::DeserializeOwned>(
     dir: &Path,
-) -> Result<Option<checkpoint::Loaded<Checkpoint<W>>>, RunError> {
+) -> Result<Option<checkpoint::Loaded<Checkpoint<W>>>, SimError> {
     Ok(checkpoint::read(dir)?)
 }
 
 /// What to run and where: the experiment, its typed arms (`arms.at(step)[i]` is arm `i`'s
 /// scenario at a step), and the run folder.
-pub struct Plan<'a, S> {
+pub struct Sim<'a, S> {
     pub exp: &'a Experiment,
     pub arms: &'a Arms<S>,
     pub dir: &'a Path,
 }
 
-/// Runs (or resumes) `plan`. `start` is the checkpoint to resume from (see
+/// Runs (or resumes) `sim`. `start` is the checkpoint to resume from (see
 /// [`read_checkpoint`]).
 pub fn run<S: Scenario>(
-    plan: &Plan<'_, S>,
+    sim: &Sim<'_, S>,
     policies: &mut Policies<'_>,
     manifest: &mut Manifest,
     start: Option<Checkpoint<S::World>>,
-    options: &RunOptions,
+    options: &SimOptions,
     mut progress: impl FnMut(Progress),
-) -> Result<Ended, RunError> {
-    let Plan {
+) -> Result<Ended, SimError> {
+    let Sim {
         exp,
         arms: phases,
         dir,
-    } = *plan;
+    } = *sim;
     // The arms that make the worlds and record their first state; each step takes its own.
     let arms = phases.start();
     let cfg = &exp.config;
     let ranks = &options.ranks;
-    let mut recorder = start_run(plan, policies, manifest, start.as_ref(), options)?;
+    let mut recorder = start_run(sim, policies, manifest, start.as_ref(), options)?;
     let mut budget = options.stop_after.unwrap_or(usize::MAX);
     let groups = cfg.agents.0.len();
     let first_group = start.as_ref().map_or(0, |c| c.group);
@@ -170,8 +173,10 @@ pub fn run<S: Scenario>(
             }
             budget -= 1;
             let arms = phases.at(step + 1);
-            fault::point(group * cfg.steps.0 + step + 1, fault::HANG);
-            fault::pace();
+            options
+                .faults
+                .point(group * cfg.steps.0 + step + 1, fault::HANG);
+            options.faults.pace();
             let started = Instant::now();
             let mut decided = |n| progress(Progress::Decided(n));
             let stepped = decide_and_resolve(
@@ -190,7 +195,7 @@ pub fn run<S: Scenario>(
             }
             let decisions = stepped.decisions;
             let global_step = group * cfg.steps.0 + step + 1;
-            fault::point(global_step, "decided");
+            options.faults.point(global_step, "decided");
             let timing = StepTiming {
                 seconds: started.elapsed().as_secs_f64(),
                 resolve_seconds: stepped.resolve.as_secs_f64(),
@@ -202,7 +207,7 @@ pub fn run<S: Scenario>(
                 (Some(recorder), Some(decisions)) => {
                     let at = (group, step, global_step);
                     record_step(
-                        recorder, plan, arms, &cells, at, decisions, &timing, policies, manifest,
+                        recorder, sim, arms, &cells, at, decisions, &timing, policies, manifest,
                     )
                     .map(|_| paused)
                 }
@@ -239,19 +244,19 @@ pub fn run<S: Scenario>(
 /// run, takes a resumed run's checksums from its manifest, opens the recorder (rank 0 alone
 /// writes the run folder) and restores the policy from the checkpoint.
 fn start_run<S: Scenario>(
-    plan: &Plan<'_, S>,
+    sim: &Sim<'_, S>,
     policies: &mut Policies<'_>,
     manifest: &mut Manifest,
     start: Option<&Checkpoint<S::World>>,
-    options: &RunOptions,
-) -> Result<Option<Recorder>, RunError> {
-    let Plan { exp, arms, dir } = *plan;
+    options: &SimOptions,
+) -> Result<Option<Recorder>, SimError> {
+    let Sim { exp, arms, dir } = *sim;
     let kind = arms.kind();
     let cfg = &exp.config;
     let ranks = &options.ranks;
     let root = ranks.is_root();
     if ranks.size() > 1 && cfg.history > 0 && policies.llm.is_some() {
-        return Err(RunError::Setup(format!(
+        return Err(SimError::Setup(format!(
             "history = {} keeps each agent's chat on the rank that decided it, which several ranks \
              do not share yet: run it as one process, or with history = 0",
             cfg.history
@@ -271,6 +276,7 @@ fn start_run<S: Scenario>(
             kind,
             start,
             options.store.clone(),
+            options.faults.clone(),
         )?),
         false => None,
     };
@@ -293,7 +299,7 @@ fn decide_and_resolve<S: Scenario>(
     policies: &mut Policies<'_>,
     asked: bool,
     decided: &mut dyn FnMut(usize),
-) -> Result<share::Stepped<S::Decision>, RunError> {
+) -> Result<share::Stepped<S::Decision>, SimError> {
     if ranks.size() > 1 {
         return share::step(
             exp, arms, cells, step, share, ranks, policies, asked, decided,
@@ -318,12 +324,12 @@ fn write_personas(
     size: usize,
     agents: &mut [cells::Agents],
     policies: &mut Policies<'_>,
-) -> Result<(), RunError> {
+) -> Result<(), SimError> {
     let Some(personas) = &exp.population.personas else {
         return Ok(());
     };
     let llm = policies.llm.as_deref_mut().ok_or_else(|| {
-        RunError::Setup("LLM-written personas need a model: load one for this run".into())
+        SimError::Setup("LLM-written personas need a model: load one for this run".into())
     })?;
     // The cache is keyed by the model's name, which only the config or the program
     // running it (`Overrides::default_model`) knows.
@@ -334,7 +340,7 @@ fn write_personas(
         .as_deref()
         .or(exp.config.llm.model.as_deref())
         .ok_or_else(|| {
-            RunError::Setup(
+            SimError::Setup(
                 "LLM-written personas are cached by model name: name the model \
              ([llm] model, or Overrides::default_model)"
                     .into(),
@@ -356,10 +362,10 @@ fn resumed_cells<S: Scenario>(
     size: usize,
     agents: Vec<cells::Agents>,
     cp: Checkpoint<S::World>,
-) -> Result<(Cells<S>, usize), RunError> {
+) -> Result<(Cells<S>, usize), SimError> {
     let (infos, arm_of) = Cells::<S>::layout(exp, size);
     if infos != cp.cells {
-        return Err(RunError::Resume(format!(
+        return Err(SimError::Resume(format!(
             "the checkpoint's cells do not match the config in {}: was config.toml edited?",
             dir.display()
         )));
@@ -380,7 +386,7 @@ fn resumed_cells<S: Scenario>(
 #[allow(clippy::too_many_arguments)]
 fn record_step<S: Scenario>(
     recorder: &mut Recorder,
-    plan: &Plan<'_, S>,
+    sim: &Sim<'_, S>,
     arms: &[S],
     cells: &Cells<S>,
     (group, step, global_step): (usize, usize, usize),
@@ -388,7 +394,7 @@ fn record_step<S: Scenario>(
     timing: &StepTiming,
     policies: &Policies<'_>,
     manifest: &mut Manifest,
-) -> Result<(), RunError> {
+) -> Result<(), SimError> {
     let policy_state = policies
         .llm
         .as_deref()
@@ -396,7 +402,7 @@ fn record_step<S: Scenario>(
         .unwrap_or_default();
     recorder
         .step(
-            plan.exp,
+            sim.exp,
             arms,
             cells,
             group,
@@ -406,7 +412,7 @@ fn record_step<S: Scenario>(
             policy_state,
         )
         .and_then(|_| {
-            fault::point(global_step, "checkpoint");
+            recorder.faults.point(global_step, "checkpoint");
             manifest.steps_done = global_step;
             manifest.status = Status::Running;
             recorder.manifest(manifest)
@@ -420,14 +426,14 @@ fn check_changes_keep_the_start<S: Scenario>(
     exp: &Experiment,
     arms: &Arms<S>,
     cells: &Cells<S>,
-) -> Result<(), RunError> {
+) -> Result<(), SimError> {
     for (step, later) in arms.changes() {
         for (a, arm) in exp.arms.iter().enumerate() {
             let Some(change) = arm.change.as_ref().filter(|c| c.from_step == step) else {
                 continue;
             };
             if !cells.starts_alike(exp, &later[a], a) {
-                return Err(RunError::Setup(format!(
+                return Err(SimError::Setup(format!(
                     "arm `{}`: a knob it changes from step {} ({}) shapes the worlds at the start, \
                      so it cannot change on the way: leave `from_step` out to change it from the \
                      start, or change only knobs that act on each step (prices, caps, prompts)",

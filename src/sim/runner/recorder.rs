@@ -2,7 +2,7 @@
 //! decisions log, step timings, then a checkpoint and the manifest, in that order, so that
 //! a crash at any point loses at most the step being written and `--resume` cuts it away.
 
-use super::RunError;
+use super::SimError;
 use super::cells::Cells;
 use super::step::Decisions;
 use crate::record::store::Store;
@@ -63,6 +63,8 @@ pub struct Recorder {
     store: Option<Store>,
     /// The scenario's kind: whether the state has a `role` column, its own tables.
     kind: Descriptor,
+    /// Crash points asked for tests, between the writes of a step.
+    pub(super) faults: super::fault::Faults,
 }
 
 impl Recorder {
@@ -76,7 +78,8 @@ impl Recorder {
         kind: &Descriptor,
         from: Option<&Checkpoint<W>>,
         store: Option<Store>,
-    ) -> Result<Self, RunError> {
+        faults: super::fault::Faults,
+    ) -> Result<Self, SimError> {
         let (parts, counters) = match from {
             Some(cp) => {
                 record::writer_rewind(dir, &cp.files, &cp.parts)?;
@@ -109,6 +112,7 @@ impl Recorder {
             prompts_kept,
             store,
             kind: kind.clone(),
+            faults,
         })
     }
 
@@ -119,7 +123,7 @@ impl Recorder {
         arms: &[S],
         cells: &Cells<S>,
         group: usize,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), SimError> {
         self.writer
             .cells(cells.infos.iter().enumerate().map(|(c, info)| CellRecord {
                 arm: info.arm.clone(),
@@ -128,13 +132,15 @@ impl Recorder {
                 world: arms[cells.arm_of[c]].records().describe(&cells.worlds[c]),
             }))?;
         self.personas(cells, group)?;
-        self.state(exp, arms, cells, group, 0)
+        self.state(exp, arms, cells, group, 0)?;
+        // Step 0 is the world before any decision, as in the state table.
+        self.aggregates(arms, cells, 0)
     }
 
     /// The LLM-written personas of a new group's agents, one row per agent of each
     /// replicate (every arm of a replicate has the same agents), into `personas.parquet`:
     /// part of the group's first part, so that a resume keeps or cuts it with that part.
-    fn personas<S: Scenario>(&mut self, cells: &Cells<S>, group: usize) -> Result<(), RunError> {
+    fn personas<S: Scenario>(&mut self, cells: &Cells<S>, group: usize) -> Result<(), SimError> {
         use arrow_array::{ArrayRef, StringArray, UInt64Array};
         let batches: Vec<_> = cells
             .agents
@@ -175,7 +181,7 @@ impl Recorder {
         cells: &Cells<S>,
         group: usize,
         step: usize,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), SimError> {
         let kinds = exp.policies.kinds();
         let multi_model = exp.is_multi_model();
         let several_roles = self.kind.several_roles();
@@ -207,13 +213,13 @@ impl Recorder {
                 let fields = fields
                     .get_or_init(|| records.row_fields())
                     .as_ref()
-                    .map_err(|e| RunError::Setup(format!("scenario `{name}`: {e}")))?;
+                    .map_err(|e| SimError::table(name, e.clone()))?;
                 let table = super::rows::state(scenario, fields, world, &keys, info, step)
-                    .map_err(|e| RunError::Setup(format!("scenario `{name}`: {e}")))?;
+                    .map_err(|e| SimError::table(name, e))?;
                 let groups = super::rows::group_means(&population.groups, &table, info, step);
                 Ok((table, groups))
             })
-            .collect::<Result<_, RunError>>()?;
+            .collect::<Result<_, SimError>>()?;
         let (batches, group_tables): (Vec<_>, Vec<_>) = tables.into_iter().unzip();
         let part = format!("g{group:03}-s{step:06}");
         self.writer.state(&part, &batches)?;
@@ -251,7 +257,7 @@ impl Recorder {
         decisions: &Decisions<S::Decision>,
         timing: StepTiming,
         policy_state: Vec<u8>,
-    ) -> Result<Counters, RunError> {
+    ) -> Result<Counters, SimError> {
         let started = Instant::now();
         let global_step = group * exp.config.steps.0 + step + 1;
         // The step's replies (every rank's: their traces crossed with the decisions) are kept
@@ -266,7 +272,7 @@ impl Recorder {
             store.insert(&replies)?;
         }
         self.state(exp, arms, cells, group, step + 1)?;
-        super::fault::point(global_step, "state");
+        self.faults.point(global_step, "state");
         self.aggregates(arms, cells, step + 1)?;
         let mut counters = Counters {
             seconds: timing.seconds,
@@ -278,6 +284,7 @@ impl Recorder {
         self.decisions(exp, arms, cells, step + 1, decisions)?;
         self.prompts(decisions)?;
         let n = decisions.turns.len();
+        let model_decisions = decisions.decided.iter().filter(|d| d.llm.is_some()).count();
         self.writer.step(&StepRecord {
             population: cells.infos.first().map_or(0, |c| c.population),
             step: step + 1,
@@ -306,9 +313,11 @@ impl Recorder {
                 .collect::<Vec<_>>()
                 .join(" "),
             reused: decisions.prompts.reused,
+            model_decisions,
+            scripted_decisions: n.saturating_sub(model_decisions),
         })?;
         self.counters.add(&counters);
-        super::fault::point(global_step, "records");
+        self.faults.point(global_step, "records");
         checkpoint::write(
             &self.dir,
             &CheckpointRef {
@@ -325,13 +334,14 @@ impl Recorder {
         Ok(counters)
     }
 
-    /// Writes the aggregates of step `step` (counted from 1) of every cell.
+    /// Writes the aggregates of step `step` (counted from 1; 0 is the world before the first
+    /// step) of every cell.
     fn aggregates<S: Scenario>(
         &mut self,
         arms: &[S],
         cells: &Cells<S>,
         step: usize,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), SimError> {
         // The runner puts the cell's keys in front of the scenario's own columns.
         let aggregates: Vec<_> = (0..cells.infos.len())
             .filter_map(|c| {
@@ -356,7 +366,7 @@ impl Recorder {
         cells: &Cells<S>,
         step: usize,
         decisions: &Decisions<S::Decision>,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), SimError> {
         let kinds = exp.policies.kinds();
         let multi_model = exp.is_multi_model();
         let records = decisions
@@ -409,7 +419,7 @@ impl Recorder {
     }
 
     /// Keeps the whole prompts of the step's logged model decisions, each distinct one once.
-    fn prompts<D>(&mut self, decisions: &Decisions<D>) -> Result<(), RunError> {
+    fn prompts<D>(&mut self, decisions: &Decisions<D>) -> Result<(), SimError> {
         // Written as they are put together.
         let prompts_kept = &mut self.prompts_kept;
         let kept = decisions
@@ -432,7 +442,7 @@ impl Recorder {
     }
 
     /// Writes the manifest with the totals so far.
-    pub fn manifest(&self, manifest: &mut Manifest) -> Result<(), RunError> {
+    pub fn manifest(&self, manifest: &mut Manifest) -> Result<(), SimError> {
         manifest.counters = self.counters;
         manifest.peak_rss_bytes = record::peak_rss_bytes();
         record::write_json_atomic(&self.dir.join(MANIFEST), manifest)?;
@@ -440,7 +450,7 @@ impl Recorder {
     }
 
     /// Joins the Parquet parts into `state.parquet`.
-    pub fn finish(self) -> Result<(), RunError> {
+    pub fn finish(self) -> Result<(), SimError> {
         record::merge_parts(&self.dir)?;
         Ok(())
     }

@@ -3,10 +3,10 @@
 //! scenario's own columns, traced from its `Row` type. And each group level's aggregates: the
 //! mean of every numeric column over a group's members.
 
-use super::RunError;
+use super::SimError;
 use crate::sim::groups::Groups;
 use crate::sim::population::{Column, Population};
-use crate::sim::scenario::{CellInfo, Scenario};
+use crate::sim::scenario::{CellInfo, Scenario, TableError};
 use arrow_array::builder::StringDictionaryBuilder;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, UInt16Type};
@@ -57,7 +57,7 @@ pub fn state<S: Scenario>(
     keys: &Keys<'_>,
     cell: &CellInfo,
     step: usize,
-) -> Result<RecordBatch, String> {
+) -> Result<RecordBatch, TableError> {
     let n = scenario.num_agents(world);
     let (agents, rows): (Vec<usize>, Vec<S::Row>) = (0..n)
         .filter_map(|a| scenario.row(world, a, step).map(|r| (a, r)))
@@ -109,7 +109,7 @@ pub fn state<S: Scenario>(
                         .expect("invariant: codes index the categories"),
                 ));
             }
-            Column::Numeric { values } => {
+            Column::Numeric { values, .. } => {
                 schema.push(Field::new(name, DataType::Float32, false));
                 columns.push(Arc::new(Float32Array::from_iter_values(
                     agents.iter().map(|&a| values[a]),
@@ -119,18 +119,18 @@ pub fn state<S: Scenario>(
     }
     let own = scenario.records().row_columns(fields, &rows)?;
     if own.num_rows() != m {
-        return Err(format!(
+        return Err(TableError(format!(
             "its columns hold {} rows for the {m} agents that have a row",
             own.num_rows()
-        ));
+        )));
     }
     for (field, column) in own.schema().fields().iter().zip(own.columns()) {
         if schema.iter().any(|f| f.name() == field.name()) {
-            return Err(format!(
+            return Err(TableError(format!(
                 "its row has a column `{}`, which the runner writes itself (a key, a group level \
                  or a population attribute): rename the row's field",
                 field.name()
-            ));
+            )));
         }
         schema.push(field.as_ref().clone());
         columns.push(column.clone());
@@ -268,7 +268,7 @@ pub(crate) fn keyed_schema(own: &arrow_schema::Schema) -> arrow_schema::SchemaRe
 }
 
 /// The scenario's rows `own` of `cell` after `step`, with the cell's keys in front.
-pub fn keyed(own: &RecordBatch, cell: &CellInfo, step: usize) -> Result<RecordBatch, RunError> {
+pub fn keyed(own: &RecordBatch, cell: &CellInfo, step: usize) -> Result<RecordBatch, SimError> {
     let m = own.num_rows();
     let constant = |v: usize| Arc::new(UInt64Array::from_value(v as u64, m)) as ArrayRef;
     let mut columns: Vec<ArrayRef> = vec![
@@ -281,7 +281,7 @@ pub fn keyed(own: &RecordBatch, cell: &CellInfo, step: usize) -> Result<RecordBa
     ];
     columns.extend(own.columns().iter().cloned());
     RecordBatch::try_new(keyed_schema(&own.schema()), columns).map_err(|e| {
-        RunError::Setup(format!(
+        SimError::Setup(format!(
             "the scenario's aggregates row of arm `{}`, replicate {}, step {step}: {e}",
             cell.arm, cell.replicate
         ))

@@ -12,7 +12,7 @@
 //! Either way rank 0 alone writes the run folder, then sends every rank the step's outcome
 //! (go on, pause, or fail), so that all stop together.
 
-use super::RunError;
+use super::SimError;
 use super::cells::Cells;
 use super::step::{self, Decisions, Policies};
 use crate::cluster::Ranks;
@@ -228,8 +228,8 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_stdvec(value).expect("invariant: in-memory postcard encoding cannot fail")
 }
 
-fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], rank: usize) -> Result<T, RunError> {
-    postcard::from_bytes(bytes).map_err(|e| RunError::Rank {
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], rank: usize) -> Result<T, SimError> {
+    postcard::from_bytes(bytes).map_err(|e| SimError::Rank {
         rank,
         message: format!("its message could not be read ({e}): are all ranks the same throng?"),
     })
@@ -271,7 +271,7 @@ pub fn step<S: Scenario>(
     policies: &mut Policies<'_>,
     stop: bool,
     done: &mut dyn FnMut(usize),
-) -> Result<Stepped<S::Decision>, RunError> {
+) -> Result<Stepped<S::Decision>, SimError> {
     let began = Instant::now();
     let all = step::turns(exp, arms, cells, step)?;
     let owners = share.owners(cells, &all);
@@ -291,7 +291,7 @@ pub fn step<S: Scenario>(
         work: match &local {
             Ok(d) => Ok(Work {
                 decided: rmp_serde::to_vec_named(&d.decided)
-                    .map_err(|e| RunError::Setup(format!("encoding decisions: {e}")))?,
+                    .map_err(|e| SimError::Setup(format!("encoding decisions: {e}")))?,
                 worlds: match share.split {
                     Split::Cells => (0..cells.infos.len())
                         .filter(|&c| share.steps_cell(c) && share.rank != 0)
@@ -342,7 +342,7 @@ pub fn step<S: Scenario>(
         if rank == share.rank {
             any_stop |= stop;
             let mine = local.take().expect("invariant: one part per rank");
-            let mine = mine.map_err(|e| RunError::Rank {
+            let mine = mine.map_err(|e| SimError::Rank {
                 rank,
                 message: e.to_string(),
             })?;
@@ -355,9 +355,9 @@ pub fn step<S: Scenario>(
         any_stop |= part.stop;
         let work = part
             .work
-            .map_err(|message| RunError::Rank { rank, message })?;
+            .map_err(|message| SimError::Rank { rank, message })?;
         let list: Vec<Decided<S::Decision>> =
-            rmp_serde::from_slice(&work.decided).map_err(|e| RunError::Rank {
+            rmp_serde::from_slice(&work.decided).map_err(|e| SimError::Rank {
                 rank,
                 message: format!("its decisions could not be read: {e}"),
             })?;
@@ -384,7 +384,7 @@ pub fn step<S: Scenario>(
     for &from in &owners {
         let next = decided[from].as_mut().and_then(|it| it.next());
         merged.push(next.ok_or_else(|| {
-            RunError::Rank {
+            SimError::Rank {
                 rank: from,
                 message:
                     "it sent fewer decisions than it had turns: are all ranks the same throng \
@@ -414,7 +414,7 @@ pub fn step<S: Scenario>(
 
 /// Ends a shared step: rank 0 says how it went (`recorded`: its own recording's result, and
 /// whether any rank asked to stop); every rank learns it. Returns whether to pause.
-pub fn finish(ranks: &Ranks, recorded: Result<bool, RunError>) -> Result<bool, RunError> {
+pub fn finish(ranks: &Ranks, recorded: Result<bool, SimError>) -> Result<bool, SimError> {
     let outcome = if ranks.is_root() {
         let outcome = match &recorded {
             Ok(false) => Outcome::Go,
@@ -432,7 +432,7 @@ pub fn finish(ranks: &Ranks, recorded: Result<bool, RunError>) -> Result<bool, R
     match outcome {
         Outcome::Go => Ok(false),
         Outcome::Pause => Ok(true),
-        Outcome::Fail { rank, message } => Err(RunError::Rank { rank, message }),
+        Outcome::Fail { rank, message } => Err(SimError::Rank { rank, message }),
     }
 }
 

@@ -1,7 +1,7 @@
 //! One step of every cell: who takes a turn, their decisions (each agent through its
 //! policy), then every cell's world resolved at once.
 
-use super::RunError;
+use super::SimError;
 use super::cells::Cells;
 use super::streams::{AGENT, RESOLVE};
 use crate::sim::config::PolicyKind;
@@ -20,12 +20,12 @@ pub struct Policies<'p> {
 }
 
 impl Policies<'_> {
-    fn get<S: Scenario>(&mut self, kind: PolicyKind) -> Result<&mut dyn Policy<S>, RunError> {
+    fn get<S: Scenario>(&mut self, kind: PolicyKind) -> Result<&mut dyn Policy<S>, SimError> {
         match kind {
             PolicyKind::Scripted => Ok(&mut self.scripted),
             PolicyKind::Llm => match self.llm.as_deref_mut() {
                 Some(llm) => Ok(llm),
-                None => Err(RunError::Setup(
+                None => Err(SimError::Setup(
                     "the llm policy has no engine: load a model for this run".into(),
                 )),
             },
@@ -51,7 +51,7 @@ pub fn turns<S: Scenario>(
     arms: &[S],
     cells: &Cells<S>,
     step: usize,
-) -> Result<Vec<AgentTurn>, RunError> {
+) -> Result<Vec<AgentTurn>, SimError> {
     let seed = exp.config.seed;
     let agents = cells
         .worlds
@@ -61,7 +61,7 @@ pub fn turns<S: Scenario>(
         .fold(0usize, usize::saturating_add);
     let mut turns = Vec::new();
     turns.try_reserve_exact(agents).map_err(|_| {
-        RunError::Setup(format!(
+        SimError::Setup(format!(
             "out of memory: step {} cannot hold the turns of its {agents} agents ({}); run \
              fewer agents, replicates or arms",
             step + 1,
@@ -122,7 +122,7 @@ pub fn decide<S: Scenario>(
     turns: Vec<AgentTurn>,
     policies: &mut Policies<'_>,
     done: &mut dyn FnMut(usize),
-) -> Result<Decisions<S::Decision>, RunError> {
+) -> Result<Decisions<S::Decision>, SimError> {
     let views = cells.views(exp, arms, step);
     let kinds = exp.policies.kinds();
     let policy_of = policy_of(exp, cells, &turns);

@@ -281,7 +281,13 @@ pub(super) fn timings(steps: &[StepRecord]) -> Vec<PopulationTiming> {
             let mut ranks: Vec<usize> = s.iter().map(|x| x.ranks).collect();
             ranks.sort_unstable();
             ranks.dedup();
+            let total: f64 = seconds.iter().sum::<f64>().max(1e-9);
+            let split = s.iter().try_fold((0, 0), |(m, k), x| {
+                x.split().map(|(xm, xk)| (m + xm, k + xk))
+            });
             PopulationTiming {
+                model_decisions_per_second: split.map(|(m, _)| m as f64 / total),
+                scripted_decisions_per_second: split.map(|(_, k)| k as f64 / total),
                 population,
                 ranks,
                 step_seconds: Summary::of_bounded(&seconds),

@@ -109,7 +109,7 @@ fn report_and_text(dir: &Path) -> Result<(Report, String), ReportError> {
         summary: Own::summary_of(&report)?,
         text: Some(render::text(&report)),
     };
-    let options = overview::Options {
+    let options = overview::OverviewOptions {
         title: Some(report.manifest.name.clone()),
         ..Default::default()
     };

@@ -348,7 +348,7 @@ fn step_times(report: &Report) -> String {
             "mean [95% CI]",
             "median",
             "range",
-            "decisions/s",
+            "decisions/s (model, scripted)",
         ],
         report.timings.iter().map(|t| {
             vec![
@@ -361,7 +361,7 @@ fn step_times(report: &Report) -> String {
                 fmt_seconds(&t.step_seconds),
                 seconds(t.median_seconds),
                 format!("{} to {}", seconds(t.min_seconds), seconds(t.max_seconds)),
-                format!("{:.2}", t.decisions_per_second),
+                t.rates(),
             ]
         }),
     ));
@@ -403,11 +403,11 @@ pub fn text(report: &Report) -> String {
     for t in &report.timings {
         let _ = writeln!(
             out,
-            "{} companies: step time {}, median {}, {:.2} decisions/s",
+            "{} companies: step time {}, median {}, {}",
             t.population,
             fmt_seconds(&t.step_seconds),
             seconds(t.median_seconds),
-            t.decisions_per_second
+            t.rates()
         );
     }
     out

@@ -99,6 +99,27 @@ pub struct PopulationTiming {
     pub min_seconds: f64,
     pub max_seconds: f64,
     pub decisions_per_second: f64,
+    /// Of those, the LLM policy's and the scripted rules' (`None` for steps recorded before
+    /// they were kept apart).
+    pub model_decisions_per_second: Option<f64>,
+    pub scripted_decisions_per_second: Option<f64>,
+}
+
+impl PopulationTiming {
+    /// The rates in words: the model's apart from the scripted rules', which cost nothing.
+    pub fn rates(&self) -> String {
+        match (
+            self.model_decisions_per_second,
+            self.scripted_decisions_per_second,
+        ) {
+            (Some(m), Some(0.0)) => format!("{m:.2} model decisions/s"),
+            (Some(0.0), Some(s)) => format!("{s:.2} scripted decisions/s"),
+            (Some(m), Some(s)) => {
+                format!("{m:.2} model decisions/s, {s:.2} scripted decisions/s")
+            }
+            _ => format!("{:.2} decisions/s", self.decisions_per_second),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -3,13 +3,12 @@
 //! would otherwise compute the replies, and looked up by request key.
 //!
 //! A request's reply is a function of its complete input (the engine's
-//! [`crate::engine::RequestKey`]: model identity, prompt tokens, schema, sampling, seed), so
+//! [`super::RequestKey`]: model identity, prompt tokens, schema, sampling, seed), so
 //! a request whose key an earlier run's store holds gets that run's reply, token for token,
 //! and the decision, history and records that follow from it are those of a fresh run. The
 //! stores are the run folders' `decisions.redb` ([`crate::record::store`]).
 
-use crate::engine::{FinishReason, RequestKey, Response, Timings};
-use crate::model::ModelIdentity;
+use super::{FinishReason, ModelIdentity, RequestKey, Response, Timings};
 use crate::record::RecordError;
 use crate::record::store::{Lookup, Reader, Source, StoredReply};
 use std::path::{Path, PathBuf};
@@ -230,5 +229,6 @@ fn response(reply: StoredReply) -> Response {
         timings: Timings::default(),
         tag: None,
         text: reply.text,
+        logprobs: None,
     }
 }

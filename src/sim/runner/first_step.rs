@@ -2,7 +2,7 @@
 //! agents decide, the tokens of their rendered prompts and of their cells' shared system
 //! prompts, and, for a sample of them, what deciding costs on this device.
 
-use super::RunError;
+use super::SimError;
 use super::cells::Cells;
 use super::step;
 use crate::sim::experiment::Experiment;
@@ -50,7 +50,7 @@ pub fn first_step<S: Scenario>(
     size: usize,
     llm: &mut Llm,
     sample: usize,
-) -> Result<FirstStep, RunError> {
+) -> Result<FirstStep, SimError> {
     // Personas written by the model are left out: the plan does not write them.
     let cells = Cells::setup(exp, arms, size, Cells::<S>::draw_agents(exp, size));
     let turns = step::turns(exp, arms, &cells, 0)?;

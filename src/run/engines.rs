@@ -4,8 +4,8 @@
 use super::error::{RunError, refuse};
 use super::job::{Job, Opened};
 use super::resume::StartedWith;
-use super::reuse;
 use super::settings::{ModelSettings, model_of, models_of};
+use super::stores;
 use crate::engine::Engine;
 use crate::record::{self, Manifest, store::Store};
 use crate::scenarios::{self, Registry};
@@ -223,11 +223,11 @@ pub(crate) fn attach_reuse(
         Some(started) => started.check_models(dir, &engines)?,
         None => manifest.engine = Some(super::resume::engine_record(model, &engines)?),
     }
-    let reuse = reuse::open(&sources, &engines)?;
+    let reuse = stores::open(&sources, &engines)?;
     let root = job.ranks.is_root();
     // Rank 0 keeps every rank's replies.
     let store = match root {
-        true => Some(reuse::store(dir, &engines)?),
+        true => Some(stores::store(dir, &engines)?),
         false => None,
     };
     drop(engines);

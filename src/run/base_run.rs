@@ -3,6 +3,7 @@
 //! sets each of its arms beside the base's arm, step by step (`analysis::counterfactual`).
 
 use super::error::RunError;
+use crate::host::Program;
 use crate::record::{self, CounterfactualRecord, Manifest, Status};
 use crate::sim::config::{CounterfactualConfig, find_field};
 use crate::sim::experiment::Experiment;
@@ -10,7 +11,10 @@ use std::path::PathBuf;
 
 /// The base run of `exp`, if it names one, checked: a finished run of the same scenario, with
 /// the arm to compare against (the one named, or the base's only arm).
-pub(crate) fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>, RunError> {
+pub(crate) fn base_of(
+    exp: &Experiment,
+    program: &Program,
+) -> Result<Option<CounterfactualRecord>, RunError> {
     let Some(cf) = &exp.config.counterfactual else {
         return Ok(None);
     };
@@ -60,7 +64,7 @@ pub(crate) fn base_of(exp: &Experiment) -> Result<Option<CounterfactualRecord>, 
                      steps): finish it first with `{}`",
                     manifest.status,
                     manifest.steps_done,
-                    crate::host::resume_command(given)
+                    program.resume_command(given)
                 ),
             )
             .into());
