@@ -241,3 +241,127 @@ shares = { school = 60, university = 40 }
         "peak memory grew from {a} bytes (5,000 agents) to {b} (10,000)"
     );
 }
+
+// Guards against issue 42, item 1: `[[arms]] policy = "scripted"` was refused, so an LLM arm
+// and its scripted baseline took two runs and a hand-made comparison without intervals or
+// tests. One run now holds both, counts only the LLM arm's decisions as model requests, and
+// its report sets the arms side by side with intervals, Welch's test and Holm's correction.
+#[test]
+fn an_llm_arm_and_its_scripted_baseline_are_one_run_and_one_comparison() {
+    let model = common::tiny_model(&TinyLlama {
+        max_position_embeddings: 2048,
+        ..TinyLlama::default()
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let config = write_config(
+        tmp.path(),
+        r#"name = "llm-vs-rule"
+seed = 3
+steps = 2
+replicates = 3
+agents = 12
+
+[llm]
+max_tokens = 16
+
+[scenario]
+name = "guess"
+
+[population.attributes.education]
+shares = { school = 50, university = 50 }
+
+[[arms]]
+name = "llm"
+
+[[arms]]
+name = "rule"
+policy = "scripted"
+
+[[arms]]
+name = "some"
+policy = "scripted"
+[[arms.policy_groups]]
+policy = "llm"
+where = { education = "university" }
+"#,
+    );
+    let out = tmp.path().join("run");
+    let ran = Command::new(env!("CARGO_BIN_EXE_throng"))
+        .arg("run")
+        .arg(&config)
+        .arg("--model")
+        .arg(model.path())
+        .args(["--weights", "f32", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&ran.stdout),
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert!(ran.status.success(), "{said}");
+    let manifest: throng::record::Manifest =
+        throng::record::read_json(&out.join("manifest.json")).unwrap();
+    assert_eq!(manifest.policy, "mixed");
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(out.join("decisions.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let policies = |arm: &str| -> Vec<&str> {
+        records
+            .iter()
+            .filter(|r| r["arm"] == arm)
+            .map(|r| r["policy"].as_str().unwrap())
+            .collect()
+    };
+    // 12 agents x 3 replicates x 2 steps in each arm.
+    assert_eq!(policies("llm").len(), 72);
+    assert!(policies("llm").iter().all(|&p| p == "llm"));
+    assert!(policies("rule").iter().all(|&p| p == "scripted"));
+    let some = policies("some");
+    let asked = some.iter().filter(|&&p| p == "llm").count();
+    assert!(asked > 0 && asked < some.len(), "university agents only");
+    // The agents of the third arm that ask the model are those of its group, whatever the
+    // replicate's draw: the education attribute says which.
+    for r in records.iter().filter(|r| r["arm"] == "some") {
+        let llm = r["policy"] == "llm";
+        assert_eq!(r["text"].is_string(), llm, "{r}");
+    }
+    // The engine line counts the model's requests: the LLM arm's and the group's, not the
+    // scripted decisions.
+    let requests = 72 + asked;
+    assert!(
+        said.contains(&format!("throng: {requests} requests in")),
+        "{requests} model requests: {said}"
+    );
+    // One report: every arm beside the first, with a test where the replicates vary.
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let tests = summary["arm_tests"].as_array().unwrap();
+    let guess: Vec<&serde_json::Value> = tests
+        .iter()
+        .filter(|t| t["column"] == "guess" && t["by"] == "all")
+        .collect();
+    assert_eq!(guess.len(), 2, "{tests:?}");
+    for t in &guess {
+        assert_eq!(t["reference"], "llm");
+        assert_eq!(t["step"], 2);
+        assert_eq!(t["arm_replicates"], 3);
+        assert!(t["welch"].is_object() || t["why_not"].is_string(), "{t}");
+    }
+    let tested: Vec<f64> = tests.iter().filter_map(|t| t["holm_p"].as_f64()).collect();
+    assert!(!tested.is_empty(), "{tests:?}");
+    assert!(tested.iter().all(|p| (0.0..=1.0).contains(p)));
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(page.contains("<h2>Arms compared</h2>") && page.contains("Holm"));
+    // The means with their intervals, per arm, as between any arms.
+    assert!(
+        summary["means"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["arm"] == "rule" && m["column"] == "guess" && m["ci_low"].is_number())
+    );
+}

@@ -24,6 +24,9 @@ pub struct Mean {
     /// The 95% interval over replicates; none with a single replicate.
     pub ci_low: Option<f64>,
     pub ci_high: Option<f64>,
+    /// The replicates' means it is the mean of: what a test between arms compares.
+    #[serde(skip)]
+    pub per_replicate: Vec<f64>,
 }
 
 impl Mean {
@@ -139,6 +142,7 @@ pub(super) fn means(t: &Table) -> (Vec<Mean>, Vec<String>) {
                 mean: s.mean,
                 ci_low,
                 ci_high,
+                per_replicate: per,
             })
         })
         .collect();

@@ -2,6 +2,7 @@
 //! reports live with their scenario.
 
 mod aggregates;
+pub mod arm_tests;
 pub mod caveats;
 mod column_figures;
 pub mod counterfactual;

@@ -14,6 +14,7 @@
 
 use super::ReportError;
 use super::aggregates::{self, Aggregates};
+use super::arm_tests::{self, ArmTest};
 use super::caveats::{ScriptedRules, Study};
 use super::column_figures;
 use super::counterfactual;
@@ -52,6 +53,8 @@ pub struct Overview {
     pub aggregates: Vec<Mean>,
     pub notes: Vec<String>,
     pub timing: Timing,
+    /// Every arm against the first at the last step (none with one arm).
+    pub arm_tests: Vec<ArmTest>,
     /// Every figure of the page, the scenario's first (paths under the run folder, without
     /// their extension).
     pub figures: Vec<String>,
@@ -266,6 +269,7 @@ pub fn write_with(
     };
     let timing = timing(dir);
     let last_step = table.step.iter().copied().max().unwrap_or(0) as usize;
+    let arm_tests = arm_tests::arm_tests(&means, &manifest.arms, last_step);
     let figures = column_figures::draw(dir, &table, &means, &columns, last_step)?;
     write_csv(&dir.join("means.csv"), &means)?;
     let aggregates = aggregates::read(dir)?.unwrap_or_default();
@@ -284,6 +288,7 @@ pub fn write_with(
         .unwrap_or_else(|| summary_text(&manifest, &notes, &means, &timing, last_step));
     if own_text_is_base {
         text.push_str(&aggregates_text(&aggregates, last_step));
+        text.push_str(&arm_tests::text(&arm_tests));
     }
     if let Some(c) = &comparison {
         text.push_str(&counterfactual::text(c));
@@ -295,6 +300,7 @@ pub fn write_with(
         aggregates: aggregates.means.clone(),
         notes,
         timing,
+        arm_tests,
         figures,
     };
     let mut summary = own.summary;
@@ -321,6 +327,7 @@ pub fn write_with(
                 .unwrap_or_default(),
             base_figures,
             aggregates: &aggregates.html(last_step),
+            arm_tests: &arm_tests::html(&overview.arm_tests),
         },
         &groups,
         last_step,
@@ -339,6 +346,8 @@ struct Sections<'a> {
     base_figures: &'a [String],
     /// The study's own measures, when it keeps aggregates.
     aggregates: &'a str,
+    /// Every arm against the first, when the run has several.
+    arm_tests: &'a str,
 }
 
 fn headline(means: &[Mean], last_step: usize) -> Vec<&Mean> {
@@ -439,6 +448,7 @@ fn page(
         body.push_str(&html::figures(sections.own_figures));
     }
     body.push_str(sections.counterfactual);
+    body.push_str(sections.arm_tests);
     body.push_str(sections.aggregates);
     // A scenario's own sections come first; its every-column breakdowns fold away under
     // them, where a reader looking for one column finds it.
@@ -560,6 +570,7 @@ mod tests {
             mean,
             ci_low: Some(mean - 1.0),
             ci_high: Some(mean + 1.0),
+            per_replicate: vec![mean - 1.0, mean, mean + 1.0],
         }
     }
 

@@ -40,7 +40,7 @@ pub fn plan(
     let profile = check(options)?;
     let loaded = load(registry, options)?;
     let exp = loaded.experiment();
-    if !exp.policies.uses(PolicyKind::Llm) {
+    if !exp.uses(PolicyKind::Llm) {
         return scripted::scripted(&options.config, loaded.as_ref(), out);
     }
     let (models, engine) = size_models(options, loaded.as_ref(), profile)?;
@@ -94,7 +94,7 @@ fn load(registry: &Registry, options: &PlanOptions) -> Result<Box<dyn Loaded>, P
     };
     let loaded = registry.load(&options.config, &overrides)?;
     let exp = loaded.experiment();
-    if !exp.policies.uses(PolicyKind::Llm) {
+    if !exp.uses(PolicyKind::Llm) {
         return Ok(loaded);
     }
     // Before the model is loaded: no first step has more decisions than agents in its cells.

@@ -199,7 +199,7 @@ pub(crate) fn open_new(
         scenario: exp.scenario.clone(),
         config_file: config.display().to_string(),
         seed: exp.config.seed,
-        policy: exp.policies.label(),
+        policy: exp.policy_label(),
         throng_version: env!("CARGO_PKG_VERSION").into(),
         arms: exp.arms.iter().map(|a| a.name.clone()).collect(),
         populations: exp.config.agents.0.clone(),

@@ -478,5 +478,5 @@ pub(crate) fn templates_dir(exp: &Experiment) -> PathBuf {
 
 /// Whether the experiment needs the model.
 pub(crate) fn needs_model(exp: &Experiment) -> bool {
-    exp.policies.uses(PolicyKind::Llm)
+    exp.uses(PolicyKind::Llm)
 }

@@ -211,6 +211,12 @@ pub struct ArmConfig {
     pub from_step: Option<i64>,
     #[serde(default)]
     pub llm: LlmOverrides,
+    /// The policy of the arm's agents outside its policy groups, in place of the
+    /// experiment's `policy` (an LLM arm beside its scripted baseline). None: the experiment's.
+    pub policy: Option<PolicyKind>,
+    /// The arm's own `[[arms.policy_groups]]`, in place of the experiment's. None: the
+    /// experiment's groups.
+    pub policy_groups: Option<Vec<toml::Spanned<PolicyGroupConfig>>>,
 }
 
 /// `[sweep]`: every combination of the listed values becomes an arm (crossed with the

@@ -119,7 +119,7 @@ fn runner_bytes_per_agent<S: Scenario>(exp: &Experiment) -> f64 {
         + std::mem::size_of::<Decided<S::Decision>>()
         + 2 * decision
         + 1;
-    let trace = match exp.policies.uses(crate::sim::config::PolicyKind::Llm) {
+    let trace = match exp.uses(crate::sim::config::PolicyKind::Llm) {
         false => 0.0,
         true => {
             let tokens = exp
@@ -224,7 +224,7 @@ fn of_size<S: Scenario>(exp: &Experiment, arms: &[S], size: usize, cells: usize)
             Attribute::Numeric { .. } => 12.0,
         })
         .sum();
-    if exp.policies.is_mixed() {
+    if exp.is_mixed() {
         per_agent += 1.0;
     }
     if let crate::sim::config::DecisionLogMode::Sample(_) = exp.records.decisions {
@@ -245,7 +245,7 @@ fn of_size<S: Scenario>(exp: &Experiment, arms: &[S], size: usize, cells: usize)
             n * replicates * (tokens * BYTES_PER_TOKEN + 32.0),
         ));
     }
-    if exp.policies.uses(crate::sim::config::PolicyKind::Llm) {
+    if exp.uses(crate::sim::config::PolicyKind::Llm) {
         parts.push(MemoryPart::new(
             "the prompts in flight",
             "llm.wave",

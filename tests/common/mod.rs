@@ -151,7 +151,7 @@ pub fn run_experiment(
         Manifest {
             name: exp.config.name.clone(),
             scenario: exp.scenario.clone(),
-            policy: exp.policies.label(),
+            policy: exp.policy_label(),
             arms: exp.arms.iter().map(|a| a.name.clone()).collect(),
             populations: exp.config.agents.0.clone(),
             replicates: exp.config.replicates.0,

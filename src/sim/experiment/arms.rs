@@ -1,13 +1,16 @@
 //! The arms of an experiment: the base, each `[[arms]]` over it, and every combination of a
 //! `[sweep]` crossed with them.
 
+use super::policies::PolicyPlan;
 use crate::sim::config::{
     ArmConfig, ConfigError, ExperimentConfig, LlmConfig, LlmOverrides, MAX_ARMS, Source,
     SweepConfig, find_field,
 };
+use crate::sim::population::PopulationSpec;
 use std::ops::Range;
 
-/// One arm: a name, its scenario table (the base with the arm's changes) and its sampling.
+/// One arm: a name, its scenario table (the base with the arm's changes), its sampling and
+/// its policies.
 #[derive(Debug, Clone)]
 pub struct Arm {
     pub name: String,
@@ -17,6 +20,8 @@ pub struct Arm {
     /// Its changes that hold from a later step (`from_step`), if they do.
     pub change: Option<Change>,
     pub llm: LlmConfig,
+    /// Which policy each of its agents uses: the experiment's, or the arm's own.
+    pub policies: PolicyPlan,
     /// Where it is defined (the `[scenario]` section for the base arm).
     pub span: Range<usize>,
 }
@@ -35,6 +40,8 @@ pub(super) fn resolve(
     source: &Source,
     config: &ExperimentConfig,
     base: &toml::Table,
+    plan: &PolicyPlan,
+    population: &PopulationSpec,
 ) -> Result<Vec<Arm>, ConfigError> {
     let section = config.scenario.span();
     let mut arms: Vec<Arm> = config
@@ -57,6 +64,7 @@ pub(super) fn resolve(
                 table,
                 change,
                 llm: arm.get_ref().llm.apply(&config.llm),
+                policies: super::policies::arm_plan(source, arm.get_ref(), plan, population)?,
                 span: arm.span(),
             })
         })
@@ -67,6 +75,7 @@ pub(super) fn resolve(
             table: base.clone(),
             change: None,
             llm: config.llm.clone(),
+            policies: plan.clone(),
             span: section.clone(),
         });
     }
@@ -165,6 +174,7 @@ fn sweep_arms(
                 table,
                 change,
                 llm: overrides.apply(&arm.llm),
+                policies: arm.policies.clone(),
                 span: arm.span.clone(),
             });
         }

@@ -79,10 +79,10 @@ pub struct Experiment {
     /// One arm, `base`, when the file defines none.
     pub arms: Vec<Arm>,
     pub population: PopulationSpec,
-    pub policies: PolicyPlan,
     pub records: RecordsConfig,
     /// The model and sampling of every (arm, route): route 0 is the arm's own `llm`, route
-    /// `g + 1` policy group `g`'s overrides over it. See [`Experiment::llm_of`].
+    /// `g + 1` its policy group `g`'s overrides over it, [`Experiment::routes_per_arm`] to an
+    /// arm (an arm with fewer groups repeats its own). See [`Experiment::llm_of`].
     pub routes: Vec<LlmConfig>,
 }
 
@@ -96,10 +96,6 @@ impl Experiment {
         // and no size twice.
         overrides.apply(&mut config)?;
         let (scenario, base) = scenario(&source, &config)?;
-        let arms = arms::resolve(&source, &config, &base)?;
-        for arm in &arms {
-            sampling::check_sampling(&source, &config, arm)?;
-        }
         let population = population(&source, &config)?;
         let groups = config
             .policy_groups
@@ -107,12 +103,16 @@ impl Experiment {
             .enumerate()
             .map(|(i, g)| policies::policy_group(&source, i, g, &population))
             .collect::<Result<Vec<_>, _>>()?;
-        let policies = PolicyPlan {
+        let plan = PolicyPlan {
             default: config.policy,
             groups,
         };
-        let routes = routes(&source, &config, &arms, &policies)?;
-        if population.personas.is_some() && !policies.uses(PolicyKind::Llm) {
+        let arms = arms::resolve(&source, &config, &base, &plan, &population)?;
+        for arm in &arms {
+            sampling::check_sampling(&source, &config, arm)?;
+        }
+        let routes = routes(&source, &arms)?;
+        if population.personas.is_some() && !arms.iter().any(|a| a.policies.uses(PolicyKind::Llm)) {
             let span = config.population.as_ref().map(|p| p.span());
             return Err(source.error(
                 span,
@@ -127,28 +127,63 @@ impl Experiment {
             base,
             arms,
             population,
-            policies,
             records,
             routes,
         })
     }
 
-    /// Routes per arm: the arm's own, then one per policy group.
+    /// Routes per arm: the arm's own, then one per policy group of the arm with the most.
     pub(crate) fn routes_per_arm(&self) -> usize {
-        self.policies.groups.len() + 1
+        routes_per_arm(&self.arms)
     }
 
     /// The model and sampling of an agent of arm `arm` on route `route` (0: the arm's own;
-    /// `g + 1`: policy group `g`'s).
+    /// `g + 1`: the arm's policy group `g`'s).
     pub(crate) fn llm_of(&self, arm: usize, route: u8) -> &LlmConfig {
         &self.routes[arm * self.routes_per_arm() + route as usize]
     }
 
-    /// The policy of route `route` (0: the experiment's `policy`; `g + 1`: group `g`'s).
-    pub(crate) fn policy_of_route(&self, route: u8) -> PolicyKind {
+    /// The policy of route `route` of arm `arm` (0: the arm's `policy`; `g + 1`: its group
+    /// `g`'s; past its groups, a route no agent takes, the arm's own).
+    pub(crate) fn policy_of_route(&self, arm: usize, route: u8) -> PolicyKind {
+        let plan = &self.arms[arm].policies;
         match route {
-            0 => self.policies.default,
-            g => self.policies.groups[g as usize - 1].policy,
+            0 => plan.default,
+            g => plan
+                .groups
+                .get(g as usize - 1)
+                .map_or(plan.default, |g| g.policy),
+        }
+    }
+
+    /// Every policy some agent of some arm uses, arm by arm, each arm's default first.
+    pub fn kinds(&self) -> Vec<PolicyKind> {
+        let mut kinds = Vec::new();
+        for arm in &self.arms {
+            for kind in arm.policies.kinds() {
+                if !kinds.contains(&kind) {
+                    kinds.push(kind);
+                }
+            }
+        }
+        kinds
+    }
+
+    /// Whether some agent of some arm uses `kind`.
+    pub fn uses(&self, kind: PolicyKind) -> bool {
+        self.arms.iter().any(|a| a.policies.uses(kind))
+    }
+
+    /// Whether agents of the run use more than one policy (in one arm, or across arms).
+    pub(crate) fn is_mixed(&self) -> bool {
+        self.kinds().len() > 1
+    }
+
+    /// `llm`, `scripted`, or `mixed`.
+    pub fn policy_label(&self) -> String {
+        match self.kinds().as_slice() {
+            [one] => one.name().into(),
+            _ => "mixed".into(),
         }
     }
 
@@ -160,7 +195,7 @@ impl Experiment {
         for arm in 0..self.arms.len() {
             for route in 0..self.routes_per_arm() {
                 let route = route as u8;
-                if self.policy_of_route(route) != PolicyKind::Llm {
+                if self.policy_of_route(arm, route) != PolicyKind::Llm {
                     continue;
                 }
                 let model = &self.llm_of(arm, route).model;
@@ -327,24 +362,28 @@ fn population(source: &Source, config: &ExperimentConfig) -> Result<PopulationSp
     Ok(population)
 }
 
+/// Routes per arm: the arm's own, then one per policy group of the arm with the most.
+fn routes_per_arm(arms: &[Arm]) -> usize {
+    arms.iter()
+        .map(|a| a.policies.groups.len())
+        .max()
+        .unwrap_or(0)
+        + 1
+}
+
 /// The model and sampling of every (arm, route) in order (see [`Experiment::routes`]), a
 /// policy group's checked in each arm it overrides.
-fn routes(
-    source: &Source,
-    config: &ExperimentConfig,
-    arms: &[Arm],
-    policies: &PolicyPlan,
-) -> Result<Vec<LlmConfig>, ConfigError> {
-    let per_arm = policies.groups.len() + 1;
+fn routes(source: &Source, arms: &[Arm]) -> Result<Vec<LlmConfig>, ConfigError> {
+    let per_arm = routes_per_arm(arms);
     let mut routes = Vec::with_capacity(arms.len() * per_arm);
     for arm in arms {
         routes.push(arm.llm.clone());
-        for (g, group) in policies.groups.iter().enumerate() {
+        for (g, group) in arm.policies.groups.iter().enumerate() {
             let llm = group.llm.apply(&arm.llm);
             if !group.llm.is_empty()
                 && let Some((key, p)) = sampling::sampling_problem(&llm)
             {
-                let span = config.policy_groups[g].span();
+                let span = group.span.clone();
                 let at =
                     find_field(&source.text, span.clone(), key, "policy_groups").unwrap_or(span);
                 return Err(source.error(
@@ -353,6 +392,10 @@ fn routes(
                 ));
             }
             routes.push(llm);
+        }
+        // Routes past the arm's own groups are never taken; they keep the stride.
+        for _ in arm.policies.groups.len() + 1..per_arm {
+            routes.push(arm.llm.clone());
         }
     }
     Ok(routes)
@@ -377,8 +420,8 @@ mod tests {
         let e = load(&format!("{BASE}{SCENARIO}")).unwrap();
         assert_eq!(e.config.replicates, Count(1));
         assert_eq!(e.config.agents, Sizes(vec![20, 50]));
-        assert_eq!(e.policies.default, PolicyKind::Llm);
-        assert!(!e.policies.is_mixed());
+        assert_eq!(e.arms[0].policies.default, PolicyKind::Llm);
+        assert!(!e.is_mixed());
         assert_eq!(e.scenario, "energy_market");
         assert_eq!(e.arms.len(), 1);
         assert!(!e.arms[0].table.contains_key("name"));
@@ -521,9 +564,9 @@ mod tests {
             "{BASE}policy = \"scripted\"\n{SCENARIO}{pop}\n[[policy_groups]]\npolicy = \"llm\"\nshare = 0.01\nwhere = {{ education = \"university\" }}\n"
         ))
         .unwrap();
-        assert!(e.policies.is_mixed());
+        assert!(e.is_mixed());
         assert_eq!(
-            e.policies.groups[0].filter,
+            e.arms[0].policies.groups[0].filter,
             vec![(0, Condition::OneOf(vec![1]))]
         );
         let err = load(&format!(
@@ -533,6 +576,45 @@ mod tests {
         assert!(
             err.message().contains("`educaton`") && err.line() == Some(12),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn an_arm_sets_its_own_policy_and_policy_groups_over_the_experiments() {
+        let pop =
+            "\n[population.attributes.education]\nshares = { school = 60, university = 40 }\n";
+        let arms = "\n[[arms]]\nname = \"llm\"\n\n[[arms]]\nname = \"rule\"\npolicy = \"scripted\"\n\n[[arms]]\nname = \"some\"\npolicy = \"scripted\"\n[[arms.policy_groups]]\npolicy = \"llm\"\nshare = 0.5\nwhere = { education = \"university\" }\n";
+        let e = load(&format!("{BASE}{SCENARIO}{pop}{arms}")).unwrap();
+        let plans: Vec<_> = e.arms.iter().map(|a| &a.policies).collect();
+        assert_eq!(plans[0].default, PolicyKind::Llm);
+        assert!(plans[0].groups.is_empty());
+        assert_eq!(plans[1].default, PolicyKind::Scripted);
+        assert_eq!(plans[2].default, PolicyKind::Scripted);
+        assert_eq!(plans[2].groups.len(), 1);
+        assert!(e.is_mixed(), "arms of different policies mix them");
+        assert_eq!(e.policy_label(), "mixed");
+        assert_eq!(e.kinds(), vec![PolicyKind::Llm, PolicyKind::Scripted]);
+        // Only the third arm has a group; the others' second route is never taken.
+        assert_eq!(e.routes_per_arm(), 2);
+        assert_eq!(e.policy_of_route(2, 1), PolicyKind::Llm);
+        assert_eq!(e.policy_of_route(1, 1), PolicyKind::Scripted);
+        // An arm's group is checked as the experiment's are, at its own line.
+        let bad = arms.replace("education = \"university\"", "educaton = \"university\"");
+        let err = load(&format!("{BASE}{SCENARIO}{pop}{bad}")).unwrap_err();
+        assert!(
+            err.message().contains("`educaton`") && err.line() == Some(22),
+            "{err}"
+        );
+        // A scripted arm under an experiment whose groups name models keeps those groups.
+        let groups = "\n[[policy_groups]]\npolicy = \"llm\"\nshare = 0.5\n";
+        let e = load(&format!(
+            "{BASE}policy = \"scripted\"\n{SCENARIO}{groups}\n[[arms]]\nname = \"a\"\n\n[[arms]]\nname = \"b\"\npolicy_groups = []\n"
+        ))
+        .unwrap();
+        assert_eq!(e.arms[0].policies.groups.len(), 1);
+        assert!(
+            e.arms[1].policies.groups.is_empty(),
+            "an empty list clears them"
         );
     }
 }

@@ -16,6 +16,8 @@ pub struct PolicyGroup {
     pub filter: Vec<(usize, Condition)>,
     /// The group's own model and sampling, over its arm's (an `llm` group only).
     pub llm: LlmOverrides,
+    /// Where it is defined: under `[[policy_groups]]`, or under its arm's.
+    pub span: std::ops::Range<usize>,
 }
 
 /// A condition on one attribute.
@@ -46,22 +48,31 @@ impl PolicyPlan {
         kinds
     }
 
-    pub(crate) fn is_mixed(&self) -> bool {
-        self.kinds().len() > 1
-    }
-
     pub fn uses(&self, kind: PolicyKind) -> bool {
         self.kinds().contains(&kind)
     }
+}
 
-    /// `llm`, `scripted`, or `mixed`.
-    pub fn label(&self) -> String {
-        if self.is_mixed() {
-            "mixed".into()
-        } else {
-            self.default.name().into()
-        }
-    }
+/// The policies of an arm: the experiment's `base`, with the arm's own `policy` and
+/// `[[arms.policy_groups]]` in place of the experiment's where it sets them.
+pub(super) fn arm_plan(
+    source: &Source,
+    arm: &crate::sim::config::ArmConfig,
+    base: &PolicyPlan,
+    population: &PopulationSpec,
+) -> Result<PolicyPlan, ConfigError> {
+    let groups = match &arm.policy_groups {
+        None => base.groups.clone(),
+        Some(groups) => groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| policy_group(source, i, g, population))
+            .collect::<Result<_, _>>()?,
+    };
+    Ok(PolicyPlan {
+        default: arm.policy.unwrap_or(base.default),
+        groups,
+    })
 }
 
 /// The most `[[policy_groups]]` a run may have: each agent's group is kept in a byte.
@@ -120,6 +131,7 @@ pub(super) fn policy_group(
         share: g.share,
         filter,
         llm: g.llm.clone(),
+        span: group.span(),
     })
 }
 

@@ -13,7 +13,7 @@ mod scripted;
 mod turn;
 
 pub use crate::engine::Reuse;
-pub use assign::{assign, policies_of, routes};
+pub use assign::{Assigned, assign, policies_of, routes};
 pub use decide::{Policy, PolicyTimes};
 pub use decided::{Decided, LlmTrace, count};
 pub use error::PolicyError;

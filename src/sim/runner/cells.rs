@@ -4,8 +4,8 @@
 
 use super::streams::{INIT, LOG_SAMPLE, POLICY, POPULATION};
 use crate::sim::config::DecisionLogMode;
-use crate::sim::experiment::Experiment;
-use crate::sim::policy::{CellView, policies_of, routes};
+use crate::sim::experiment::{Experiment, PolicyPlan};
+use crate::sim::policy::{Assigned, CellView, assign};
 use crate::sim::population::Population;
 use crate::sim::scenario::{CellInfo, Scenario};
 use rand::SeedableRng;
@@ -47,15 +47,33 @@ pub fn same_start<S: Scenario>(
     world(a) == world(b)
 }
 
+/// Each arm's policies and routes for `population`, drawn from `seed`: the same draw for
+/// arms with the same policies, so that they share their agents' routes as they share the
+/// agents.
+fn assigned(exp: &Experiment, population: &Population, seed: u64) -> Vec<Arc<Assigned>> {
+    let kinds = exp.kinds();
+    let mixed = kinds.len() > 1;
+    let mut drawn: Vec<(&PolicyPlan, Arc<Assigned>)> = Vec::new();
+    exp.arms
+        .iter()
+        .map(|arm| {
+            if let Some((_, a)) = drawn.iter().find(|(p, _)| **p == arm.policies) {
+                return a.clone();
+            }
+            let a = Arc::new(assign(&arm.policies, population, seed, &kinds, mixed));
+            drawn.push((&arm.policies, a.clone()));
+            a
+        })
+        .collect()
+}
+
 /// What a replicate's cells share: the same agents, whatever the arm (common random
-/// numbers).
+/// numbers), each with the policy and route its arm gives it.
 pub struct Agents {
     pub population: Arc<Population>,
-    /// Each agent's policy (an index into the plan's kinds); `None`: all use the default.
-    pub policy: Option<Vec<u8>>,
-    /// Each agent's route (0: the experiment's policy, `g + 1`: policy group `g`), which
-    /// says its model and sampling with its arm; `None`: there are no policy groups.
-    pub route: Option<Vec<u8>>,
+    /// Per arm: each agent's policy and route (the route says its model and sampling with
+    /// its arm). Arms with the same policies share one.
+    pub assigned: Vec<Arc<Assigned>>,
     /// Agents whose decisions are logged; `None`: all of them (or none, by the config).
     pub logged: Option<Vec<bool>>,
 }
@@ -101,8 +119,7 @@ impl<S: Scenario> Cells<S> {
                 let population = exp
                     .population
                     .draw(size, population_seed(exp, size, replicate));
-                let route = routes(&exp.policies, &population, at(POLICY));
-                let policy = route.as_ref().map(|r| policies_of(&exp.policies, r));
+                let assigned = assigned(exp, &population, at(POLICY));
                 let logged = match exp.records.decisions {
                     DecisionLogMode::Sample(n) if n < size => {
                         let mut rng = ChaCha8Rng::seed_from_u64(at(LOG_SAMPLE));
@@ -116,8 +133,7 @@ impl<S: Scenario> Cells<S> {
                 };
                 Agents {
                     population: Arc::new(population),
-                    policy,
-                    route,
+                    assigned,
                     logged,
                 }
             })
@@ -182,10 +198,15 @@ impl<S: Scenario> Cells<S> {
                     let start = self.arm_of[c] * per_arm;
                     &exp.routes[start..start + per_arm]
                 },
-                route: self.agents[info.replicate].route.as_deref(),
+                route: self.assigned(c).route.as_deref(),
                 step,
             })
             .collect()
+    }
+
+    /// The policy and route of each agent of cell `cell`.
+    pub fn assigned(&self, cell: usize) -> &Assigned {
+        &self.agents[self.infos[cell].replicate].assigned[self.arm_of[cell]]
     }
 
     pub fn population(&self, cell: usize) -> &Population {
@@ -215,24 +236,21 @@ pub fn model_agents(exp: &Experiment) -> Vec<(Option<String>, u64)> {
     let Some(&size) = exp.config.agents.0.iter().max() else {
         return models.into_iter().zip(counts).collect();
     };
-    let per_route: Vec<u64> = match exp.policies.groups.is_empty() {
-        true => vec![size as u64],
-        false => {
-            let seed =
-                |stream: u64| crate::seed::derive(exp.config.seed, &[stream, size as u64, 0]);
-            let population = exp.population.draw(size, population_seed(exp, size, 0));
-            let routes = routes(&exp.policies, &population, seed(POLICY)).unwrap_or_default();
-            let mut n = vec![0u64; exp.routes_per_arm()];
-            for r in routes {
-                n[r as usize] += 1;
-            }
-            n
-        }
-    };
+    let seed = |stream: u64| crate::seed::derive(exp.config.seed, &[stream, size as u64, 0]);
+    let drawn = exp
+        .arms
+        .iter()
+        .any(|a| !a.policies.groups.is_empty())
+        .then(|| assigned(exp, &first_population(exp, size), seed(POLICY)));
     for arm in 0..exp.arms.len() {
+        let mut per_route = vec![0u64; exp.routes_per_arm()];
+        match drawn.as_ref().and_then(|d| d[arm].route.as_ref()) {
+            Some(routes) => routes.iter().for_each(|&r| per_route[r as usize] += 1),
+            None => per_route[0] = size as u64,
+        }
         for (route, &n) in per_route.iter().enumerate() {
             let route = route as u8;
-            if exp.policy_of_route(route) != crate::sim::config::PolicyKind::Llm {
+            if n == 0 || exp.policy_of_route(arm, route) != crate::sim::config::PolicyKind::Llm {
                 continue;
             }
             let model = &exp.llm_of(arm, route).model;

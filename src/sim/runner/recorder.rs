@@ -182,7 +182,7 @@ impl Recorder {
         group: usize,
         step: usize,
     ) -> Result<(), SimError> {
-        let kinds = exp.policies.kinds();
+        let kinds = exp.kinds();
         let multi_model = exp.is_multi_model();
         let several_roles = self.kind.several_roles();
         let name = &self.kind.name;
@@ -202,7 +202,8 @@ impl Recorder {
                 let n = scenario.num_agents(world);
                 let keys = super::rows::Keys {
                     roles: several_roles.then(|| (0..n).map(|a| scenario.role(world, a)).collect()),
-                    policy: cells.agents[info.replicate]
+                    policy: cells
+                        .assigned(c)
                         .policy
                         .as_ref()
                         .map(|p| p.iter().map(|&k| kinds[k as usize].name()).collect()),
@@ -367,7 +368,7 @@ impl Recorder {
         step: usize,
         decisions: &Decisions<S::Decision>,
     ) -> Result<(), SimError> {
-        let kinds = exp.policies.kinds();
+        let kinds = exp.kinds();
         let multi_model = exp.is_multi_model();
         let records = decisions
             .turns
@@ -476,16 +477,12 @@ fn model_of<'a, S: Scenario>(
     cell: usize,
     agent: usize,
 ) -> &'a str {
-    let route = cells.agents[cells.infos[cell].replicate]
-        .route
-        .as_ref()
-        .map_or(0, |r| r[agent]);
-    match exp.policy_of_route(route) {
-        crate::sim::config::PolicyKind::Llm => exp
-            .llm_of(cells.arm_of[cell], route)
-            .model
-            .as_deref()
-            .unwrap_or(""),
+    let arm = cells.arm_of[cell];
+    let route = cells.assigned(cell).route_of(agent);
+    match exp.policy_of_route(arm, route) {
+        crate::sim::config::PolicyKind::Llm => {
+            exp.llm_of(arm, route).model.as_deref().unwrap_or("")
+        }
         crate::sim::config::PolicyKind::Scripted => "",
     }
 }

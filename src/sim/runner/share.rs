@@ -101,7 +101,7 @@ impl Share {
             let model_of_route = (0..exp.arms.len() * routes)
                 .map(|i| {
                     let (arm, route) = (i / routes, (i % routes) as u8);
-                    (exp.policy_of_route(route) == PolicyKind::Llm).then(|| {
+                    (exp.policy_of_route(arm, route) == PolicyKind::Llm).then(|| {
                         let model = &exp.llm_of(arm, route).model;
                         models.iter().position(|m| m == model).unwrap_or(0)
                     })
@@ -141,10 +141,7 @@ impl Share {
             return self.owners_by(&[], turns, |_| None);
         };
         self.owners_by(&m.ranks_of, turns, |t| {
-            let route = cells.agents[cells.infos[t.cell].replicate]
-                .route
-                .as_ref()
-                .map_or(0, |r| r[t.agent]);
+            let route = cells.assigned(t.cell).route_of(t.agent);
             m.model_of_route[cells.arm_of[t.cell] * m.routes_per_arm + route as usize]
         })
     }

@@ -100,15 +100,10 @@ pub(crate) fn policy_of<S: Scenario>(
     cells: &Cells<S>,
     turns: &[AgentTurn],
 ) -> Option<Vec<u8>> {
-    exp.policies.is_mixed().then(|| {
+    exp.is_mixed().then(|| {
         turns
             .iter()
-            .map(|t| {
-                cells.agents[cells.infos[t.cell].replicate]
-                    .policy
-                    .as_ref()
-                    .map_or(0, |p| p[t.agent])
-            })
+            .map(|t| cells.assigned(t.cell).policy_of(t.agent))
             .collect()
     })
 }
@@ -124,7 +119,7 @@ pub fn decide<S: Scenario>(
     done: &mut dyn FnMut(usize),
 ) -> Result<Decisions<S::Decision>, SimError> {
     let views = cells.views(exp, arms, step);
-    let kinds = exp.policies.kinds();
+    let kinds = exp.kinds();
     let policy_of = policy_of(exp, cells, &turns);
     let mut prompts = PolicyTimes::default();
     let decided = match &policy_of {
