@@ -17,6 +17,9 @@ The model decides in one of three modes (``--mode``):
 ``llama-cpp``
     Each agent calls llama-cpp-python itself (one ``create_chat_completion`` a step, with the
     schema as ``response_format``); one ``llama_cpp.Llama`` is loaded per model.
+``study``
+    throng's runner decides (``mesa_guess_study.py``): the same model as a throng study, with a
+    run folder, replicates, records, resume and a report.
 
 In every mode, a reply without a valid guess (not JSON, or a number outside 0..100) counts as
 a failed parse and the agent keeps its previous guess. (llama-cpp-python's schema-to-grammar
@@ -46,6 +49,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import mesa
@@ -60,11 +64,11 @@ SCHEMA = {
     "additionalProperties": False,
 }
 
+# The rules, the same for every player: the study's `system.jinja`, read here for the modes
+# that write their chats themselves.
 SYSTEM_PROMPT = (
-    "You are a player in a number game. Every player picks a whole number from 0 to 100. "
-    "The winner is the player whose number is closest to 2/3 of the average of all numbers. "
-    'Reply only with JSON of the form {"guess": <integer from 0 to 100>}.'
-)
+    Path(__file__).resolve().parent / "templates" / "mesa_guess" / "system.jinja"
+).read_text(encoding="utf-8").strip()
 
 MASK64 = (1 << 64) - 1
 
@@ -91,18 +95,36 @@ class GuessAgent(mesa.Agent):
         self.guess: Optional[int] = None
         self.wins = 0
 
+    def prompt(self) -> Dict[str, Any]:
+        """What this step's question says: the round, the players, and last round's numbers
+        (None before the first); the variables of ``templates/mesa_guess/player.jinja``."""
+        m = self.model
+        last = m.average is not None
+        return {
+            "round": m.steps,
+            "players": len(m.agents),
+            "mine": ("no number" if self.guess is None else str(self.guess)) if last else None,
+            "average": f"{m.average:.1f}" if last else None,
+            "target": f"{m.target:.1f}" if last else None,
+        }
+
     def messages(self) -> List[Dict[str, str]]:
         """This step's chat: the rules, then what happened last round."""
-        m = self.model
-        text = f"Round {m.steps} of the game, with {len(m.agents)} players."
-        if m.average is not None:
-            mine = "no number" if self.guess is None else str(self.guess)
+        p = self.prompt()
+        text = f"Round {p['round']} of the game, with {p['players']} players."
+        if p["average"] is not None:
             text += (
-                f" Last round you picked {mine}; the average was {m.average:.1f},"
-                f" so the target (2/3 of it) was {m.target:.1f}."
+                f" Last round you picked {p['mine']}; the average was {p['average']},"
+                f" so the target (2/3 of it) was {p['target']}."
             )
         text += " What is your number?"
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": text}]
+
+    def scripted(self, rng: Any) -> Dict[str, int]:
+        """A rule for the scripted policy: 2/3 of last round's average (50 before the first),
+        give or take 5."""
+        base = 2 / 3 * (self.model.average if self.model.average is not None else 50.0)
+        return {"guess": int(min(100, max(0, round(base + rng.uniform(-5.0, 5.0)))))}
 
     def seed(self) -> int:
         return agent_seed(self.model.model_seed, self.unique_id, self.model.steps)
@@ -151,6 +173,9 @@ class GuessModel(mesa.Model):
     ``create_chat_completion``) serves ``llama-cpp``.
     """
 
+    # Every player's reply: what a throng study (``mesa_guess_study.py``) holds decisions to.
+    schema = SCHEMA
+
     def __init__(
         self,
         n_agents: int = 64,
@@ -162,11 +187,11 @@ class GuessModel(mesa.Model):
         seed: int = 0,
     ) -> None:
         super().__init__(seed=seed)
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        if mode not in MODES + ("study",):
+            raise ValueError(f"mode must be one of {MODES + ('study',)}, not {mode!r}")
         if mode == "llama-cpp" and llm is None:
             raise ValueError("mode 'llama-cpp' needs llm=")
-        if mode != "llama-cpp" and engine is None:
+        if mode in ("batched", "per-agent") and engine is None:
             raise ValueError(f"mode {mode!r} needs engine=")
         self.mode, self.engine, self.llm = mode, engine, llm
         self.model_seed = seed
@@ -179,8 +204,9 @@ class GuessModel(mesa.Model):
         self.generated_tokens = 0
         GuessAgent.create_agents(self, n_agents)
         self.datacollector = mesa.DataCollector(
-            model_reporters={"average": "average", "target": "target",
-                             "winners": lambda m: list(m.winners)},
+            # Attribute names, not lambdas, so that the model pickles (a throng run's
+            # checkpoints hold it); `score` makes a new `winners` list every step.
+            model_reporters={"average": "average", "target": "target", "winners": "winners"},
             agent_reporters={"guess": "guess"},
         )
 
@@ -194,8 +220,10 @@ class GuessModel(mesa.Model):
             for agent, result in zip(players, results):
                 self.generated_tokens += result["generated_tokens"]
                 agent.receive(result["value"])
-        else:
+        elif self.mode != "study":
             self.agents.do("step")
+        # In a throng study (`mesa_guess_study.py`) throng's runner has decided already: every
+        # agent has received its decision, and the step goes on from there.
         self.score(players)
         self.datacollector.collect(self)
 
