@@ -68,10 +68,10 @@ fn plain_messages(fixture: &Fixture) -> Option<Vec<Message>> {
             if obj.len() != 2 {
                 return None;
             }
-            Some(Message {
-                role: obj.get("role")?.as_str()?.to_string(),
-                content: obj.get("content")?.as_str()?.to_string(),
-            })
+            Some(Message::with_role(
+                obj.get("role")?.as_str()?,
+                obj.get("content")?.as_str()?,
+            ))
         })
         .collect()
 }
@@ -100,6 +100,16 @@ fn check_family(family: &str, min_fixtures: usize) {
         )];
         if let (Some(messages), None) = (plain_messages(fixture), tools) {
             results.push(("render", template.render(&messages, add_generation_prompt)));
+        }
+        // The engine's own messages, calls and results included (as `throng api` hands a
+        // template with a tool syntax of its own the history's calls to write).
+        if let Ok(messages) =
+            serde_json::from_value::<Vec<Message>>(fixture.json["messages"].clone())
+        {
+            results.push((
+                "render_with_tools",
+                template.render_with_tools(&messages, tools, add_generation_prompt),
+            ));
         }
         for (how, got) in results {
             match (fixture.str("output"), fixture.str("error"), got) {

@@ -45,7 +45,9 @@ fn spliced_tokens_equal_whole_tokens_when_ids_are_the_texts_own() {
         let reply = "{\"price\": 42.5, \"reason\": \"demand is high\"}";
         let messages = conversation(reply);
         let ids = encoder.tokenizer().encode(reply, false).unwrap();
-        let spliced = encoder.spliced_tokens(&messages, &[(2, &ids)]).unwrap();
+        let spliced = encoder
+            .spliced_tokens(&messages, None, &[(2, &ids)])
+            .unwrap();
         assert_eq!(spliced.spliced, 1, "{name}");
         assert_eq!(spliced.tokens, tokens(&encoder, &messages), "{name}");
     }
@@ -73,7 +75,9 @@ fn a_reply_goes_in_as_the_ids_the_model_wrote_after_the_prompt_that_asked_for_it
         "a spelling of its own"
     );
     let messages = conversation(reply);
-    let spliced = encoder.spliced_tokens(&messages, &[(2, &ids)]).unwrap();
+    let spliced = encoder
+        .spliced_tokens(&messages, None, &[(2, &ids)])
+        .unwrap();
     assert_eq!(spliced.spliced, 1);
     let asked = tokens(&encoder, &messages[..2]);
     assert_eq!(
@@ -99,7 +103,9 @@ fn a_template_that_changes_a_reply_as_it_renders_it_gets_it_as_text() {
         .clone();
     let messages = conversation(" yes ");
     let ids = encoder.tokenizer().encode(" yes ", false).unwrap();
-    let spliced = encoder.spliced_tokens(&messages, &[(2, &ids)]).unwrap();
+    let spliced = encoder
+        .spliced_tokens(&messages, None, &[(2, &ids)])
+        .unwrap();
     assert_eq!(spliced.spliced, 0);
     assert_eq!(spliced.tokens, tokens(&encoder, &messages));
 }

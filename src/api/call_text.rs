@@ -1,18 +1,19 @@
 //! Reading the text the model writes under tools: a call is `{"name": "f", "arguments":
-//! {...}}`, an answer in words `{"content": "..."}`. What a finished reply's call or words
-//! are, and how far a reply cut short or still being written goes.
+//! {...}}` (its arguments under `parameters` in Llama's syntax), an answer in words of the
+//! text form `{"content": "..."}`. What a finished reply's call or words are, and how far a
+//! reply cut short or still being written goes.
 
 /// Where a call's arguments begin in `text`, and its name, once both are whole: the text is
-/// `{"name": "<name>", "arguments": ` so far (spacing as the model wrote it). `None` while
-/// it is too short to tell or is not a call.
-pub(super) fn call_prefix(text: &str) -> Option<(String, usize)> {
+/// `{"name": "<name>", "<key>": ` so far (spacing as the model wrote it). `None` while it is
+/// too short to tell or is not a call.
+pub(super) fn call_prefix(text: &str, key: &str) -> Option<(String, usize)> {
     let mut rest = Scan(text);
     rest.token("{")?;
     rest.token("\"name\"")?;
     rest.token(":")?;
     let name = rest.string()?;
     rest.token(",")?;
-    rest.token("\"arguments\"")?;
+    rest.token(&format!("\"{key}\""))?;
     rest.token(":")?;
     rest.skip_space();
     Some((name, text.len() - rest.0.len()))
@@ -20,8 +21,8 @@ pub(super) fn call_prefix(text: &str) -> Option<(String, usize)> {
 
 /// The arguments' own text in a finished call, as the model wrote them (`None` if `text` is
 /// not a call written as [`call_prefix`] reads one).
-pub(super) fn raw_arguments(text: &str) -> Option<&str> {
-    let (_, start) = call_prefix(text)?;
+pub(super) fn raw_arguments<'t>(text: &'t str, key: &str) -> Option<&'t str> {
+    let (_, start) = call_prefix(text, key)?;
     let end = text.trim_end().strip_suffix('}')?.trim_end().len();
     (end > start).then(|| &text[start..end])
 }

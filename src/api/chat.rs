@@ -10,7 +10,7 @@ use super::memo::{self, Seen};
 use super::schema;
 use super::tools::{self, ToolMode};
 use crate::engine::{
-    FinishReason, LogitRules, MAX_TOP_LOGPROBS, Message, Request, Response, SamplingParams, Schema,
+    FinishReason, LogitRules, MAX_TOP_LOGPROBS, Message, Request, Response, SamplingParams,
     Tokenizer,
 };
 use serde::Deserialize;
@@ -134,6 +134,9 @@ pub struct ChatJob {
     pub stream: bool,
     pub include_usage: bool,
     pub tools: ToolMode,
+    /// The tools as the chat template lists them, for a template with a tool syntax of its
+    /// own (see [`tools`]).
+    pub template_tools: Option<Value>,
 }
 
 /// Limits the server sets on every request.
@@ -147,8 +150,13 @@ pub struct Limits {
 
 impl ChatRequest {
     /// The engine requests of this body, one per choice; `seed` is the request's seed when it
-    /// gives none (see [`super::seeds`]).
-    pub fn plan(self, limits: Limits, default_seed: u64) -> Result<ChatJob, ApiFailure> {
+    /// gives none (see [`super::seeds`]); calls written in `form`, the served model's.
+    pub fn plan(
+        self,
+        limits: Limits,
+        default_seed: u64,
+        form: tools::Form,
+    ) -> Result<ChatJob, ApiFailure> {
         self.refuse_legacy_functions()?;
         let logits = self.logit_rules()?;
         one_of(
@@ -173,9 +181,9 @@ impl ChatRequest {
             ));
         }
         let response = response_schema(self.response_format)?;
-        let tools = tools::mode(self.tools, self.tool_choice, response.as_ref())?;
+        let tools = tools::mode(self.tools, self.tool_choice, response.as_ref(), form)?;
         let (messages, seen) = prompt_messages(&self.model, self.messages, &tools)?;
-        let schema = tools.schema(response).map(Schema::new);
+        let schema = tools.schema(response);
         let seed = self.seed.map_or(default_seed, |s| s as u64);
         let retention_key = self
             .user
@@ -207,6 +215,7 @@ impl ChatRequest {
             seen,
             stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),
+            template_tools: tools.template_tools(),
             tools,
         })
     }
@@ -402,8 +411,9 @@ fn one_of(field: &str, given: Option<&str>, values: &[&str]) -> Result<(), ApiFa
 type SeenTurns = Vec<(usize, Seen)>;
 
 /// The conversation as the engine renders it: text content, `developer` as `system`, and tool
-/// calls and results written out as text (see [`tools`]) for templates of every family; with
-/// what a client saw of each assistant turn that may be a reply of `model`'s.
+/// calls and results for the template to write in its own syntax, or written out as text
+/// (see [`tools`]); with what a client saw of each assistant turn that may be a reply of
+/// `model`'s.
 fn prompt_messages(
     model: &str,
     messages: Vec<ChatMessage>,
@@ -443,11 +453,7 @@ fn prompt_messages(
                     )),
                     _ => {}
                 }
-                out.push(Message::assistant(tools::written_assistant(
-                    &text,
-                    &calls,
-                    &at("tool_calls"),
-                )?));
+                out.push(tools.assistant(text, &calls, &at("tool_calls"))?);
             }
             "tool" => {
                 let id = m.tool_call_id.ok_or_else(|| {
@@ -468,7 +474,7 @@ fn prompt_messages(
                             format!("no assistant message before it made the tool call {id:?}"),
                         )
                     })?;
-                out.push(Message::user(tools::written_result(&name, &id, &text)));
+                out.push(tools.result(&name, &id, text));
             }
             other => {
                 return Err(ApiFailure::invalid(

@@ -5,7 +5,7 @@ use super::app::{App, Served};
 use super::chat::{self, ChatJob, ChatRequest, Limits, Usage};
 use super::error::ApiFailure;
 use super::tool_stream::{Delta, Shown};
-use super::tools::ToolMode;
+use super::tools::{Form, ToolMode};
 use crate::engine::{Prompt, RequestError, RequestKey, Response as Reply, Sink};
 use axum::Router;
 use axum::body::Bytes;
@@ -386,7 +386,7 @@ fn start(
         max_choices: served.max_seqs,
         max_tokens: app.max_tokens,
     };
-    let mut plan = request.plan(limits, default_seed)?;
+    let mut plan = request.plan(limits, default_seed, Form::of(&served.encoder))?;
     // Compiled here, on the grammars' own threads, so that the engine finds it ready and a
     // schema it cannot take is this request's 400, not the engine's trouble.
     if let Some(schema) = plan.requests.first().and_then(|r| r.json_schema.as_ref()) {
@@ -468,7 +468,7 @@ impl App {
             .collect();
         let spliced = served
             .encoder
-            .spliced_tokens(messages, &replies)
+            .spliced_tokens(messages, plan.template_tools.as_ref(), &replies)
             .map_err(ApiFailure::from)?;
         if spliced.spliced > 0 {
             self.spliced.fetch_add(1, Ordering::SeqCst);
@@ -699,12 +699,12 @@ impl Chunks {
         match said {
             Said::Text(i, text) => {
                 self.opening(i, &mut out);
-                if matches!(self.tools, ToolMode::None) {
+                if self.tools.is_none() {
                     if !text.is_empty() {
                         out.push(self.delta(i, json!({"content": text}), None));
                     }
                 } else {
-                    let deltas = self.shown[i].on_text(&text, &self.tools.names());
+                    let deltas = self.shown[i].on_text(&text, &self.tools);
                     out.extend(deltas.into_iter().map(|d| self.shown_delta(i, d)));
                 }
             }
@@ -719,7 +719,7 @@ impl Chunks {
                     .as_str()
                     .unwrap_or("stop")
                     .to_string();
-                if !matches!(self.tools, ToolMode::None) {
+                if !self.tools.is_none() {
                     let function = &message["tool_calls"][0]["function"];
                     let call = function["name"]
                         .as_str()

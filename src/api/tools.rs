@@ -2,16 +2,23 @@
 //!
 //! A call is the JSON object `{"name": <a tool's name>, "arguments": <its parameters>}`, and
 //! the constrained decoder holds the reply to it: `tool_choice: "required"` to a call of any
-//! tool, a named function to a call of that one, `"auto"` to a call or an answer in words
-//! written `{"content": "..."}` (or, with a `response_format`, an answer in that format), so
-//! that even `auto` gives only calls whose arguments satisfy their tool's schema. The tools
-//! are listed in the system message, and calls and results in the history are written as
-//! text, which every model's chat template can render (templates with tool syntax of their
-//! own are not asked to use it yet). One call per reply.
+//! tool, a named function to a call of that one, `"auto"` to a call or an answer, so that
+//! even `auto` gives only calls whose arguments satisfy their tool's schema. One call per
+//! reply.
+//!
+//! A model whose chat template has a tool syntax of its own ([`ToolSyntax`]: Qwen2.5's
+//! `<tool_call>`, Llama 3.1's JSON, Mistral's `[TOOL_CALLS]`) is held to that syntax, the
+//! form it was trained on: the template lists the tools and writes the calls and results of
+//! the history, and an answer under `auto` is words (or the response format) that do not
+//! begin as a call does. A template without one gets throng's text form, which every
+//! template can render: the tools listed in the system message, calls and results written
+//! as text, and an answer under `auto` written `{"content": "..."}`.
 
+use super::call_text::raw_arguments;
 use super::error::ApiFailure;
 use super::schema;
-use crate::engine::Response;
+use crate::engine::constraint::{Frame, Mark, Otherwise, Split};
+use crate::engine::{FinishReason, Message, PromptEncoder, Response, Schema, ToolSyntax};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -69,9 +76,9 @@ pub(crate) struct CallFunction {
     pub arguments: String,
 }
 
-/// What a reply may be.
+/// What a reply may be, as `tools` and `tool_choice` ask.
 #[derive(Debug, Clone)]
-pub(crate) enum ToolMode {
+pub(crate) enum Choice {
     /// Words (or the response format): no tools, or `tool_choice: "none"`.
     None,
     /// A call of one of the tools.
@@ -82,23 +89,134 @@ pub(crate) enum ToolMode {
     Auto { tools: Vec<Function>, wrapped: bool },
 }
 
+/// What a reply may be, and the syntax a call is written in.
+#[derive(Debug, Clone)]
+pub(crate) struct ToolMode {
+    pub choice: Choice,
+    pub form: Form,
+}
+
+/// A model's tool syntax, its control tokens found in the model's vocabulary.
+#[derive(Debug, Clone)]
+pub(crate) struct Form {
+    pub syntax: ToolSyntax,
+    open: Vec<Mark>,
+    close: Vec<Mark>,
+}
+
+impl Form {
+    /// The syntax of `encoder`'s chat template.
+    pub fn of(encoder: &PromptEncoder) -> Self {
+        let syntax = encoder.chat_template().tool_syntax();
+        let tokenizer = encoder.tokenizer().inner();
+        let controls = tokenizer.get_added_tokens_decoder();
+        // A piece that is one control token (Mistral's `[TOOL_CALLS]`) is generated as it.
+        let marks = |pieces: &[&str]| -> Vec<Mark> {
+            pieces
+                .iter()
+                .map(|piece| {
+                    tokenizer
+                        .token_to_id(piece)
+                        .filter(|id| controls.get(id).is_some_and(|t| t.special))
+                        .map_or_else(|| Mark::Text(piece.to_string()), Mark::Token)
+                })
+                .collect()
+        };
+        Form {
+            syntax,
+            open: marks(syntax.opening()),
+            close: marks(syntax.closing()),
+        }
+    }
+
+    /// Throng's text form, for any template.
+    #[cfg(test)]
+    pub fn text() -> Self {
+        Self::spelled(ToolSyntax::Text)
+    }
+
+    /// `syntax` with every piece spelled as text (a vocabulary without its control tokens).
+    #[cfg(test)]
+    pub fn spelled(syntax: ToolSyntax) -> Self {
+        let text = |pieces: &[&str]| pieces.iter().map(|p| Mark::Text(p.to_string())).collect();
+        Form {
+            syntax,
+            open: text(syntax.opening()),
+            close: text(syntax.closing()),
+        }
+    }
+
+    fn native(&self) -> bool {
+        self.syntax.is_native()
+    }
+
+    fn frame(&self, otherwise: Otherwise) -> Frame {
+        Frame {
+            open: self.open.clone(),
+            close: self.close.clone(),
+            otherwise,
+        }
+    }
+
+    /// The JSON text of the call a reply is or begins, from its `{`; `None` for another reply
+    /// or one too short to tell.
+    pub(crate) fn call_body<'t>(&self, text: &'t str) -> Option<&'t str> {
+        if !self.native() {
+            return Some(text);
+        }
+        match self.frame(Otherwise::Nothing).split(text) {
+            Split::Framed(body) => Some(body),
+            _ => None,
+        }
+    }
+
+    /// Whether a reply's `text` is too short to tell a call from another reply.
+    pub(crate) fn undecided(&self, text: &str) -> bool {
+        self.native() && self.frame(Otherwise::Nothing).split(text) == Split::Undecided
+    }
+
+    pub(crate) fn arguments_key(&self) -> &'static str {
+        self.syntax.arguments_key()
+    }
+}
+
 impl ToolMode {
     /// The part of a request the reply's schema comes from: the tools' parameters (which the
     /// call's schema holds) when any are offered, else the response format.
     pub(crate) fn schema_param(&self) -> &'static str {
-        match self {
-            ToolMode::None => "response_format",
+        match self.choice {
+            Choice::None => "response_format",
             _ => "tools",
         }
     }
+
+    /// Whether the reply is held to no tools.
+    pub(crate) fn is_none(&self) -> bool {
+        matches!(self.choice, Choice::None)
+    }
+
+    /// Whether calls and results of the history, and the tools, are the template's to write.
+    pub(crate) fn native(&self) -> bool {
+        self.form.native()
+    }
 }
 
-/// The mode `tools` and `tool_choice` ask for, each tool's parameters checked.
+/// The mode `tools` and `tool_choice` ask for, each tool's parameters checked, in `form`.
 pub fn mode(
     tools: Option<Vec<Tool>>,
     choice: Option<ToolChoice>,
     response: Option<&Value>,
+    form: Form,
 ) -> Result<ToolMode, ApiFailure> {
+    let choice = choice_of(tools, choice, response)?;
+    Ok(ToolMode { choice, form })
+}
+
+fn choice_of(
+    tools: Option<Vec<Tool>>,
+    choice: Option<ToolChoice>,
+    response: Option<&Value>,
+) -> Result<Choice, ApiFailure> {
     let tools = tools.unwrap_or_default();
     let mut functions = Vec::with_capacity(tools.len());
     for (i, tool) in tools.into_iter().enumerate() {
@@ -127,7 +245,7 @@ pub fn mode(
         functions.push(tool.function);
     }
     let choice = match choice {
-        None if functions.is_empty() => return Ok(ToolMode::None),
+        None if functions.is_empty() => return Ok(Choice::None),
         None => "auto".to_string(),
         Some(ToolChoice::Mode(m)) => m,
         Some(ToolChoice::Named { kind, function }) => {
@@ -146,17 +264,17 @@ pub fn mode(
                     ),
                 ));
             };
-            return Ok(ToolMode::Named(f.clone()));
+            return Ok(Choice::Named(f.clone()));
         }
     };
     match choice.as_str() {
-        "none" => Ok(ToolMode::None),
+        "none" => Ok(Choice::None),
         _ if functions.is_empty() => Err(ApiFailure::invalid(
             "tool_choice",
             format!("tool_choice {choice:?} needs tools"),
         )),
-        "required" => Ok(ToolMode::Required(functions)),
-        "auto" => Ok(ToolMode::Auto {
+        "required" => Ok(Choice::Required(functions)),
+        "auto" => Ok(Choice::Auto {
             tools: functions,
             wrapped: response.is_none(),
         }),
@@ -174,15 +292,15 @@ fn no_arguments() -> Value {
     json!({"type": "object", "properties": {}, "additionalProperties": false})
 }
 
-/// The schema of one call of `f`.
-fn call_schema(f: &Function) -> Value {
+/// The schema of one call of `f`, its arguments under `key`.
+fn call_schema(f: &Function, key: &str) -> Value {
     json!({
         "type": "object",
         "properties": {
             "name": {"const": f.name},
-            "arguments": f.parameters.clone().unwrap_or_else(no_arguments),
+            key: f.parameters.clone().unwrap_or_else(no_arguments),
         },
-        "required": ["name", "arguments"],
+        "required": ["name", key],
         "additionalProperties": false,
     })
 }
@@ -212,35 +330,90 @@ impl ToolMode {
     }
 
     fn tools(&self) -> &[Function] {
-        match self {
-            ToolMode::None => &[],
-            ToolMode::Required(tools) | ToolMode::Auto { tools, .. } => tools,
-            ToolMode::Named(f) => std::slice::from_ref(f),
+        match &self.choice {
+            Choice::None => &[],
+            Choice::Required(tools) | Choice::Auto { tools, .. } => tools,
+            Choice::Named(f) => std::slice::from_ref(f),
         }
+    }
+
+    /// The tools as the chat template lists them (OpenAI's form), where the template has a
+    /// syntax of its own.
+    pub(crate) fn template_tools(&self) -> Option<Value> {
+        if !self.native() || self.tools().is_empty() {
+            return None;
+        }
+        let listed = self
+            .tools()
+            .iter()
+            .map(|f| {
+                let mut function = json!({"name": f.name});
+                if let Some(d) = f.description.as_deref().filter(|d| !d.is_empty()) {
+                    function["description"] = json!(d);
+                }
+                function["parameters"] = f.parameters.clone().unwrap_or_else(no_arguments);
+                json!({"type": "function", "function": function})
+            })
+            .collect();
+        Some(Value::Array(listed))
     }
 
     /// The schema the reply is held to, given the response format's (if any).
-    pub fn schema(&self, response: Option<Value>) -> Option<Value> {
-        let calls = || self.tools().iter().map(call_schema).collect::<Vec<_>>();
-        match self {
-            ToolMode::None => response,
-            ToolMode::Required(_) | ToolMode::Named(_) => Some(any_of(calls())),
-            ToolMode::Auto { wrapped, .. } => {
-                let mut all = calls();
-                all.push(if *wrapped {
-                    content_schema()
-                } else {
-                    response.expect("invariant: an unwrapped auto answer has a response format")
-                });
-                Some(any_of(all))
+    pub fn schema(&self, response: Option<Value>) -> Option<Schema> {
+        let key = self.form.arguments_key();
+        let calls = || {
+            self.tools()
+                .iter()
+                .map(|f| call_schema(f, key))
+                .collect::<Vec<_>>()
+        };
+        if !self.native() {
+            return match &self.choice {
+                Choice::None => response,
+                Choice::Required(_) | Choice::Named(_) => Some(any_of(calls())),
+                Choice::Auto { wrapped, .. } => {
+                    let mut all = calls();
+                    all.push(if *wrapped {
+                        content_schema()
+                    } else {
+                        response.expect("invariant: an unwrapped auto answer has a response format")
+                    });
+                    Some(any_of(all))
+                }
             }
+            .map(Schema::new);
         }
+        // A syntax whose call is the whole reply (Llama's JSON) needs no frame where the
+        // other reply is JSON too: its call and answer are one schema's alternatives.
+        let bare = self.form.open.is_empty() && self.form.close.is_empty();
+        Some(match &self.choice {
+            Choice::None => return response.map(Schema::new),
+            Choice::Required(_) | Choice::Named(_) if bare => Schema::new(any_of(calls())),
+            Choice::Required(_) | Choice::Named(_) => {
+                Schema::framed(any_of(calls()), self.form.frame(Otherwise::Nothing))
+            }
+            Choice::Auto { wrapped: true, .. } => {
+                Schema::framed(any_of(calls()), self.form.frame(Otherwise::Words))
+            }
+            Choice::Auto { wrapped: false, .. } => {
+                let response =
+                    response.expect("invariant: an unwrapped auto answer has a response format");
+                if bare {
+                    let mut all = calls();
+                    all.push(response);
+                    Schema::new(any_of(all))
+                } else {
+                    Schema::framed(any_of(calls()), self.form.frame(Otherwise::Json(response)))
+                }
+            }
+        })
     }
 
-    /// What the system message says of the tools.
+    /// What the system message says of the tools, in the text form (a template with a
+    /// syntax of its own lists them itself).
     pub(crate) fn instructions(&self) -> Option<String> {
         let tools = self.tools();
-        if tools.is_empty() {
+        if tools.is_empty() || self.native() {
             return None;
         }
         let mut text = String::from("You have these tools:\n");
@@ -252,12 +425,12 @@ impl ToolMode {
             }
             text.push_str(&format!("\n  arguments (JSON schema): {parameters}\n"));
         }
-        text.push_str(match self {
-            ToolMode::Auto { wrapped: true, .. } => {
+        text.push_str(match &self.choice {
+            Choice::Auto { wrapped: true, .. } => {
                 "To call a tool, answer with only {\"name\": <tool name>, \"arguments\": {...}}. \
                  To answer in words instead, answer with only {\"content\": \"<your answer>\"}."
             }
-            ToolMode::Auto { wrapped: false, .. } => {
+            Choice::Auto { wrapped: false, .. } => {
                 "To call a tool, answer with only {\"name\": <tool name>, \"arguments\": {...}}; \
                  otherwise answer in the format asked for."
             }
@@ -266,18 +439,23 @@ impl ToolMode {
         Some(text)
     }
 
-    /// The tool call `response` is, if it is one.
+    /// The tool call `response` is, if it is one: a finished reply that is a call of one of
+    /// the tools, read from its text (a reply from a store has no parsed value).
     pub fn reply(&self, response: &Response, id: &str, index: usize) -> Option<Value> {
-        let value = response.value.as_ref()?.as_object()?;
+        if response.finish_reason != FinishReason::Stop {
+            return None;
+        }
+        let body = self.form.call_body(&response.text)?;
+        let value: Value = serde_json::from_str(body).ok()?;
+        let value = value.as_object()?;
         let name = value.get("name")?.as_str()?;
-        if value.len() != 2 || !self.tools().iter().any(|f| f.name == name) {
+        let key = self.form.arguments_key();
+        if value.len() != 2 || !value.contains_key(key) || !self.names().contains(&name) {
             return None;
         }
         // The arguments as the model wrote them, as OpenAI returns them (and as they stream).
-        let arguments = super::call_text::raw_arguments(&response.text).map_or_else(
-            || value.get("arguments").map(Value::to_string),
-            |a| Some(a.into()),
-        )?;
+        let arguments = raw_arguments(body, key)
+            .map_or_else(|| value.get(key).map(Value::to_string), |a| Some(a.into()))?;
         Some(json!({
             "id": format!("call_{id}_{index}"),
             "type": "function",
@@ -288,12 +466,25 @@ impl ToolMode {
     /// The text of a reply that is not a call; `None` for a call cut short (by
     /// `max_tokens`), whose protocol text is never a client's content, as vLLM answers it.
     pub fn content(&self, response: &Response) -> Option<String> {
-        match self {
-            ToolMode::None | ToolMode::Auto { wrapped: false, .. } => Some(response.text.clone()),
-            ToolMode::Required(_) | ToolMode::Named(_) => {
+        let finished = response.finish_reason == FinishReason::Stop;
+        if self.native() {
+            return match &self.choice {
+                Choice::None => Some(response.text.clone()),
+                Choice::Required(_) | Choice::Named(_) => finished.then(|| response.text.clone()),
+                // A finished reply that is no call is an answer (Llama's JSON answers begin
+                // as calls do); one cut short is an answer where it began as none.
+                Choice::Auto { .. } if finished => Some(response.text.clone()),
+                Choice::Auto { .. } => (self.form.call_body(&response.text).is_none()
+                    && !self.form.undecided(&response.text))
+                .then(|| response.text.clone()),
+            };
+        }
+        match &self.choice {
+            Choice::None | Choice::Auto { wrapped: false, .. } => Some(response.text.clone()),
+            Choice::Required(_) | Choice::Named(_) => {
                 response.value.is_some().then(|| response.text.clone())
             }
-            ToolMode::Auto { wrapped: true, .. } => match &response.value {
+            Choice::Auto { wrapped: true, .. } => match &response.value {
                 Some(value) => match value.get("content") {
                     Some(Value::String(words)) => Some(words.clone()),
                     _ => Some(response.text.clone()),
@@ -303,38 +494,165 @@ impl ToolMode {
             },
         }
     }
-}
 
-/// An assistant message of the history as the model wrote it: its words, then each call as
-/// the JSON object a call is.
-pub(crate) fn written_assistant(
-    text: &str,
-    calls: &[ToolCall],
-    param: &str,
-) -> Result<String, ApiFailure> {
-    let mut out = text.to_string();
-    for (i, call) in calls.iter().enumerate() {
-        if call.kind.as_deref().is_some_and(|k| k != "function") {
-            return Err(ApiFailure::invalid(
-                format!("{param}[{i}].type"),
-                "a tool call's type is \"function\"",
-            ));
+    /// An assistant message of the history: in the template's own syntax, its calls for the
+    /// template to write; in the text form, its words and each call as the JSON object a
+    /// call is.
+    pub(crate) fn assistant(
+        &self,
+        text: String,
+        calls: &[ToolCall],
+        param: &str,
+    ) -> Result<Message, ApiFailure> {
+        let mut written = Vec::with_capacity(calls.len());
+        for (i, call) in calls.iter().enumerate() {
+            if call.kind.as_deref().is_some_and(|k| k != "function") {
+                return Err(ApiFailure::invalid(
+                    format!("{param}[{i}].type"),
+                    "a tool call's type is \"function\"",
+                ));
+            }
+            let arguments: Value = serde_json::from_str(&call.function.arguments).map_err(|e| {
+                ApiFailure::invalid(
+                    format!("{param}[{i}].function.arguments"),
+                    format!("the arguments of a tool call are JSON text: {e}"),
+                )
+            })?;
+            written.push(crate::engine::ToolCall {
+                id: self.form.syntax.call_id(&call.id),
+                kind: "function".into(),
+                function: crate::engine::CalledFunction {
+                    name: call.function.name.clone(),
+                    arguments,
+                },
+            });
         }
-        let arguments: Value = serde_json::from_str(&call.function.arguments).map_err(|e| {
-            ApiFailure::invalid(
-                format!("{param}[{i}].function.arguments"),
-                format!("the arguments of a tool call are JSON text: {e}"),
-            )
-        })?;
-        if !out.is_empty() {
-            out.push('\n');
+        if self.native() {
+            return Ok(Message::calls(text, written));
         }
-        out.push_str(&json!({"name": call.function.name, "arguments": arguments}).to_string());
+        let mut out = text;
+        for call in written {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(
+                &json!({"name": call.function.name, "arguments": call.function.arguments})
+                    .to_string(),
+            );
+        }
+        Ok(Message::assistant(out))
     }
-    Ok(out)
+
+    /// A tool's result: a `tool` message for a template with a syntax of its own, else the
+    /// user turn that reports it.
+    pub(crate) fn result(&self, name: &str, id: &str, content: String) -> Message {
+        if self.native() {
+            return Message::tool_result(self.form.syntax.call_id(id), content);
+        }
+        Message::user(format!("Result of the tool call {name} ({id}):\n{content}"))
+    }
 }
 
-/// A tool's result, as the user turn that reports it.
-pub(crate) fn written_result(name: &str, id: &str, content: &str) -> String {
-    format!("Result of the tool call {name} ({id}):\n{content}")
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Timings;
+
+    fn reply(text: &str, finish: FinishReason) -> Response {
+        Response {
+            text: text.into(),
+            value: None,
+            finish_reason: finish,
+            prompt_tokens: 1,
+            cached_tokens: 0,
+            generated_tokens: 1,
+            token_ids: Vec::new(),
+            timings: Timings::default(),
+            tag: None,
+            logprobs: None,
+        }
+    }
+
+    fn auto(syntax: ToolSyntax, wrapped: bool) -> ToolMode {
+        ToolMode {
+            choice: Choice::Auto {
+                tools: vec![Function {
+                    name: "note".into(),
+                    description: None,
+                    parameters: None,
+                    strict: None,
+                }],
+                wrapped,
+            },
+            form: Form::spelled(syntax),
+        }
+    }
+
+    // Issue 39 A8: a reply in a template's own syntax reads back as OpenAI's call, its
+    // markup in neither the call nor the content.
+    #[test]
+    fn a_call_in_each_templates_syntax_is_read_as_the_call_and_words_as_words() {
+        for (syntax, call) in [
+            (
+                ToolSyntax::Hermes,
+                "<tool_call>\n{\"name\": \"note\", \"arguments\": {\"t\": 1}}\n</tool_call>",
+            ),
+            (
+                ToolSyntax::LlamaJson,
+                "{\"name\": \"note\", \"parameters\": {\"t\": 1}}",
+            ),
+            (
+                ToolSyntax::Mistral,
+                "[TOOL_CALLS] [{\"name\": \"note\", \"arguments\": {\"t\": 1}}]",
+            ),
+        ] {
+            let mode = auto(syntax, true);
+            let done = reply(call, FinishReason::Stop);
+            let got = mode.reply(&done, "x", 0).unwrap();
+            assert_eq!(got["function"]["name"], "note", "{syntax:?}");
+            assert_eq!(got["function"]["arguments"], "{\"t\": 1}", "{syntax:?}");
+            // Cut short: neither a call nor its markup as content.
+            let cut = reply(&call[..call.len() - 6], FinishReason::Length);
+            assert_eq!(mode.reply(&cut, "x", 0), None, "{syntax:?}");
+            assert_eq!(mode.content(&cut), None, "{syntax:?}");
+            // Words are the content, as written, whole or cut.
+            for finish in [FinishReason::Stop, FinishReason::Length] {
+                let words = reply("It is 21 degrees.", finish);
+                assert_eq!(mode.reply(&words, "x", 0), None);
+                assert_eq!(mode.content(&words).as_deref(), Some("It is 21 degrees."));
+            }
+            // A reply from a store, whose value was never parsed, reads the same.
+            assert!(mode.reply(&done, "x", 0).is_some());
+        }
+        // Llama's JSON answer beside its calls (a response format): content, not a call.
+        let mode = auto(ToolSyntax::LlamaJson, false);
+        let answer = reply("{\"price\": 3}", FinishReason::Stop);
+        assert_eq!(mode.reply(&answer, "x", 0), None);
+        assert_eq!(mode.content(&answer).as_deref(), Some("{\"price\": 3}"));
+    }
+
+    #[test]
+    fn each_syntax_holds_its_reply_to_its_own_frame() {
+        let frame = |syntax| auto(syntax, true).schema(None).unwrap();
+        let hermes = frame(ToolSyntax::Hermes);
+        let hermes = hermes.frame().unwrap();
+        assert_eq!(hermes.lead(), "<tool_call>\n{");
+        assert_eq!(hermes.otherwise, Otherwise::Words);
+        assert_eq!(frame(ToolSyntax::LlamaJson).frame().unwrap().lead(), "{");
+        // A call alone (required) in Llama's syntax is the whole reply: no frame.
+        let mut required = auto(ToolSyntax::LlamaJson, true);
+        required.choice = Choice::Required(required.tools().to_vec());
+        let schema = required.schema(None).unwrap();
+        assert!(schema.frame().is_none());
+        assert_eq!(
+            schema.value()["properties"]["parameters"]["type"],
+            "object",
+            "{:?}",
+            schema
+        );
+        // The text form keeps `{"content": ...}` for words.
+        let text = auto(ToolSyntax::Text, true).schema(None).unwrap();
+        assert!(text.frame().is_none());
+        assert!(text.value().to_string().contains("\"content\""));
+    }
 }

@@ -13,27 +13,141 @@ const FALLBACK: &str = include_str!("../../templates/chat/fallback.jinja");
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     pub role: String,
+    /// Empty where a message has none (an assistant's turn that only calls tools).
+    #[serde(default)]
     pub content: String,
+    /// An assistant's calls of tools, for a template with a tool syntax of its own
+    /// ([`ToolSyntax`](super::ToolSyntax)) to write in it; absent from a plain turn, as in
+    /// transformers' messages (Llama 3.1's template asks `'tool_calls' in message`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+/// A call of a tool in an assistant's turn, in the form chat templates read:
+/// `{"id", "type": "function", "function": {"name", "arguments": {...}}}`, the arguments an
+/// object (templates write them with `tojson`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: CalledFunction,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalledFunction {
+    pub name: String,
+    pub arguments: serde_json::Value,
 }
 
 impl Message {
-    pub fn system(content: impl Into<String>) -> Self {
+    fn new(role: &str, content: impl Into<String>) -> Self {
         Self {
-            role: "system".into(),
+            role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
+    }
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new("system", content)
     }
     pub fn user(content: impl Into<String>) -> Self {
-        Self {
-            role: "user".into(),
-            content: content.into(),
-        }
+        Self::new("user", content)
     }
     pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new("assistant", content)
+    }
+    /// An assistant's turn that calls tools (after its words, if any).
+    pub fn calls(content: impl Into<String>, calls: Vec<ToolCall>) -> Self {
         Self {
-            role: "assistant".into(),
-            content: content.into(),
+            tool_calls: calls,
+            ..Self::new("assistant", content)
         }
+    }
+    /// A tool's result, answering the call `id`.
+    pub fn tool_result(id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: Some(id.into()),
+            ..Self::new("tool", content)
+        }
+    }
+    /// A message with `role` (any the template knows).
+    pub fn with_role(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            ..Self::new("", content)
+        }
+    }
+
+    /// Every piece of text the message holds that came from its author: its content, its
+    /// calls' names, ids and arguments (keys and strings), the id it answers.
+    pub(crate) fn texts(&self) -> Vec<&str> {
+        let mut out = vec![self.content.as_str()];
+        for call in &self.tool_calls {
+            out.push(&call.id);
+            out.push(&call.function.name);
+            json_texts(&call.function.arguments, &mut out);
+        }
+        out.extend(self.tool_call_id.as_deref());
+        out
+    }
+
+    /// The message with every text [`Message::texts`] names passed through `f`.
+    pub(crate) fn map_texts(&self, f: &impl Fn(&str) -> String) -> Self {
+        Self {
+            role: self.role.clone(),
+            content: f(&self.content),
+            tool_calls: self
+                .tool_calls
+                .iter()
+                .map(|c| ToolCall {
+                    id: f(&c.id),
+                    kind: c.kind.clone(),
+                    function: CalledFunction {
+                        name: f(&c.function.name),
+                        arguments: map_json_texts(&c.function.arguments, f),
+                    },
+                })
+                .collect(),
+            tool_call_id: self.tool_call_id.as_deref().map(f),
+        }
+    }
+}
+
+/// The strings of a JSON value, keys included.
+pub(crate) fn json_texts<'v>(value: &'v serde_json::Value, out: &mut Vec<&'v str>) {
+    match value {
+        serde_json::Value::String(s) => out.push(s),
+        serde_json::Value::Array(items) => items.iter().for_each(|v| json_texts(v, out)),
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                out.push(k);
+                json_texts(v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `value` with every string, keys included, passed through `f`.
+pub(crate) fn map_json_texts(
+    value: &serde_json::Value,
+    f: &impl Fn(&str) -> String,
+) -> serde_json::Value {
+    use serde_json::Value as J;
+    match value {
+        J::String(s) => J::String(f(s)),
+        J::Array(items) => J::Array(items.iter().map(|v| map_json_texts(v, f)).collect()),
+        J::Object(map) => J::Object(
+            map.iter()
+                .map(|(k, v)| (f(k), map_json_texts(v, f)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 
@@ -404,6 +518,8 @@ pub struct ChatTemplate {
     pub is_models_own: bool,
     /// Message roles the template knows.
     roles: Vec<String>,
+    /// How the template writes a call of a tool.
+    tool_syntax: super::ToolSyntax,
 }
 
 /// Roles every chat template handles.
@@ -447,6 +563,7 @@ impl ChatTemplate {
             None => (FALLBACK.to_string(), false),
         };
         let roles = roles_of(&source);
+        let tool_syntax = super::ToolSyntax::of_template(&source);
         env.add_template_owned("chat", source)
             .map_err(|e| ChatError::Compile(e.to_string()))?;
         Ok(Self {
@@ -456,6 +573,7 @@ impl ChatTemplate {
             date_string: Some("26 Jul 2024".into()),
             is_models_own,
             roles,
+            tool_syntax,
         })
     }
 
@@ -465,6 +583,11 @@ impl ChatTemplate {
     pub(crate) fn with_live_date(mut self) -> Self {
         self.date_string = None;
         self
+    }
+
+    /// How this template writes a call of a tool.
+    pub fn tool_syntax(&self) -> super::ToolSyntax {
+        self.tool_syntax
     }
 
     /// Message roles this template knows.
@@ -486,9 +609,23 @@ impl ChatTemplate {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// Renders `messages` with the `tools` the template lists (OpenAI's form: `[{"type":
+    /// "function", "function": {...}}]`), as transformers' `apply_chat_template(messages,
+    /// tools=tools)` does.
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
         self.render_values(
             Value::from(minijinja::value::Serde(messages)),
-            Value::from(()),
+            tools
+                .map(|t| Value::from(minijinja::value::Serde(t)))
+                .unwrap_or(Value::from(())),
             add_generation_prompt,
         )
     }
@@ -641,10 +778,7 @@ mod tests {
     fn roles_are_the_standard_ones_and_those_the_template_names() {
         let plain = ChatTemplate::new(&spec("{{ messages[0]['content'] }}")).unwrap();
         assert_eq!(plain.unknown_role(&[Message::user("x")]), None);
-        let wizard = Message {
-            role: "wizard".into(),
-            content: "x".into(),
-        };
+        let wizard = Message::with_role("wizard", "x");
         assert_eq!(
             plain.unknown_role(std::slice::from_ref(&wizard)),
             Some("wizard")

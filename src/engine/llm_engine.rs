@@ -709,11 +709,11 @@ impl Engine {
             text = seq.text.clone();
         }
         let value = match (&seq.constraint, finish_reason) {
-            (Some(_), FinishReason::Stop) => Some(serde_json::from_str(&text).map_err(|e| {
+            (Some(c), FinishReason::Stop) => c.value_of(&text).map_err(|e| {
                 RequestError::Engine(format!(
                     "the constrained reply {text:?} does not parse: {e}"
                 ))
-            })?),
+            })?,
             _ => None,
         };
         let logprobs = seq.rules.logprobs.is_some().then(|| {

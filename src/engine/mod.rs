@@ -26,11 +26,12 @@ mod shared_prefix;
 mod splice;
 mod summary;
 pub mod tokenizer;
+mod tool_syntax;
 
 /// What an engine's replies are a function of, beside the request (its model, as computed).
 pub use crate::model::ModelIdentity;
 pub use block_manager::CacheStats;
-pub use chat::{ChatTemplate, Message};
+pub use chat::{CalledFunction, ChatTemplate, Message, ToolCall};
 pub use constraint::{Schema, SchemaError, SchemaId};
 pub use drive::{Client, Fill, Queue, Refused};
 pub use handle::{EngineHandle, EngineStatus, Pending, Sink};
@@ -46,3 +47,4 @@ pub use shared_prefix::{PromptCost, SharedPrefix};
 pub use splice::Spliced;
 pub use summary::summary;
 pub use tokenizer::Tokenizer;
+pub use tool_syntax::ToolSyntax;

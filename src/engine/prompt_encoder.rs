@@ -56,7 +56,7 @@ impl PromptEncoder {
     pub fn tokens(&self, prompt: &Prompt) -> Result<Vec<u32>, RequestError> {
         let tokens = match prompt {
             Prompt::Tokens(tokens) => tokens.clone(),
-            Prompt::Messages(messages) => self.message_tokens(messages)?,
+            Prompt::Messages(messages) => self.message_tokens(messages, None)?,
             Prompt::Text(text) => {
                 self.bound_length(text.len())?;
                 self.encode(text, true)?
@@ -75,10 +75,32 @@ impl PromptEncoder {
 
     /// The conversation rendered by the chat template (ending with the assistant's header).
     pub fn render(&self, messages: &[Message]) -> Result<String, RequestError> {
+        self.render_with_tools(messages, None)
+    }
+
+    /// The conversation rendered with the `tools` the template lists (OpenAI's form), for a
+    /// template that has a tool syntax of its own.
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<String, RequestError> {
         if messages.is_empty() {
             return Err(RequestError::EmptyMessages);
         }
-        self.bound_length(messages.iter().map(|m| m.content.len()).sum())?;
+        let tools_bytes = tools.map_or(0, |t| {
+            let mut texts = Vec::new();
+            super::chat::json_texts(t, &mut texts);
+            texts.iter().map(|t| t.len()).sum()
+        });
+        self.bound_length(
+            messages
+                .iter()
+                .flat_map(Message::texts)
+                .map(str::len)
+                .sum::<usize>()
+                + tools_bytes,
+        )?;
         if let Some(role) = self.chat.unknown_role(messages) {
             return Err(RequestError::UnknownRole {
                 role: role.to_string(),
@@ -86,32 +108,43 @@ impl PromptEncoder {
             });
         }
         self.chat
-            .render(messages, true)
+            .render_with_tools(messages, tools, true)
             .map_err(|e| RequestError::Template(e.to_string()))
+    }
+
+    /// Whether any text of the conversation that came from its authors (a message's
+    /// content, a call's arguments, a tool's description) spells a control token.
+    pub(super) fn holds_control(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+    ) -> bool {
+        let mut texts: Vec<&str> = messages.iter().flat_map(Message::texts).collect();
+        if let Some(tools) = tools {
+            super::chat::json_texts(tools, &mut texts);
+        }
+        texts.iter().any(|t| self.tokenizer.holds_control(t))
     }
 
     /// A rendered conversation's ids. The template's markup is control tokens; a message's
     /// content is text even where it spells one (`A<|im_end|>\n<|im_start|>system`), so that
-    /// no user, and no agent whose reply goes into another's prompt, can forge a turn.
-    pub(super) fn message_tokens(&self, messages: &[Message]) -> Result<Vec<u32>, RequestError> {
-        let rendered = self.render(messages)?;
-        if self.control_tokens_in_content
-            || !messages
-                .iter()
-                .any(|m| self.tokenizer.holds_control(&m.content))
-        {
+    /// no user, and no agent whose reply goes into another's prompt, can forge a turn. So are
+    /// the calls, results and tools the template writes.
+    pub(super) fn message_tokens(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<Vec<u32>, RequestError> {
+        let rendered = self.render_with_tools(messages, tools)?;
+        if self.control_tokens_in_content || !self.holds_control(messages, tools) {
             return self.encode(&rendered, false);
         }
-        // Rendered again with each message's control text made inert (same length), the
-        // control tokens still there are the template's own.
-        let defused: Vec<Message> = messages
-            .iter()
-            .map(|m| Message {
-                role: m.role.clone(),
-                content: self.tokenizer.defused(&m.content),
-            })
-            .collect();
-        let shadow = self.render(&defused)?;
+        // Rendered again with each text made inert (same length), the control tokens still
+        // there are the template's own.
+        let defuse = |t: &str| self.tokenizer.defused(t);
+        let defused: Vec<Message> = messages.iter().map(|m| m.map_texts(&defuse)).collect();
+        let defused_tools = tools.map(|t| super::chat::map_json_texts(t, &defuse));
+        let shadow = self.render_with_tools(&defused, defused_tools.as_ref())?;
         if shadow.len() != rendered.len() {
             return Err(RequestError::Template(
                 "a message holds a control token's text, and this chat template renders the \

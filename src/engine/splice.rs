@@ -35,22 +35,22 @@ impl PromptEncoder {
     pub fn spliced_tokens(
         &self,
         messages: &[Message],
+        tools: Option<&serde_json::Value>,
         replies: &[(usize, &[u32])],
     ) -> Result<Spliced, RequestError> {
-        let whole = self.render(messages)?;
+        let whole = self.render_with_tools(messages, tools)?;
         let unspliced = |_: &str| -> Result<Spliced, RequestError> {
             Ok(Spliced {
-                tokens: self.tokens(&super::Prompt::Tokens(self.message_tokens(messages)?))?,
+                tokens: self.tokens(&super::Prompt::Tokens(
+                    self.message_tokens(messages, tools)?,
+                ))?,
                 spliced: 0,
             })
         };
         // Segments tokenized on their own would read a message's control text as control
         // tokens; such a conversation is tokenized whole, where it is read as text.
         if replies.is_empty()
-            || (!self.control_tokens_in_content
-                && messages
-                    .iter()
-                    .any(|m| self.tokenizer.holds_control(&m.content)))
+            || (!self.control_tokens_in_content && self.holds_control(messages, tools))
         {
             return unspliced(&whole);
         }
@@ -61,7 +61,7 @@ impl PromptEncoder {
                 None => return unspliced(&whole),
             }
         }
-        let marked = self.render(&marked)?;
+        let marked = self.render_with_tools(&marked, tools)?;
         // The segments of text between the replies, each reply's marker found once, in order.
         let mut segments = Vec::with_capacity(replies.len() + 1);
         let mut rest = marked.as_str();

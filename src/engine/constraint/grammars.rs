@@ -9,6 +9,7 @@
 //! that pool before the request reaches the engine, which then finds it compiled.
 
 use super::error::{SchemaError, shown};
+use super::frame::Otherwise;
 use super::limits;
 use super::schema::{Schema, SchemaId};
 use super::state::Constraint;
@@ -93,6 +94,7 @@ impl Grammars {
     pub fn constraint(&self, schema: &Schema) -> Result<Constraint, SchemaError> {
         self.compiled(schema).map(|matcher| Constraint {
             matcher: Box::new(matcher),
+            schema: schema.clone(),
         })
     }
 
@@ -199,8 +201,20 @@ fn compile(factory: &ParserFactory, schema: &Schema) -> Result<Matcher, SchemaEr
         return Err(SchemaError::NotAnObject(shown(value)));
     }
     limits::check(value)?;
+    let grammar = match schema.frame() {
+        None => TopLevelGrammar::from_json_schema(value.clone()),
+        Some(frame) => {
+            if let Otherwise::Json(other) = &frame.otherwise {
+                if !other.is_object() {
+                    return Err(SchemaError::NotAnObject(shown(other)));
+                }
+                limits::check(other)?;
+            }
+            TopLevelGrammar::from_lark(frame.lark(value))
+        }
+    };
     let parser = factory
-        .create_parser(TopLevelGrammar::from_json_schema(value.clone()))
+        .create_parser(grammar)
         .map_err(|e| SchemaError::from_grammar(&e.to_string()))?;
     let matcher = Matcher::new(Ok(parser));
     if let Some(e) = matcher.get_error() {
@@ -211,5 +225,53 @@ fn compile(factory: &ParserFactory, schema: &Schema) -> Result<Matcher, SchemaEr
         Ok(mask) if mask.is_zero() => Err(SchemaError::Empty),
         Ok(_) => Ok(matcher),
         Err(e) => Err(SchemaError::from_grammar(&e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::constraint::frame::{Frame, Mark, Otherwise};
+    use crate::engine::tokenizer::Tokenizer;
+
+    fn grammars() -> (Grammars, Tokenizer) {
+        let json = crate::model::synthetic::byte_tokenizer_json().to_string();
+        let inner = tokenizers::Tokenizer::from_bytes(json.as_bytes()).unwrap();
+        let tokenizer = Tokenizer::new(inner, vec![257]);
+        let vocab = tokenizer.vocab_size();
+        (Grammars::new(&tokenizer, vocab), tokenizer)
+    }
+
+    #[test]
+    fn words_beside_a_framed_call_may_be_any_text_but_the_calls_opening() {
+        let (grammars, tokenizer) = grammars();
+        let frame = Frame {
+            open: vec![Mark::Text("<tool_call>".into()), Mark::Text("\n".into())],
+            close: vec![Mark::Text("\n".into()), Mark::Text("</tool_call>".into())],
+            otherwise: Otherwise::Words,
+        };
+        let schema = Schema::framed(serde_json::json!({"type": "object"}), frame);
+        let mut c = grammars.constraint(&schema).unwrap();
+        // Every byte that begins a UTF-8 character (180 of the 256), and the end.
+        let allowed = c.mask().unwrap().num_set();
+        assert!(allowed >= 180, "{allowed} tokens allowed at the start");
+        for t in tokenizer.encode("Hi <tool_call>", false).unwrap() {
+            c.accept(t).unwrap();
+        }
+        assert!(c.mask().unwrap().num_set() >= 180);
+        // But a reply that begins as a call goes on as one: after `{`, a key or `}`.
+        let mut c = grammars.constraint(&schema).unwrap();
+        for t in tokenizer.encode("<tool_call>\n{", false).unwrap() {
+            c.accept(t).unwrap();
+        }
+        assert_eq!(c.mask().unwrap().num_set(), 2);
+        // Words may not begin with the opening, spaces before it or not.
+        let mut c = grammars.constraint(&schema).unwrap();
+        for t in tokenizer.encode(" <tool_call>", false).unwrap() {
+            c.accept(t).unwrap();
+        }
+        let mask = c.mask().unwrap();
+        assert!(!mask.is_allowed(tokenizer.encode("\n", false).unwrap()[0]));
+        assert!(mask.is_allowed(tokenizer.encode("x", false).unwrap()[0]));
     }
 }

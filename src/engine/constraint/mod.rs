@@ -4,12 +4,14 @@
 //! grammar forces next.
 
 mod error;
+pub mod frame;
 mod grammars;
 pub mod limits;
 mod schema;
 mod state;
 
 pub use error::{GrammarError, SchemaError};
+pub use frame::{Frame, Mark, Otherwise, Split};
 pub use grammars::Grammars;
 pub use limits::Limit;
 pub use schema::{Schema, SchemaId};

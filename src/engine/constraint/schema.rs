@@ -1,6 +1,7 @@
 //! A JSON schema made ready for constrained decoding: the engine's JSON options filled in and
 //! its content fingerprinted.
 
+use super::frame::{Frame, Otherwise};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
@@ -23,6 +24,8 @@ pub struct Schema(Arc<SchemaInner>);
 
 struct SchemaInner {
     value: serde_json::Value,
+    /// The text around the value in a reply, where it has any.
+    frame: Option<Frame>,
     id: SchemaId,
 }
 
@@ -40,19 +43,30 @@ impl std::io::Write for HashWriter {
 }
 
 impl Schema {
-    pub fn new(mut value: serde_json::Value) -> Self {
-        // Anything but an object is refused when a request uses it, where the error belongs
-        // to that request.
-        if value.is_object() && value.get("x-guidance").is_none() {
-            value["x-guidance"] = default_json_options();
+    pub fn new(value: serde_json::Value) -> Self {
+        Self::build(value, None)
+    }
+
+    /// A schema whose value is written inside `frame` (a call in a model's own tool syntax).
+    pub fn framed(value: serde_json::Value, mut frame: Frame) -> Self {
+        if let Otherwise::Json(other) = &mut frame.otherwise {
+            with_default_options(other);
         }
+        Self::build(value, Some(frame))
+    }
+
+    fn build(mut value: serde_json::Value, frame: Option<Frame>) -> Self {
+        with_default_options(&mut value);
         let mut hash = HashWriter(Sha256::new());
         serde_json::to_writer(&mut hash, &value).expect("invariant: a JSON value serialises");
+        if let Some(frame) = &frame {
+            serde_json::to_writer(&mut hash, frame).expect("invariant: a frame serialises");
+        }
         let digest = hash.0.finalize();
         let id = SchemaId(u128::from_le_bytes(
             digest[..16].try_into().expect("invariant: 32-byte digest"),
         ));
-        Self(Arc::new(SchemaInner { value, id }))
+        Self(Arc::new(SchemaInner { value, frame, id }))
     }
 
     /// The schema as the grammar sees it (with the default JSON options).
@@ -60,8 +74,31 @@ impl Schema {
         &self.0.value
     }
 
+    /// The text around the value, if any.
+    pub fn frame(&self) -> Option<&Frame> {
+        self.0.frame.as_ref()
+    }
+
+    /// The value of a whole reply held to this schema (`None` for words beside a frame).
+    pub fn reply_value(&self, text: &str) -> Result<Option<serde_json::Value>, String> {
+        match self.frame() {
+            None => serde_json::from_str(text)
+                .map(Some)
+                .map_err(|e| e.to_string()),
+            Some(frame) => frame.value_of(text),
+        }
+    }
+
     pub fn id(&self) -> SchemaId {
         self.0.id
+    }
+}
+
+/// Anything but an object is refused when a request uses it, where the error belongs to
+/// that request.
+fn with_default_options(value: &mut serde_json::Value) {
+    if value.is_object() && value.get("x-guidance").is_none() {
+        value["x-guidance"] = default_json_options();
     }
 }
 

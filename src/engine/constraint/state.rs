@@ -10,6 +10,8 @@ use toktrie::SimpleVob;
 pub struct Constraint {
     // Boxed: a matcher is large, and sequences move between queues by value.
     pub(super) matcher: Box<Matcher>,
+    /// What the reply is held to, to read its value when it ends.
+    pub(super) schema: super::Schema,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -21,6 +23,11 @@ impl std::fmt::Debug for Constraint {
 }
 
 impl Constraint {
+    /// The value of the whole reply `text` (`None` for words beside a frame).
+    pub fn value_of(&self, text: &str) -> Result<Option<serde_json::Value>, String> {
+        self.schema.reply_value(text)
+    }
+
     /// Tokens allowed next (the end-of-turn ids once the value is complete, which is also
     /// where a schema with one valid reply is after its forced tokens).
     pub fn mask(&mut self) -> Result<SimpleVob, GrammarError> {
