@@ -39,6 +39,15 @@ pub struct Frame {
     pub otherwise: Otherwise,
 }
 
+/// Why a finished constrained reply has no value.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplyError {
+    #[error("its JSON does not parse: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("it is neither its framed value nor what else it may be")]
+    NotFramed,
+}
+
 /// What a reply's text is, so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Split<'t> {
@@ -84,16 +93,16 @@ impl Frame {
 
     /// The value of a whole reply: the framed value, or the other JSON value; `None` for
     /// words.
-    pub fn value_of(&self, text: &str) -> Result<Option<Value>, String> {
+    pub fn value_of(&self, text: &str) -> Result<Option<Value>, ReplyError> {
         match (self.split(text), &self.otherwise) {
             (Split::Framed(body), _) => serde_json::from_str(body)
                 .map(Some)
-                .map_err(|e| format!("its value {body:?} does not parse: {e}")),
+                .map_err(ReplyError::Json),
             (_, Otherwise::Words) => Ok(None),
             (Split::Other, Otherwise::Json(_)) => serde_json::from_str(text)
                 .map(Some)
-                .map_err(|e| e.to_string()),
-            _ => Err("it is not the framed value".into()),
+                .map_err(ReplyError::Json),
+            _ => Err(ReplyError::NotFramed),
         }
     }
 

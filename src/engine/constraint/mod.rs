@@ -11,7 +11,7 @@ mod schema;
 mod state;
 
 pub use error::{GrammarError, SchemaError};
-pub use frame::{Frame, Mark, Otherwise, Split};
+pub use frame::{Frame, Mark, Otherwise, ReplyError, Split};
 pub use grammars::Grammars;
 pub use limits::Limit;
 pub use schema::{Schema, SchemaId};

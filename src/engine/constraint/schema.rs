@@ -1,7 +1,7 @@
 //! A JSON schema made ready for constrained decoding: the engine's JSON options filled in and
 //! its content fingerprinted.
 
-use super::frame::{Frame, Otherwise};
+use super::frame::{Frame, Otherwise, ReplyError};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
@@ -80,11 +80,11 @@ impl Schema {
     }
 
     /// The value of a whole reply held to this schema (`None` for words beside a frame).
-    pub fn reply_value(&self, text: &str) -> Result<Option<serde_json::Value>, String> {
+    pub fn reply_value(&self, text: &str) -> Result<Option<serde_json::Value>, ReplyError> {
         match self.frame() {
             None => serde_json::from_str(text)
                 .map(Some)
-                .map_err(|e| e.to_string()),
+                .map_err(ReplyError::Json),
             Some(frame) => frame.value_of(text),
         }
     }

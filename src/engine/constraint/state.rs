@@ -24,7 +24,10 @@ impl std::fmt::Debug for Constraint {
 
 impl Constraint {
     /// The value of the whole reply `text` (`None` for words beside a frame).
-    pub fn value_of(&self, text: &str) -> Result<Option<serde_json::Value>, String> {
+    pub fn value_of(
+        &self,
+        text: &str,
+    ) -> Result<Option<serde_json::Value>, super::frame::ReplyError> {
         self.schema.reply_value(text)
     }
 
