@@ -107,3 +107,80 @@ fn smollm2_gguf_carries_its_tokenizer_and_chat_template() {
     assert_eq!(ids("<|im_start|>user\nHi"), vec![1, 4093, 198, 26843]);
     assert_eq!(ids("2024"), vec![34, 32, 34, 36]);
 }
+
+// Issue 39 A8 over a real vocabulary: a call framed in a template's tool syntax, and the
+// words beside it, compile and read token by token under Llama 3's 128K BPE tokens (which
+// join text across what the grammar treats as parts: ` {"`, `}\n`), and an opening that is
+// one of its control tokens (id 128010, Llama 3.1's `<|python_tag|>`) is generated as that token.
+#[test]
+fn framed_calls_and_words_are_read_under_llama3s_real_vocabulary() {
+    use serde_json::json;
+    use throng::engine::Schema;
+    use throng::engine::constraint::{Frame, Grammars, Mark, Otherwise};
+    let Some(dir) = common::llama3_tokenizer_dir() else {
+        return;
+    };
+    let inner = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+    let tokenizer = Tokenizer::new(inner, vec![128001, 128009]);
+    let grammars = Grammars::new(&tokenizer, 128256);
+    let call = json!({"type": "object", "properties": {
+        "name": {"const": "get_weather"},
+        "arguments": {"type": "object", "properties": {"city": {"type": "string"}},
+                      "required": ["city"], "additionalProperties": false}},
+        "required": ["name", "arguments"], "additionalProperties": false});
+    let accepts = |schema: &Schema, ids: &[u32]| {
+        let mut c = grammars.constraint(schema).unwrap();
+        for &id in ids {
+            let mask = c.mask().unwrap();
+            if !mask.is_allowed(id) {
+                return false;
+            }
+            c.accept(id).unwrap();
+        }
+        c.mask().unwrap().is_allowed(128009)
+    };
+    let hermes = Schema::framed(
+        call.clone(),
+        Frame {
+            open: vec![Mark::Text("<tool_call>\n".into())],
+            close: vec![Mark::Text("\n</tool_call>".into())],
+            otherwise: Otherwise::Words,
+        },
+    );
+    let text = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}\n</tool_call>";
+    assert!(accepts(&hermes, &tokenizer.encode(text, false).unwrap()));
+    assert!(accepts(
+        &hermes,
+        &tokenizer.encode("It is sunny in Zürich.", false).unwrap()
+    ));
+    assert!(!accepts(
+        &hermes,
+        &tokenizer.encode("<tool_call>\nhello", false).unwrap()
+    ));
+    // An opening that is one control token.
+    let tagged = Schema::framed(
+        call,
+        Frame {
+            open: vec![Mark::Token(128010)],
+            close: vec![],
+            otherwise: Otherwise::Words,
+        },
+    );
+    let mut ids = vec![128010];
+    ids.extend(
+        tokenizer
+            .encode(
+                "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Bern\"}}",
+                false,
+            )
+            .unwrap(),
+    );
+    assert!(accepts(&tagged, &ids));
+    assert!(accepts(&tagged, &tokenizer.encode("Sure.", false).unwrap()));
+    // Words may not begin as the call's text does, so that a reply's text alone tells them
+    // apart (the control token is not in the decoded text).
+    assert!(!accepts(
+        &tagged,
+        &tokenizer.encode("{not a call}", false).unwrap()
+    ));
+}
