@@ -19,6 +19,7 @@ pub mod plan;
 pub mod prelude;
 pub mod quality;
 pub mod record;
+pub mod reuse;
 pub mod run;
 pub mod scenarios;
 pub mod seed;

@@ -1,10 +1,11 @@
 //! Guards the layering the book's Architecture chapter (docs/src/architecture.md) promises, which
-//! the compiler does not: `record` imports nothing of the layers above it, `sim` nothing of the
-//! model, of any scenario, of the reports or of the CLI (it may use the engine's request types),
-//! `serve` reads run folders through `record` alone, `api` serves the engine knowing nothing of
-//! simulations, and `bench` measures the engine and the model without the simulation. A path into a
-//! layer above, written in code under `src/sim/`, `src/record/`, `src/serve/`, `src/api/` or
-//! `src/bench/`, fails here with its file and line.
+//! the compiler does not: the engine and the model know no simulation, no run folder and no
+//! report, `record` imports nothing of the layers above it, `sim` nothing of the model, of any
+//! scenario, of the reports or of the CLI (it may use the engine's request types), the reports
+//! (`analysis`) read records and know no scenario, `serve` reads run folders through `record`
+//! alone, `api` serves the engine knowing nothing of simulations, and `bench` measures the
+//! engine and the model without the simulation. A path into a layer above, written in code
+//! under one of those layers, fails here with its file and line.
 
 mod common;
 
@@ -15,6 +16,63 @@ use std::path::{Path, PathBuf};
 
 /// What each layer must not name: top-level modules of the crate.
 const RULES: &[(&str, &[&str])] = &[
+    (
+        "engine",
+        &[
+            "sim",
+            "record",
+            "reuse",
+            "run",
+            "plan",
+            "scenarios",
+            "cli",
+            "analysis",
+            "bench",
+            "quality",
+            "serve",
+            "cluster",
+            "api",
+            "generate",
+        ],
+    ),
+    (
+        "model",
+        &[
+            "engine",
+            "sim",
+            "record",
+            "reuse",
+            "run",
+            "plan",
+            "scenarios",
+            "cli",
+            "analysis",
+            "bench",
+            "quality",
+            "serve",
+            "cluster",
+            "api",
+            "generate",
+        ],
+    ),
+    (
+        "analysis",
+        &[
+            "sim",
+            "engine",
+            "model",
+            "reuse",
+            "run",
+            "plan",
+            "scenarios",
+            "cli",
+            "bench",
+            "quality",
+            "serve",
+            "cluster",
+            "api",
+        ],
+    ),
     ("sim", &["model", "scenarios", "cli", "analysis", "api"]),
     (
         "record",

@@ -62,7 +62,7 @@ pub enum ReportError {
     UnknownScenario {
         scenario: String,
         known: String,
-        /// What to run instead (see [`crate::scenarios::unknown_fix`]).
+        /// What to run instead, in words, from whoever knows the scenarios a program registers.
         fix: String,
     },
     /// What a study's own report found wrong, in words: for failures none of the kinds above

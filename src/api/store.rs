@@ -8,9 +8,9 @@
 //! 100 ms, so that requests never wait on the disk and a kill loses at most that much.
 
 use crate::engine::ModelIdentity;
-use crate::engine::Reuse;
 use crate::engine::{RequestKey, Response};
 use crate::record::store::{HeldStore, STORE, Store, StoredReply};
+use crate::reuse::Reuse;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -54,7 +54,7 @@ pub enum StoreError {
     #[error(transparent)]
     Record(#[from] crate::record::RecordError),
     #[error(transparent)]
-    Reuse(#[from] crate::engine::reuse::ReuseError),
+    Reuse(#[from] crate::reuse::ReuseError),
 }
 
 /// Refuses what cannot be a source of replies, before anything is written.
@@ -98,8 +98,8 @@ fn same_folder(a: &Path, b: &Path) -> bool {
 pub(crate) fn open_sources(
     dirs: &[PathBuf],
     models: &[(&str, &ModelIdentity)],
-) -> Result<crate::engine::reuse::Opened, StoreError> {
-    Ok(crate::engine::reuse::open(dirs, models)?)
+) -> Result<crate::reuse::Opened, StoreError> {
+    Ok(crate::reuse::open(dirs, models)?)
 }
 
 /// A reply on its way to the store.

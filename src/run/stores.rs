@@ -4,10 +4,10 @@
 
 use super::error::{RunError, refuse};
 use crate::engine::Engine;
-use crate::engine::Reuse;
 use crate::model::ModelIdentity;
 use crate::record::store::Store;
 use crate::record::{self, ReuseRecord};
+use crate::reuse::Reuse;
 use std::path::{Path, PathBuf};
 
 /// Each model's name and identity.
@@ -45,10 +45,10 @@ pub(crate) fn check_sources(dirs: &[PathBuf]) -> Result<(), RunError> {
 }
 
 /// Opens the stores of `dirs` for a run whose engines are `engines` (each model's name and
-/// engine), saying what was left out (see [`crate::engine::reuse::open`]).
+/// engine), saying what was left out (see [`crate::reuse::open`]).
 pub fn open(dirs: &[PathBuf], engines: &[(String, &Engine)]) -> Result<Reuse, RunError> {
-    let opened = crate::engine::reuse::open(dirs, &identities(engines)).map_err(|e| match e {
-        crate::engine::reuse::ReuseError::Record(e) => RunError::from(e),
+    let opened = crate::reuse::open(dirs, &identities(engines)).map_err(|e| match e {
+        crate::reuse::ReuseError::Record(e) => RunError::from(e),
         refused => RunError::Refused(refused.to_string()),
     })?;
     for warning in &opened.warnings {

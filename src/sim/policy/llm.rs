@@ -14,11 +14,11 @@
 //! prefix, and the hints keep blocks that will not be found.
 
 use super::{AgentTurn, CellView, Decided, LlmTrace, Policy, PolicyError, PolicyTimes, Transcript};
-use crate::engine::Reuse;
 use crate::engine::{
     ChatTemplate, Client, Engine, Fill, FinishReason, Message, Prompt, PromptCost, Queue, Refused,
     Request, RequestError, RequestKey, Response, SamplingParams, Schema, SharedPrefix, Tokenizer,
 };
+use crate::reuse::Reuse;
 use crate::sim::population::{PersonaConfig, Population};
 use crate::sim::prompt::PromptBook;
 use crate::sim::scenario::{CellInfo, Scenario};

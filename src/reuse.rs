@@ -2,13 +2,16 @@
 //! --reuse`, `throng api --reuse`): the stores opened and checked against the engines that
 //! would otherwise compute the replies, and looked up by request key.
 //!
+//! It stands between the engine, whose responses it gives, and the records, whose stores it
+//! reads: the engine knows no run folder, and the records know no engine, so neither holds it.
+//!
 //! A request's reply is a function of its complete input (the engine's
-//! [`super::RequestKey`]: model identity, prompt tokens, schema, sampling, seed), so
+//! [`RequestKey`]: model identity, prompt tokens, schema, sampling, seed), so
 //! a request whose key an earlier run's store holds gets that run's reply, token for token,
 //! and the decision, history and records that follow from it are those of a fresh run. The
 //! stores are the run folders' `decisions.redb` ([`crate::record::store`]).
 
-use super::{FinishReason, ModelIdentity, RequestKey, Response, Timings};
+use crate::engine::{FinishReason, ModelIdentity, RequestKey, Response, Timings};
 use crate::record::RecordError;
 use crate::record::store::{Lookup, Reader, Source, StoredReply};
 use std::path::{Path, PathBuf};
