@@ -96,37 +96,41 @@ pub(crate) struct ToolMode {
     pub form: Form,
 }
 
-/// A model's tool syntax, its control tokens found in the model's vocabulary.
+/// A model's tool syntax, its control tokens found in the model's vocabulary: the frame a
+/// call is written in (what else a reply may be is the request's to say).
 #[derive(Debug, Clone)]
 pub(crate) struct Form {
     pub syntax: ToolSyntax,
-    open: Vec<Mark>,
-    close: Vec<Mark>,
+    call: Frame,
 }
 
 impl Form {
-    /// The syntax of `encoder`'s chat template.
-    pub fn of(encoder: &PromptEncoder) -> Self {
-        let syntax = encoder.chat_template().tool_syntax();
-        let tokenizer = encoder.tokenizer().inner();
-        let controls = tokenizer.get_added_tokens_decoder();
-        // A piece that is one control token (Mistral's `[TOOL_CALLS]`) is generated as it.
-        let marks = |pieces: &[&str]| -> Vec<Mark> {
-            pieces
-                .iter()
-                .map(|piece| {
-                    tokenizer
-                        .token_to_id(piece)
-                        .filter(|id| controls.get(id).is_some_and(|t| t.special))
-                        .map_or_else(|| Mark::Text(piece.to_string()), Mark::Token)
-                })
-                .collect()
-        };
+    fn new(syntax: ToolSyntax, mark: impl Fn(&str) -> Mark) -> Self {
         Form {
             syntax,
-            open: marks(syntax.opening()),
-            close: marks(syntax.closing()),
+            call: Frame {
+                open: syntax.opening().iter().map(|p| mark(p)).collect(),
+                close: syntax.closing().iter().map(|p| mark(p)).collect(),
+                otherwise: Otherwise::Nothing,
+            },
         }
+    }
+
+    /// The syntax of `encoder`'s chat template.
+    pub fn of(encoder: &PromptEncoder) -> Self {
+        Self::in_vocabulary(encoder.chat_template().tool_syntax(), encoder.tokenizer())
+    }
+
+    /// `syntax` over `tokenizer`'s vocabulary: a piece that is one of its control tokens
+    /// (Mistral's `[TOOL_CALLS]`) is generated as that token.
+    fn in_vocabulary(syntax: ToolSyntax, tokenizer: &crate::engine::Tokenizer) -> Self {
+        Self::new(syntax, |piece| {
+            tokenizer
+                .inner()
+                .token_to_id(piece)
+                .filter(|_| tokenizer.holds_control(piece))
+                .map_or_else(|| Mark::Text(piece.to_string()), Mark::Token)
+        })
     }
 
     /// Throng's text form, for any template.
@@ -138,12 +142,7 @@ impl Form {
     /// `syntax` with every piece spelled as text (a vocabulary without its control tokens).
     #[cfg(test)]
     pub fn spelled(syntax: ToolSyntax) -> Self {
-        let text = |pieces: &[&str]| pieces.iter().map(|p| Mark::Text(p.to_string())).collect();
-        Form {
-            syntax,
-            open: text(syntax.opening()),
-            close: text(syntax.closing()),
-        }
+        Self::new(syntax, |piece| Mark::Text(piece.to_string()))
     }
 
     fn native(&self) -> bool {
@@ -152,10 +151,15 @@ impl Form {
 
     fn frame(&self, otherwise: Otherwise) -> Frame {
         Frame {
-            open: self.open.clone(),
-            close: self.close.clone(),
             otherwise,
+            ..self.call.clone()
         }
+    }
+
+    /// Whether a call is the whole reply, with no text around it (Llama's JSON, the text
+    /// form): beside another JSON reply it needs no frame, both one schema's alternatives.
+    fn bare(&self) -> bool {
+        self.call.open.is_empty() && self.call.close.is_empty()
     }
 
     /// The JSON text of the call a reply is or begins, from its `{`; `None` for another reply
@@ -164,7 +168,7 @@ impl Form {
         if !self.native() {
             return Some(text);
         }
-        match self.frame(Otherwise::Nothing).split(text) {
+        match self.call.split(text) {
             Split::Framed(body) => Some(body),
             _ => None,
         }
@@ -172,7 +176,7 @@ impl Form {
 
     /// Whether a reply's `text` is too short to tell a call from another reply.
     pub(crate) fn undecided(&self, text: &str) -> bool {
-        self.native() && self.frame(Otherwise::Nothing).split(text) == Split::Undecided
+        self.native() && self.call.split(text) == Split::Undecided
     }
 
     pub(crate) fn arguments_key(&self) -> &'static str {
@@ -361,51 +365,26 @@ impl ToolMode {
     /// The schema the reply is held to, given the response format's (if any).
     pub fn schema(&self, response: Option<Value>) -> Option<Schema> {
         let key = self.form.arguments_key();
-        let calls = || {
-            self.tools()
-                .iter()
-                .map(|f| call_schema(f, key))
-                .collect::<Vec<_>>()
-        };
-        if !self.native() {
-            return match &self.choice {
-                Choice::None => response,
-                Choice::Required(_) | Choice::Named(_) => Some(any_of(calls())),
-                Choice::Auto { wrapped, .. } => {
-                    let mut all = calls();
-                    all.push(if *wrapped {
-                        content_schema()
-                    } else {
-                        response.expect("invariant: an unwrapped auto answer has a response format")
-                    });
-                    Some(any_of(all))
-                }
-            }
-            .map(Schema::new);
-        }
-        // A syntax whose call is the whole reply (Llama's JSON) needs no frame where the
-        // other reply is JSON too: its call and answer are one schema's alternatives.
-        let bare = self.form.open.is_empty() && self.form.close.is_empty();
-        Some(match &self.choice {
+        let calls: Vec<Value> = self.tools().iter().map(|f| call_schema(f, key)).collect();
+        // What an answer under `auto` is, beside a call: words in the template's own syntax,
+        // `{"content": ...}` in the text form, or the response format's value.
+        let other = match &self.choice {
             Choice::None => return response.map(Schema::new),
-            Choice::Required(_) | Choice::Named(_) if bare => Schema::new(any_of(calls())),
-            Choice::Required(_) | Choice::Named(_) => {
-                Schema::framed(any_of(calls()), self.form.frame(Otherwise::Nothing))
+            Choice::Required(_) | Choice::Named(_) => Otherwise::Nothing,
+            Choice::Auto { wrapped: true, .. } if self.native() => Otherwise::Words,
+            Choice::Auto { wrapped: true, .. } => Otherwise::Json(content_schema()),
+            Choice::Auto { wrapped: false, .. } => Otherwise::Json(
+                response.expect("invariant: an unwrapped auto answer has a response format"),
+            ),
+        };
+        Some(match other {
+            Otherwise::Nothing if self.form.bare() => Schema::new(any_of(calls)),
+            Otherwise::Json(other) if self.form.bare() => {
+                let mut all = calls;
+                all.push(other);
+                Schema::new(any_of(all))
             }
-            Choice::Auto { wrapped: true, .. } => {
-                Schema::framed(any_of(calls()), self.form.frame(Otherwise::Words))
-            }
-            Choice::Auto { wrapped: false, .. } => {
-                let response =
-                    response.expect("invariant: an unwrapped auto answer has a response format");
-                if bare {
-                    let mut all = calls();
-                    all.push(response);
-                    Schema::new(any_of(all))
-                } else {
-                    Schema::framed(any_of(calls()), self.form.frame(Otherwise::Json(response)))
-                }
-            }
+            other => Schema::framed(any_of(calls), self.form.frame(other)),
         })
     }
 
@@ -629,6 +608,25 @@ mod tests {
         let answer = reply("{\"price\": 3}", FinishReason::Stop);
         assert_eq!(mode.reply(&answer, "x", 0), None);
         assert_eq!(mode.content(&answer).as_deref(), Some("{\"price\": 3}"));
+    }
+
+    #[test]
+    fn a_piece_of_the_syntax_that_is_a_control_token_is_generated_as_that_token() {
+        let json = crate::model::synthetic::byte_tokenizer_json().to_string();
+        let mut inner = tokenizers::Tokenizer::from_bytes(json.as_bytes()).unwrap();
+        inner.add_special_tokens([tokenizers::AddedToken::from("[TOOL_CALLS]", true)]);
+        let id = inner.token_to_id("[TOOL_CALLS]").unwrap();
+        let tokenizer = crate::engine::Tokenizer::new(inner, vec![257]);
+        let form = Form::in_vocabulary(ToolSyntax::Mistral, &tokenizer);
+        assert_eq!(
+            form.call.open,
+            vec![Mark::Token(id), Mark::Text(" [".into())]
+        );
+        // Without the token in the vocabulary, its text is spelled.
+        let json = crate::model::synthetic::byte_tokenizer_json().to_string();
+        let plain = crate::engine::Tokenizer::new(json.parse().unwrap(), vec![257]);
+        let form = Form::in_vocabulary(ToolSyntax::Mistral, &plain);
+        assert_eq!(form.call.open[0], Mark::Text("[TOOL_CALLS]".into()));
     }
 
     #[test]
