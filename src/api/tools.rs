@@ -614,7 +614,9 @@ mod tests {
     fn a_piece_of_the_syntax_that_is_a_control_token_is_generated_as_that_token() {
         let json = crate::model::synthetic::byte_tokenizer_json().to_string();
         let mut inner = tokenizers::Tokenizer::from_bytes(json.as_bytes()).unwrap();
-        inner.add_special_tokens([tokenizers::AddedToken::from("[TOOL_CALLS]", true)]);
+        inner
+            .add_special_tokens([tokenizers::AddedToken::from("[TOOL_CALLS]", true)])
+            .unwrap();
         let id = inner.token_to_id("[TOOL_CALLS]").unwrap();
         let tokenizer = crate::engine::Tokenizer::new(inner, vec![257]);
         let form = Form::in_vocabulary(ToolSyntax::Mistral, &tokenizer);
