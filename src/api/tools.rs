@@ -612,22 +612,27 @@ mod tests {
 
     #[test]
     fn a_piece_of_the_syntax_that_is_a_control_token_is_generated_as_that_token() {
-        let json = crate::model::synthetic::byte_tokenizer_json().to_string();
-        let mut inner = tokenizers::Tokenizer::from_bytes(json.as_bytes()).unwrap();
-        inner
-            .add_special_tokens([tokenizers::AddedToken::from("[TOOL_CALLS]", true)])
-            .unwrap();
-        let id = inner.token_to_id("[TOOL_CALLS]").unwrap();
-        let tokenizer = crate::engine::Tokenizer::new(inner, vec![257]);
-        let form = Form::in_vocabulary(ToolSyntax::Mistral, &tokenizer);
+        // A vocabulary of nothing but what is added to it.
+        let vocabulary = |special: &[&str]| {
+            let mut inner = tokenizers::Tokenizer::new(tokenizers::models::bpe::BPE::default());
+            inner
+                .add_special_tokens(
+                    special
+                        .iter()
+                        .map(|t| tokenizers::AddedToken::from(*t, true)),
+                )
+                .unwrap();
+            crate::engine::Tokenizer::new(inner, Vec::new())
+        };
+        let with = vocabulary(&["[TOOL_CALLS]"]);
+        let id = with.inner().token_to_id("[TOOL_CALLS]").unwrap();
+        let form = Form::in_vocabulary(ToolSyntax::Mistral, &with);
         assert_eq!(
             form.call.open,
             vec![Mark::Token(id), Mark::Text(" [".into())]
         );
         // Without the token in the vocabulary, its text is spelled.
-        let json = crate::model::synthetic::byte_tokenizer_json().to_string();
-        let plain = crate::engine::Tokenizer::new(json.parse().unwrap(), vec![257]);
-        let form = Form::in_vocabulary(ToolSyntax::Mistral, &plain);
+        let form = Form::in_vocabulary(ToolSyntax::Mistral, &vocabulary(&["<s>"]));
         assert_eq!(form.call.open[0], Mark::Text("[TOOL_CALLS]".into()));
     }
 
