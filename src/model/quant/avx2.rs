@@ -78,6 +78,48 @@ fn join<const P: usize>(
     }
 }
 
+/// One part's 16-bit sums over block `b` for `R` rows (`x[i]`: row `i`'s part), eight
+/// channels (half `h` of the panel) of the block's 4-bit record at `record`: at most
+/// 8 * 2 * 15 * 127 = 30,480, so they never saturate.
+///
+/// Plain loops and no closures: a closure inside a `target_feature` function is compiled
+/// without its features and called rather than inlined, and so were the first kernel's.
+///
+/// # Safety
+/// As [`tile`]'s; `record` is a whole 4-bit record and each `x[i]` holds a block's inputs.
+#[inline(always)]
+unsafe fn block_sums<const R: usize>(
+    record: *const u8,
+    h: usize,
+    nibble: __m256i,
+    x: [*const i8; R],
+) -> [__m256i; R] {
+    let mut sum16 = [_mm256_setzero_si256(); R];
+    for s in 0..BLOCK / 8 {
+        // Safety: `s * STEP + 32 * h + 32 <= quant_bytes`, inside the record.
+        let v = unsafe { _mm256_loadu_si256(record.add(s * STEP + 32 * h).cast()) };
+        let lo = _mm256_and_si256(v, nibble);
+        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
+        for i in 0..R {
+            // Safety: `8 s + 8 <= BLOCK` inputs of the row's block.
+            let (a, c) = unsafe {
+                (
+                    _mm256_set1_epi32(x[i].add(8 * s).cast::<i32>().read_unaligned()),
+                    _mm256_set1_epi32(x[i].add(8 * s + 4).cast::<i32>().read_unaligned()),
+                )
+            };
+            let products =
+                _mm256_add_epi16(_mm256_maddubs_epi16(lo, a), _mm256_maddubs_epi16(hi, c));
+            sum16[i] = _mm256_add_epi16(sum16[i], products);
+        }
+    }
+    sum16
+}
+
+/// 4-bit weights: per block, the coarse part's sums widened to 32 bits (times 256 where a
+/// residual follows), then the residual part's added, then the float join. The two parts
+/// run one after the other so that only one part's 16-bit sums are live at a time: with both,
+/// four rows did not fit AVX2's sixteen registers.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile_q4<const R: usize, const P: usize>(
     rows: &Rows,
@@ -90,31 +132,42 @@ unsafe fn tile_q4<const R: usize, const P: usize>(
     let blocks = rows.blocks();
     let nibble = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
-    let parts: [[&[i8]; P]; R] =
-        std::array::from_fn(|i| std::array::from_fn(|p| rows.part(first + i, p)));
+    // The coarse sum's weight in `J = 256 coarse + residual`, applied while widening.
+    let coarse_weight = _mm256_set1_epi16(if P == 1 { 1 } else { 256 });
+    let mut coarse_rows = [std::ptr::null::<i8>(); R];
+    let mut residual_rows = [std::ptr::null::<i8>(); R];
+    for i in 0..R {
+        coarse_rows[i] = rows.part(first + i, 0).as_ptr();
+        residual_rows[i] = rows.part(first + i, P - 1).as_ptr();
+    }
+    let scale = rows.scale[first * blocks..(first + R) * blocks].as_ptr();
+    let sum = rows.sum[first * blocks..(first + R) * blocks].as_ptr();
     for h in 0..2 {
         let mut sums = [_mm256_setzero_ps(); R];
         for b in 0..blocks {
-            let p = panel[b * record..(b + 1) * record].as_ptr();
-            // 16-bit sums per row and part: at most 8 * 2 * 15 * 127 = 30,480.
-            let mut sum16 = [[_mm256_setzero_si256(); P]; R];
-            for s in 0..BLOCK / 8 {
-                // Safety: `s * STEP + 64 <= quants < record`.
-                let v = unsafe { _mm256_loadu_si256(p.add(s * STEP + 32 * h).cast()) };
-                let lo = _mm256_and_si256(v, nibble);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
-                let at = b * BLOCK + 8 * s;
+            // Safety: the panel holds `blocks` records.
+            let p = unsafe { panel.as_ptr().add(b * record) };
+            let (mut c, mut r) = ([std::ptr::null::<i8>(); R], [std::ptr::null::<i8>(); R]);
+            for i in 0..R {
+                // Safety: every part holds `blocks` blocks of inputs.
+                unsafe {
+                    (c[i], r[i]) = (
+                        coarse_rows[i].add(b * BLOCK),
+                        residual_rows[i].add(b * BLOCK),
+                    )
+                };
+            }
+            // Safety: forwarded from the caller.
+            let coarse = unsafe { block_sums::<R>(p, h, nibble, c) };
+            let mut joined = [_mm256_setzero_si256(); R];
+            for i in 0..R {
+                joined[i] = _mm256_madd_epi16(coarse[i], coarse_weight);
+            }
+            if P == 2 {
+                // Safety: as above.
+                let residual = unsafe { block_sums::<R>(p, h, nibble, r) };
                 for i in 0..R {
-                    for q in 0..P {
-                        // Safety: `at + 8 <= depth`, the length of each part.
-                        let (a, c) =
-                            unsafe { (inputs(parts[i][q], at), inputs(parts[i][q], at + 4)) };
-                        let products = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(lo, a),
-                            _mm256_maddubs_epi16(hi, c),
-                        );
-                        sum16[i][q] = _mm256_add_epi16(sum16[i][q], products);
-                    }
+                    joined[i] = _mm256_add_epi32(joined[i], _mm256_madd_epi16(residual[i], ones));
                 }
             }
             // Safety: the scales and mins follow the quants inside the record.
@@ -125,8 +178,11 @@ unsafe fn tile_q4<const R: usize, const P: usize>(
                 )
             };
             for i in 0..R {
-                let sums32 = std::array::from_fn(|q| _mm256_madd_epi16(sum16[i][q], ones));
-                sums[i] = join::<P>(sums32, d, Some(m), rows, (first + i) * blocks + b, sums[i]);
+                // Safety: `scale` and `sum` hold `R * blocks` values.
+                let (s, m_sum) = unsafe { (*scale.add(i * blocks + b), *sum.add(i * blocks + b)) };
+                let t = _mm256_mul_ps(d, _mm256_set1_ps(s));
+                let y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(joined[i]), t, sums[i]);
+                sums[i] = _mm256_fmadd_ps(m, _mm256_set1_ps(m_sum), y);
             }
         }
         for (acc, sum) in acc.iter_mut().zip(&sums) {
