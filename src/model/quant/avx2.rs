@@ -87,7 +87,8 @@ fn join<const P: usize>(
 ///
 /// # Safety
 /// As [`tile`]'s; `record` is a whole 4-bit record and each `x[i]` holds a block's inputs.
-#[inline(always)]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn block_sums<const R: usize>(
     record: *const u8,
     h: usize,
