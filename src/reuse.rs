@@ -11,7 +11,7 @@
 //! and the decision, history and records that follow from it are those of a fresh run. The
 //! stores are the run folders' `decisions.redb` ([`crate::record::store`]).
 
-use crate::engine::{FinishReason, ModelIdentity, RequestKey, Response, Timings};
+use crate::engine::{FinishReason, KnownReplies, ModelIdentity, RequestKey, Response, Timings};
 use crate::record::RecordError;
 use crate::record::store::{Lookup, Reader, Source, StoredReply};
 use std::path::{Path, PathBuf};
@@ -172,12 +172,14 @@ impl Reuse {
     pub(crate) fn source_dirs(&self) -> impl Iterator<Item = &std::path::Path> {
         self.sources.iter().map(|(s, _)| s.dir.as_path())
     }
+}
 
+impl KnownReplies for Reuse {
     /// The reply an earlier run recorded under `key`, as the engine's response. An entry
     /// whose checksum fails is not trusted (counted for a warning; the next source is
     /// searched, and then the model asked); a source redb cannot read is dropped, with a
     /// warning, and never read again.
-    pub fn lookup(&mut self, key: &RequestKey) -> Option<Response> {
+    fn lookup(&mut self, key: &RequestKey) -> Option<Response> {
         let mut unreadable = None;
         let mut found = None;
         for (i, (source, reader)) in self.sources.iter().enumerate() {

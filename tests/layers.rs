@@ -1,7 +1,8 @@
 //! Guards the layering the book's Architecture chapter (docs/src/architecture.md) promises, which
 //! the compiler does not: the engine and the model know no simulation, no run folder and no
 //! report, `record` imports nothing of the layers above it, `sim` nothing of the model, of any
-//! scenario, of the reports or of the CLI (it may use the engine's request types), the reports
+//! scenario, of the reports, of the CLI or of the earlier runs' stores (it may use the engine's
+//! request types, and looks replies up through the engine's `KnownReplies`), the reports
 //! (`analysis`) read records and know no scenario, `serve` reads run folders through `record`
 //! alone, `api` serves the engine knowing nothing of simulations, and `bench` measures the
 //! engine and the model without the simulation. A path into a layer above, written in code
@@ -73,7 +74,10 @@ const RULES: &[(&str, &[&str])] = &[
             "api",
         ],
     ),
-    ("sim", &["model", "scenarios", "cli", "analysis", "api"]),
+    (
+        "sim",
+        &["model", "reuse", "scenarios", "cli", "analysis", "api"],
+    ),
     (
         "record",
         &[

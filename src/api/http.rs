@@ -6,7 +6,7 @@ use super::chat::{self, ChatJob, ChatRequest, Limits, Usage};
 use super::error::ApiFailure;
 use super::tool_stream::{Delta, Shown};
 use super::tools::{Form, ToolMode};
-use crate::engine::{Prompt, RequestError, RequestKey, Response as Reply, Sink};
+use crate::engine::{KnownReplies, Prompt, RequestError, RequestKey, Response as Reply, Sink};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;

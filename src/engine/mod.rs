@@ -39,6 +39,7 @@ pub use logit_rules::{LogitRules, MAX_TOP_LOGPROBS, TokenLogprob};
 pub use metrics::{EngineTotals, StepMetrics};
 pub use prompt_encoder::{PromptEncoder, RequestKey};
 pub use request::{FinishReason, Prompt, Request, RequestError, Response, Timings};
+pub use request_key::KnownReplies;
 pub use retention::KvPolicy;
 pub use sampler::SamplingParams;
 pub use shared_prefix::{PromptCost, SharedPrefix};

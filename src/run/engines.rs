@@ -8,11 +8,13 @@ use super::settings::{ModelSettings, model_of, models_of};
 use super::stores;
 use crate::engine::Engine;
 use crate::record::{self, Manifest, store::Store};
+use crate::reuse::Reuse;
 use crate::scenarios::{self, Registry};
 use crate::sim::config::Split;
 use crate::sim::experiment::Experiment;
 use crate::sim::policy::Llm;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// The kind of a device spec: `cpu` or `cuda`. Devices of one kind compute the same bits
 /// (the same kernels on the same model of GPU); a CPU and a GPU do not.
@@ -198,6 +200,16 @@ fn load_one(
     ))
 }
 
+/// What [`attach_reuse`] gave a run that asks a model.
+#[derive(Default)]
+pub(crate) struct Attached {
+    /// The run's own store of replies, on rank 0.
+    pub store: Option<Store>,
+    /// The earlier runs' replies, shared with the policy that looks them up; read for the
+    /// manifest's counts and warnings when the run ends.
+    pub reuse: Arc<Mutex<Reuse>>,
+}
+
 /// Earlier runs' decisions, and this run's kept for later ones (see [`reuse`]): the sources
 /// opened (a resumed run's from its manifest), checked against the engines, and the run's own
 /// store, which rank 0 returns to keep every rank's replies in. A resumed run's models are
@@ -207,9 +219,9 @@ pub(crate) fn attach_reuse(
     opened: &mut Opened,
     llm: Option<&mut Llm>,
     model: &ModelSettings,
-) -> Result<Option<Store>, RunError> {
+) -> Result<Attached, RunError> {
     let Some(llm) = llm else {
-        return Ok(None);
+        return Ok(Attached::default());
     };
     let dir = &opened.dir;
     let manifest = &mut opened.manifest;
@@ -245,8 +257,9 @@ pub(crate) fn attach_reuse(
             record::write_json_atomic(&dir.join(record::MANIFEST), &*manifest)?;
         }
     }
-    llm.set_reuse(reuse);
-    Ok(store)
+    let reuse = Arc::new(Mutex::new(reuse));
+    llm.set_known_replies(Box::new(Arc::clone(&reuse)));
+    Ok(Attached { store, reuse })
 }
 
 /// The runs whose decisions this one reads: a resumed run's, from its manifest; a new run's,

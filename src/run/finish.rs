@@ -6,6 +6,7 @@ use super::job::{Job, Opened};
 use super::steps::Ran;
 use super::{Outcome, stores};
 use crate::record::{self, Manifest, Status};
+use crate::reuse::Reuse;
 use crate::sim::policy::Llm;
 use crate::sim::runner::Ended;
 use std::sync::atomic::Ordering;
@@ -15,6 +16,7 @@ pub fn finish(
     job: &Job,
     opened: &mut Opened,
     llm: Option<&Llm>,
+    reuse: &Reuse,
     ran: Ran,
 ) -> Result<Outcome, RunError> {
     let root = job.ranks.is_root();
@@ -34,7 +36,7 @@ pub fn finish(
         return Ok(outcome);
     }
     let manifest = &mut opened.manifest;
-    record_reuse(llm, &dir, manifest);
+    record_reuse(reuse, &dir, manifest);
     if ran.ended == Ended::Paused {
         manifest.status = Status::Paused;
         record::write_json_atomic(&dir.join(record::MANIFEST), &*manifest)?;
@@ -58,17 +60,12 @@ pub fn finish(
 }
 
 /// What the run took from earlier runs, in its manifest, with the store's warnings.
-fn record_reuse(llm: Option<&Llm>, dir: &std::path::Path, manifest: &mut Manifest) {
-    let reuse = llm.and_then(Llm::reuse);
-    if let Some(reuse) = reuse {
-        for warning in reuse.warnings() {
-            eprintln!("throng: warning: --reuse {warning}");
-        }
+fn record_reuse(reuse: &Reuse, dir: &std::path::Path, manifest: &mut Manifest) {
+    for warning in reuse.warnings() {
+        eprintln!("throng: warning: --reuse {warning}");
     }
     // A run that read no earlier run has nothing to say of reuse.
-    manifest.reuse = reuse
-        .filter(|r| r.source_dirs().next().is_some())
-        .map(|r| stores::record(r, dir));
+    manifest.reuse = (reuse.source_dirs().next().is_some()).then(|| stores::record(reuse, dir));
     if let Some(r) = &manifest.reuse {
         eprintln!(
             "throng: reused {} of {} decisions from {} (about {:.1} s of model time saved)",

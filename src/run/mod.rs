@@ -107,9 +107,10 @@ fn run_ranked(
     let prepared = prepare(&mut job)?;
     let mut opened = open(&job, prepared)?;
     let (mut llm, model) = engines::load(&job, &mut opened)?;
-    let store = engines::attach_reuse(&job, &mut opened, llm.as_mut(), &model)?;
-    let ran = steps::run_steps(&job, &mut opened, llm.as_mut(), store, observer)?;
-    finish::finish(&job, &mut opened, llm.as_ref(), ran)
+    let attached = engines::attach_reuse(&job, &mut opened, llm.as_mut(), &model)?;
+    let ran = steps::run_steps(&job, &mut opened, llm.as_mut(), attached.store, observer)?;
+    let reuse = attached.reuse.lock().unwrap_or_else(|e| e.into_inner());
+    finish::finish(&job, &mut opened, llm.as_ref(), &reuse, ran)
 }
 
 /// What [`prepare`] found: how the config is overridden, the memory check, the live page's

@@ -15,10 +15,10 @@
 
 use super::{AgentTurn, CellView, Decided, LlmTrace, Policy, PolicyError, PolicyTimes, Transcript};
 use crate::engine::{
-    ChatTemplate, Client, Engine, Fill, FinishReason, Message, Prompt, PromptCost, Queue, Refused,
-    Request, RequestError, RequestKey, Response, SamplingParams, Schema, SharedPrefix, Tokenizer,
+    ChatTemplate, Client, Engine, Fill, FinishReason, KnownReplies, Message, Prompt, PromptCost,
+    Queue, Refused, Request, RequestError, RequestKey, Response, SamplingParams, Schema,
+    SharedPrefix, Tokenizer,
 };
-use crate::reuse::Reuse;
 use crate::sim::population::{PersonaConfig, Population};
 use crate::sim::prompt::PromptBook;
 use crate::sim::scenario::{CellInfo, Scenario};
@@ -51,7 +51,7 @@ pub struct Llm {
     schemas: Vec<Schemas>,
     /// Replies taken from earlier runs. While it is set, every request is keyed (its trace
     /// carries the key), so that the run's store can keep its reply for later runs.
-    reuse: Option<Reuse>,
+    reuse: Option<Box<dyn KnownReplies>>,
 }
 
 /// Schemas most remembered; past it they are forgotten together, as the engine's compiled
@@ -388,15 +388,10 @@ impl Llm {
             .collect()
     }
 
-    /// Takes replies from `reuse`'s earlier runs (it may have none), and keys every request
-    /// so that the run's store can keep its reply.
-    pub(crate) fn set_reuse(&mut self, reuse: Reuse) {
-        self.reuse = Some(reuse);
-    }
-
-    /// What reuse did so far, when the run reuses or keys replies.
-    pub fn reuse(&self) -> Option<&Reuse> {
-        self.reuse.as_ref()
+    /// Takes the replies `known` holds (earlier runs'; it may hold none) instead of asking
+    /// the model, and keys every request so that the run's store can keep its reply.
+    pub(crate) fn set_known_replies(&mut self, known: Box<dyn KnownReplies>) {
+        self.reuse = Some(known);
     }
 
     /// The decisions of `turns`, all asking engine `e`.
@@ -424,7 +419,11 @@ impl Llm {
             next: 0,
             results: (0..turns.len()).map(|_| None).collect(),
             done,
-            reuse: self.reuse.as_mut(),
+            // Shortens the object's lifetime to the step's, which `Option` does not do itself.
+            reuse: self
+                .reuse
+                .as_mut()
+                .map(|r| &mut **r as &mut dyn KnownReplies),
         };
         let engine = &mut self.engines[e];
         if self.keep > 0 {
@@ -550,7 +549,7 @@ struct Step<'a, 'c, S: Scenario> {
     next: usize,
     results: Vec<Option<Decided<S::Decision>>>,
     done: &'a mut dyn FnMut(usize),
-    reuse: Option<&'a mut Reuse>,
+    reuse: Option<&'a mut dyn KnownReplies>,
 }
 
 impl<S: Scenario> Step<'_, '_, S> {
@@ -615,7 +614,7 @@ impl<S: Scenario> Client for Step<'_, '_, S> {
                 let submitted = match p.request {
                     Ok(request) => {
                         let request = request.with_schema(self.schemas.get(&p.schema));
-                        if let Some(reuse) = self.reuse.as_deref_mut() {
+                        if let Some(reuse) = self.reuse.as_mut() {
                             // A request the engine would refuse has no key; it is refused below.
                             key.request_key = queue.engine().request_key(&request).ok();
                             if let Some(reply) = key.request_key.and_then(|k| reuse.lookup(&k)) {

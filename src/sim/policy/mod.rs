@@ -12,7 +12,6 @@ mod persona;
 mod scripted;
 mod turn;
 
-pub use crate::reuse::Reuse;
 pub use assign::{Assigned, assign, policies_of, routes};
 pub use decide::{Policy, PolicyTimes};
 pub use decided::{Decided, LlmTrace, count};
