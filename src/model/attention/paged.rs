@@ -148,6 +148,8 @@ impl PagedKv<'_> {
                 from,
                 to,
                 #[inline(always)]
+                |at| prefetch(cache, at, d),
+                #[inline(always)]
                 |pos, at| f(pos, &cache[at..at + d]),
             ),
             Rows::F16(cache) => {
@@ -156,6 +158,8 @@ impl PagedKv<'_> {
                 self.walk(
                     from,
                     to,
+                    #[inline(always)]
+                    |at| prefetch(cache, at, d),
                     #[inline(always)]
                     |pos, at| {
                         K::widen(&cache[at..at + d], row);
@@ -166,23 +170,63 @@ impl PagedKv<'_> {
         }
     }
 
-    /// Calls `f(pos, offset of its row)` for positions `from..to` in order.
+    /// Calls `f(pos, offset of its row)` for positions `from..to` in order, and `ahead(offset)`
+    /// for the rows of the next block that `to` reaches, one beside each row of this block.
+    ///
+    /// Why the look-ahead: a block is a few kilobytes somewhere in the cache, so the CPU's
+    /// prefetcher, which follows a stream within a page, starts each block on a miss; asking
+    /// for the next block while this one is computed hides that wait (a sequence's own
+    /// context is read from memory once per layer, and is most of what attention reads).
     #[inline(always)]
-    fn walk(&self, from: usize, to: usize, mut f: impl FnMut(usize, usize)) {
+    fn walk(
+        &self,
+        from: usize,
+        to: usize,
+        mut ahead: impl FnMut(usize),
+        mut f: impl FnMut(usize, usize),
+    ) {
         let stride = self.heads.num_kv_heads * self.heads.head_dim;
         let bs = self.block_size;
+        let base_of = |block: u32| block as usize * bs * stride + self.kvh * self.heads.head_dim;
         for (b, &block) in self.blocks.iter().enumerate().skip(from / bs) {
             let first = b * bs;
             if first >= to {
                 break;
             }
-            let base = block as usize * bs * stride + self.kvh * self.heads.head_dim;
+            // Row `o` of the next block is asked for beside row `o` of this one, which spreads
+            // the requests over the block.
+            let (next, next_rows) = match self.blocks.get(b + 1) {
+                Some(&next) if first + bs < to => (base_of(next), bs.min(to - first - bs)),
+                _ => (0, 0),
+            };
+            let base = base_of(block);
             for o in from.saturating_sub(first)..bs.min(to - first) {
-                let at = base + o * stride;
-                f(first + o, at);
+                if o < next_rows {
+                    ahead(next + o * stride);
+                }
+                f(first + o, base + o * stride);
             }
         }
     }
+}
+
+/// Asks the CPU to bring the `d` values of `rows` at `at` into its caches (a hint: nothing
+/// is read, and an address past the end is never touched).
+#[inline(always)]
+fn prefetch<T>(rows: &[T], at: usize, d: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if at + d <= rows.len() {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let bytes = d * std::mem::size_of::<T>();
+        let row = rows[at..].as_ptr().cast::<i8>();
+        for line in (0..bytes).step_by(64) {
+            // SAFETY: a prefetch reads nothing and faults on no address; the row is in
+            // bounds anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(line)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (rows, at, d);
 }
 
 /// The instruction set the kernel's inner loops are compiled for, chosen once per call; all
@@ -1020,8 +1064,16 @@ mod timing {
         let bs = 16;
         let agents = 64;
         let layers = 30;
-        let shared_blocks = 15;
-        let own_blocks = 7;
+        let shared_blocks = std::env::var("THRONG_TIMING_SHARED_BLOCKS")
+            .ok()
+            .and_then(|b| b.parse().ok())
+            .unwrap_or(15);
+        // About 100 tokens of each agent's own (one decision); `THRONG_TIMING_OWN_BLOCKS=85`
+        // is the history workload's tenth step (some 1,360 tokens of its own).
+        let own_blocks = std::env::var("THRONG_TIMING_OWN_BLOCKS")
+            .ok()
+            .and_then(|b| b.parse().ok())
+            .unwrap_or(7);
         let blocks = shared_blocks + agents * own_blocks;
         let width = heads.num_kv_heads * heads.head_dim;
         let data = |n: usize, seed: usize| {
@@ -1042,11 +1094,25 @@ mod timing {
                 (t(2 * l), t(2 * l + 1))
             })
             .collect();
+        // The CPU's cache is f16 by default (`KvFormat::Auto`); `THRONG_TIMING_KV=f32` times
+        // an f32 cache.
+        let caches: Vec<(Tensor, Tensor)> = match std::env::var("THRONG_TIMING_KV").as_deref() {
+            Ok("f32") => caches,
+            _ => caches
+                .into_iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_dtype(DType::F16).unwrap(),
+                        v.to_dtype(DType::F16).unwrap(),
+                    )
+                })
+                .collect(),
+        };
         let spans: Vec<SeqSpan> = (0..agents)
             .map(|a| SeqSpan {
                 q_start: a,
                 q_len: 1,
-                start: 330 + a % 10,
+                start: (shared_blocks + own_blocks) * bs - 10 + a % 10,
                 blocks: (0..shared_blocks as u32)
                     .chain((0..own_blocks).map(|o| (shared_blocks + a * own_blocks + o) as u32))
                     .collect(),
