@@ -176,12 +176,10 @@ impl Kernels for Avx2 {
     }
 }
 
-/// [`Kernels::score_blocked`] for a head of `C * 16` dimensions with AVX2: four queries at a
-/// time against each key as it streams past once, each query's sixteen partial sums in two
-/// registers, and the four sums reduced together by unpacking pairs, which adds exactly the
-/// pairs [`Portable::dot`]'s halving adds.
+/// [`Kernels::score_blocked`] for a head of `C * 16` dimensions with AVX2: up to four queries
+/// at a time against each key as it streams past once (see [`score_group_avx2`]).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 #[inline]
 fn score4_avx2<const C: usize>(
     queries: &[&[f32]],
@@ -191,58 +189,87 @@ fn score4_avx2<const C: usize>(
     scale: f32,
     scores: &mut [&mut [f32]],
 ) {
-    use std::arch::x86_64::*;
     let n = queries.len();
     for i0 in (0..n).step_by(4) {
         let m = 4.min(n - i0);
         let limit = visible(i0 + m - 1);
-        // Missing queries of a last group read the first one's floats and are never stored.
-        let q: [*const f32; 4] =
-            std::array::from_fn(|j| queries[i0 + if j < m { j } else { 0 }].as_ptr());
-        kv.for_each_row::<Avx2>(
-            kv.k,
-            from,
-            limit,
-            #[inline(always)]
-            |pos, key| {
-                // SAFETY: every query and key has `C * 16` floats (the head size), checked by
-                // the caller's match.
-                unsafe {
-                    let zero = _mm256_setzero_ps();
-                    let (mut lo, mut hi) = ([zero; 4], [zero; 4]);
-                    for c in 0..C {
-                        let k_lo = _mm256_loadu_ps(key.as_ptr().add(16 * c));
-                        let k_hi = _mm256_loadu_ps(key.as_ptr().add(16 * c + 8));
-                        for j in 0..4 {
-                            let qj = q[j].add(16 * c);
-                            lo[j] = _mm256_add_ps(lo[j], _mm256_mul_ps(_mm256_loadu_ps(qj), k_lo));
-                            hi[j] = _mm256_add_ps(
-                                hi[j],
-                                _mm256_mul_ps(_mm256_loadu_ps(qj.add(8)), k_hi),
-                            );
-                        }
-                    }
-                    // Lanes i + 8, then i + 4: four lanes per query.
-                    let s4: [__m128; 4] = std::array::from_fn(|j| {
-                        let s8 = _mm256_add_ps(lo[j], hi[j]);
-                        _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1))
-                    });
-                    // Lanes i + 2 of a and b side by side ([a0+a2, b0+b2, a1+a3, b1+b3]), and
-                    // of c and d; then lane i + 1, one lane per query.
-                    let ab =
-                        _mm_add_ps(_mm_unpacklo_ps(s4[0], s4[1]), _mm_unpackhi_ps(s4[0], s4[1]));
-                    let cd =
-                        _mm_add_ps(_mm_unpacklo_ps(s4[2], s4[3]), _mm_unpackhi_ps(s4[2], s4[3]));
-                    let sums = _mm_add_ps(_mm_movelh_ps(ab, cd), _mm_movehl_ps(cd, ab));
-                    let mut out = [0f32; 4];
-                    _mm_storeu_ps(out.as_mut_ptr(), sums);
-                    for j in 0..m {
-                        scores[i0 + j][pos] = out[j] * scale;
+        let (group, out) = (&queries[i0..i0 + m], &mut scores[i0..i0 + m]);
+        // As many queries as there are: a kv head's group of three (SmolLM2's nine heads
+        // over three) computes no fourth product that nothing reads.
+        // SAFETY (all): this function has AVX2 and F16C, and runs where the CPU has them.
+        unsafe {
+            match m {
+                4 => score_group_avx2::<C, 4>(group, kv, from, limit, scale, out),
+                3 => score_group_avx2::<C, 3>(group, kv, from, limit, scale, out),
+                2 => score_group_avx2::<C, 2>(group, kv, from, limit, scale, out),
+                _ => score_group_avx2::<C, 1>(group, kv, from, limit, scale, out),
+            }
+        }
+    }
+}
+
+/// `M` (at most four) queries against each key `from..limit` as it streams past once, each
+/// query's sixteen partial sums in two registers, and the sums reduced together by unpacking
+/// pairs, which adds exactly the pairs [`Portable::dot`]'s halving adds.
+///
+/// # Safety
+/// Only from a function compiled with AVX2 and F16C, into which it is inlined (which is why
+/// it carries no target features of its own), on a CPU that has them.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn score_group_avx2<const C: usize, const M: usize>(
+    queries: &[&[f32]],
+    kv: &PagedKv<'_>,
+    from: usize,
+    limit: usize,
+    scale: f32,
+    scores: &mut [&mut [f32]],
+) {
+    use std::arch::x86_64::*;
+    let q: [*const f32; M] = std::array::from_fn(|j| queries[j].as_ptr());
+    kv.for_each_row::<Avx2>(
+        kv.k,
+        from,
+        limit,
+        #[inline(always)]
+        |pos, key| {
+            // SAFETY: every query and key has `C * 16` floats (the head size), checked by
+            // the caller's match.
+            unsafe {
+                let zero = _mm256_setzero_ps();
+                let (mut lo, mut hi) = ([zero; M], [zero; M]);
+                for c in 0..C {
+                    let k_lo = _mm256_loadu_ps(key.as_ptr().add(16 * c));
+                    let k_hi = _mm256_loadu_ps(key.as_ptr().add(16 * c + 8));
+                    for j in 0..M {
+                        let qj = q[j].add(16 * c);
+                        lo[j] = _mm256_add_ps(lo[j], _mm256_mul_ps(_mm256_loadu_ps(qj), k_lo));
+                        hi[j] =
+                            _mm256_add_ps(hi[j], _mm256_mul_ps(_mm256_loadu_ps(qj.add(8)), k_hi));
                     }
                 }
-            },
-        );
-    }
+                // Lanes i + 8, then i + 4: four lanes per query (none for a missing one).
+                let s4: [__m128; 4] = std::array::from_fn(|j| {
+                    if j < M {
+                        let s8 = _mm256_add_ps(lo[j], hi[j]);
+                        _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1))
+                    } else {
+                        _mm_setzero_ps()
+                    }
+                });
+                // Lanes i + 2 of a and b side by side ([a0+a2, b0+b2, a1+a3, b1+b3]), and
+                // of c and d; then lane i + 1, one lane per query.
+                let ab = _mm_add_ps(_mm_unpacklo_ps(s4[0], s4[1]), _mm_unpackhi_ps(s4[0], s4[1]));
+                let cd = _mm_add_ps(_mm_unpacklo_ps(s4[2], s4[3]), _mm_unpackhi_ps(s4[2], s4[3]));
+                let sums = _mm_add_ps(_mm_movelh_ps(ab, cd), _mm_movehl_ps(cd, ab));
+                let mut out = [0f32; 4];
+                _mm_storeu_ps(out.as_mut_ptr(), sums);
+                for j in 0..M {
+                    scores[j][pos] = out[j] * scale;
+                }
+            }
+        },
+    );
 }
 
 /// Up to four dot products against one key, loading each slice of the key once; every
@@ -413,14 +440,11 @@ impl Kernels for Avx512 {
     }
 }
 
-/// [`Kernels::score_blocked`] for a head of `C * 16` dimensions: four queries at a time stay
-/// in registers while the keys stream past once, and their four sums are reduced together by a
-/// transposing tree that adds exactly the pairs [`Portable::dot`]'s halving adds.
+/// [`Kernels::score_blocked`] for a head of `C * 16` dimensions with AVX-512: up to four
+/// queries at a time against each key as it streams past once (see [`score_group_avx512`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-// The chunk index `c` addresses the key pointer and the query registers alike.
-#[allow(clippy::needless_range_loop)]
 fn score4_avx512<const C: usize>(
     queries: &[&[f32]],
     kv: &PagedKv<'_>,
@@ -429,61 +453,87 @@ fn score4_avx512<const C: usize>(
     scale: f32,
     scores: &mut [&mut [f32]],
 ) {
-    use std::arch::x86_64::*;
     let n = queries.len();
     for i0 in (0..n).step_by(4) {
         let m = 4.min(n - i0);
         let limit = visible(i0 + m - 1);
-        // SAFETY: every query and key has `C * 16` floats (the head size), checked by the
-        // caller's match; the missing queries of a last group are zeros and never stored.
+        let (group, out) = (&queries[i0..i0 + m], &mut scores[i0..i0 + m]);
+        // As many queries as there are (a kv head's group of three computes no fourth).
+        // SAFETY (all): this function has AVX-512F, and runs where the CPU has it.
         unsafe {
-            let q: [[__m512; C]; 4] = std::array::from_fn(|j| {
-                std::array::from_fn(|c| {
-                    if j < m {
-                        _mm512_loadu_ps(queries[i0 + j].as_ptr().add(16 * c))
-                    } else {
-                        _mm512_setzero_ps()
-                    }
-                })
-            });
-            kv.for_each_row::<Avx512>(
-                kv.k,
-                from,
-                limit,
-                #[inline(always)]
-                |pos, key| {
-                    let mut acc = [_mm512_setzero_ps(); 4];
-                    for c in 0..C {
-                        let k = _mm512_loadu_ps(key.as_ptr().add(16 * c));
-                        for j in 0..4 {
-                            acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps(q[j][c], k));
-                        }
-                    }
-                    // Lanes i + 8, for a and b side by side, then c and d.
-                    let ab = _mm512_add_ps(
-                        _mm512_shuffle_f32x4(acc[0], acc[1], 0b01_00_01_00),
-                        _mm512_shuffle_f32x4(acc[0], acc[1], 0b11_10_11_10),
-                    );
-                    let cd = _mm512_add_ps(
-                        _mm512_shuffle_f32x4(acc[2], acc[3], 0b01_00_01_00),
-                        _mm512_shuffle_f32x4(acc[2], acc[3], 0b11_10_11_10),
-                    );
-                    // Lanes i + 4: one 128-bit lane per query.
-                    let v = _mm512_add_ps(
-                        _mm512_shuffle_f32x4(ab, cd, 0b10_00_10_00),
-                        _mm512_shuffle_f32x4(ab, cd, 0b11_01_11_01),
-                    );
-                    // Lanes i + 2, then i + 1, within each 128-bit lane.
-                    let y = _mm512_add_ps(v, _mm512_permute_ps(v, 0b11_10_11_10));
-                    let z = _mm512_add_ps(y, _mm512_permute_ps(y, 0b01_01_01_01));
-                    let mut sums = [0f32; 16];
-                    _mm512_storeu_ps(sums.as_mut_ptr(), z);
-                    for j in 0..m {
-                        scores[i0 + j][pos] = sums[4 * j] * scale;
-                    }
-                },
-            );
+            match m {
+                4 => score_group_avx512::<C, 4>(group, kv, from, limit, scale, out),
+                3 => score_group_avx512::<C, 3>(group, kv, from, limit, scale, out),
+                2 => score_group_avx512::<C, 2>(group, kv, from, limit, scale, out),
+                _ => score_group_avx512::<C, 1>(group, kv, from, limit, scale, out),
+            }
         }
+    }
+}
+
+/// `M` (at most four) queries stay in registers while the keys `from..limit` stream past
+/// once, and their sums are reduced together by a transposing tree that adds exactly the
+/// pairs [`Portable::dot`]'s halving adds (a missing query's sums are zeros, never stored).
+///
+/// # Safety
+/// Only from a function compiled with AVX-512F, into which it is inlined (which is why it
+/// carries no target features of its own), on a CPU that has it; every query and key has
+/// `C * 16` floats.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+// The chunk index `c` addresses the key pointer and the query registers alike.
+#[allow(clippy::needless_range_loop)]
+unsafe fn score_group_avx512<const C: usize, const M: usize>(
+    queries: &[&[f32]],
+    kv: &PagedKv<'_>,
+    from: usize,
+    limit: usize,
+    scale: f32,
+    scores: &mut [&mut [f32]],
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: as the function's contract says.
+    unsafe {
+        let q: [[__m512; C]; M] = std::array::from_fn(|j| {
+            std::array::from_fn(|c| _mm512_loadu_ps(queries[j].as_ptr().add(16 * c)))
+        });
+        kv.for_each_row::<Avx512>(
+            kv.k,
+            from,
+            limit,
+            #[inline(always)]
+            |pos, key| {
+                let mut acc = [_mm512_setzero_ps(); 4];
+                for c in 0..C {
+                    let k = _mm512_loadu_ps(key.as_ptr().add(16 * c));
+                    for j in 0..M {
+                        acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps(q[j][c], k));
+                    }
+                }
+                // Lanes i + 8, for a and b side by side, then c and d.
+                let ab = _mm512_add_ps(
+                    _mm512_shuffle_f32x4(acc[0], acc[1], 0b01_00_01_00),
+                    _mm512_shuffle_f32x4(acc[0], acc[1], 0b11_10_11_10),
+                );
+                let cd = _mm512_add_ps(
+                    _mm512_shuffle_f32x4(acc[2], acc[3], 0b01_00_01_00),
+                    _mm512_shuffle_f32x4(acc[2], acc[3], 0b11_10_11_10),
+                );
+                // Lanes i + 4: one 128-bit lane per query.
+                let v = _mm512_add_ps(
+                    _mm512_shuffle_f32x4(ab, cd, 0b10_00_10_00),
+                    _mm512_shuffle_f32x4(ab, cd, 0b11_01_11_01),
+                );
+                // Lanes i + 2, then i + 1, within each 128-bit lane.
+                let y = _mm512_add_ps(v, _mm512_permute_ps(v, 0b11_10_11_10));
+                let z = _mm512_add_ps(y, _mm512_permute_ps(y, 0b01_01_01_01));
+                let mut sums = [0f32; 16];
+                _mm512_storeu_ps(sums.as_mut_ptr(), z);
+                for j in 0..M {
+                    scores[j][pos] = sums[4 * j] * scale;
+                }
+            },
+        );
     }
 }
 
