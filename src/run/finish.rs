@@ -65,7 +65,11 @@ fn record_reuse(reuse: &Reuse, dir: &std::path::Path, manifest: &mut Manifest) {
         eprintln!("throng: warning: --reuse {warning}");
     }
     // A run that read no earlier run has nothing to say of reuse.
-    manifest.reuse = (reuse.source_dirs().next().is_some()).then(|| stores::record(reuse, dir));
+    manifest.reuse = reuse
+        .source_dirs()
+        .next()
+        .is_some()
+        .then(|| stores::record(reuse, dir));
     if let Some(r) = &manifest.reuse {
         eprintln!(
             "throng: reused {} of {} decisions from {} (about {:.1} s of model time saved)",

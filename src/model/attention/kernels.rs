@@ -120,6 +120,33 @@ impl Kernels for Portable {
     }
 }
 
+/// Cuts `queries` into groups of up to four and scores each with `$group::<C, M>`, `M` being
+/// the group's own size: a kv head's group of three (SmolLM2's nine heads over three)
+/// computes no fourth product that nothing reads. A macro, not a function taking the group
+/// kernel: each kernel is an `unsafe fn` inlined into its caller's target features, and the
+/// sizes are const parameters, so a function would need one argument per size.
+#[cfg(target_arch = "x86_64")]
+macro_rules! score_in_groups {
+    ($group:ident, $c:ident, $queries:ident, $kv:ident, $from:ident, $visible:ident,
+     $scale:ident, $scores:ident) => {
+        let n = $queries.len();
+        for i0 in (0..n).step_by(4) {
+            let m = 4.min(n - i0);
+            let limit = $visible(i0 + m - 1);
+            let (group, out) = (&$queries[i0..i0 + m], &mut $scores[i0..i0 + m]);
+            // SAFETY: the caller's target features are the group kernel's.
+            unsafe {
+                match m {
+                    4 => $group::<$c, 4>(group, $kv, $from, limit, $scale, out),
+                    3 => $group::<$c, 3>(group, $kv, $from, limit, $scale, out),
+                    2 => $group::<$c, 2>(group, $kv, $from, limit, $scale, out),
+                    _ => $group::<$c, 1>(group, $kv, $from, limit, $scale, out),
+                }
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(super) struct Avx2;
 
@@ -189,23 +216,17 @@ fn score4_avx2<const C: usize>(
     scale: f32,
     scores: &mut [&mut [f32]],
 ) {
-    let n = queries.len();
-    for i0 in (0..n).step_by(4) {
-        let m = 4.min(n - i0);
-        let limit = visible(i0 + m - 1);
-        let (group, out) = (&queries[i0..i0 + m], &mut scores[i0..i0 + m]);
-        // As many queries as there are: a kv head's group of three (SmolLM2's nine heads
-        // over three) computes no fourth product that nothing reads.
-        // SAFETY (all): this function has AVX2 and F16C, and runs where the CPU has them.
-        unsafe {
-            match m {
-                4 => score_group_avx2::<C, 4>(group, kv, from, limit, scale, out),
-                3 => score_group_avx2::<C, 3>(group, kv, from, limit, scale, out),
-                2 => score_group_avx2::<C, 2>(group, kv, from, limit, scale, out),
-                _ => score_group_avx2::<C, 1>(group, kv, from, limit, scale, out),
-            }
-        }
-    }
+    // SAFETY: this function has AVX2 and F16C, and runs where the CPU has them.
+    score_in_groups!(
+        score_group_avx2,
+        C,
+        queries,
+        kv,
+        from,
+        visible,
+        scale,
+        scores
+    );
 }
 
 /// `M` (at most four) queries against each key `from..limit` as it streams past once, each
@@ -453,22 +474,17 @@ fn score4_avx512<const C: usize>(
     scale: f32,
     scores: &mut [&mut [f32]],
 ) {
-    let n = queries.len();
-    for i0 in (0..n).step_by(4) {
-        let m = 4.min(n - i0);
-        let limit = visible(i0 + m - 1);
-        let (group, out) = (&queries[i0..i0 + m], &mut scores[i0..i0 + m]);
-        // As many queries as there are (a kv head's group of three computes no fourth).
-        // SAFETY (all): this function has AVX-512F, and runs where the CPU has it.
-        unsafe {
-            match m {
-                4 => score_group_avx512::<C, 4>(group, kv, from, limit, scale, out),
-                3 => score_group_avx512::<C, 3>(group, kv, from, limit, scale, out),
-                2 => score_group_avx512::<C, 2>(group, kv, from, limit, scale, out),
-                _ => score_group_avx512::<C, 1>(group, kv, from, limit, scale, out),
-            }
-        }
-    }
+    // SAFETY: this function has AVX-512F, and runs where the CPU has it.
+    score_in_groups!(
+        score_group_avx512,
+        C,
+        queries,
+        kv,
+        from,
+        visible,
+        scale,
+        scores
+    );
 }
 
 /// `M` (at most four) queries stay in registers while the keys `from..limit` stream past

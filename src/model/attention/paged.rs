@@ -1064,16 +1064,16 @@ mod timing {
         let bs = 16;
         let agents = 64;
         let layers = 30;
-        let shared_blocks = std::env::var("THRONG_TIMING_SHARED_BLOCKS")
-            .ok()
-            .and_then(|b| b.parse().ok())
-            .unwrap_or(15);
+        let blocks_from = |var: &str, default: usize| {
+            std::env::var(var)
+                .ok()
+                .and_then(|b| b.parse().ok())
+                .unwrap_or(default)
+        };
+        let shared_blocks = blocks_from("THRONG_TIMING_SHARED_BLOCKS", 15);
         // About 100 tokens of each agent's own (one decision); `THRONG_TIMING_OWN_BLOCKS=85`
         // is the history workload's tenth step (some 1,360 tokens of its own).
-        let own_blocks = std::env::var("THRONG_TIMING_OWN_BLOCKS")
-            .ok()
-            .and_then(|b| b.parse().ok())
-            .unwrap_or(7);
+        let own_blocks = blocks_from("THRONG_TIMING_OWN_BLOCKS", 7);
         let blocks = shared_blocks + agents * own_blocks;
         let width = heads.num_kv_heads * heads.head_dim;
         let data = |n: usize, seed: usize| {
